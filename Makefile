@@ -1,0 +1,79 @@
+# Build and test toolchain. `make test` is what CI runs (via .ci/run).
+#
+#   make test                     lint + Django checks + pytest on SQLite and PostgreSQL, every leg
+#   make test LEGS=py312-dj61     one leg only
+#   make test PYTEST_ARGS="-x -k steps -m 'not slow'"
+#   make lint | make format | make venv | make clean
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+MAKEFLAGS += --no-print-directory
+
+LEGS ?= py311-dj52 py312-dj61
+PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
+PYTEST_ARGS ?=
+PIP_FLAGS ?= -q --disable-pip-version-check
+
+# One virtualenv per leg: interpreter (pyenv version + binary) and Django range.
+PYENV_py311-dj52 := 3.11.7
+PYBIN_py311-dj52 := python3.11
+DJANGO_py311-dj52 := Django>=5.2,<5.3
+PYENV_py312-dj61 := 3.12.1
+PYBIN_py312-dj61 := python3.12
+DJANGO_py312-dj61 := Django>=6.1,<6.2
+
+FIRST_LEG := $(firstword $(LEGS))
+# The leg a single-leg target works on (test-leg, venv-leg); defaults to the first.
+LEG ?= $(FIRST_LEG)
+BIN = .venv/$(LEG)/bin
+# Every tool runs from the repo root with no inherited database or settings choice.
+CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
+
+.PHONY: test test-leg lint format venv venv-leg clean
+
+test:
+	@for leg in $(LEGS); do $(MAKE) test-leg LEG=$$leg; done
+
+test-leg: .venv/$(LEG)/.installed
+	@echo "== $(LEG) / lint =="
+	$(CLEAN_ENV) $(BIN)/ruff check .
+	$(CLEAN_ENV) $(BIN)/ruff format --check .
+	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project
+	@echo "== $(LEG) / django checks =="
+	$(CLEAN_ENV) $(BIN)/python manage.py check --fail-level WARNING
+	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --fail-level WARNING
+	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django makemigrations --check --dry-run
+	@echo "== $(LEG) / sqlite =="
+	$(CLEAN_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@echo "== $(LEG) / postgresql =="
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: .venv/$(LEG)/.installed
+	@echo "== $(LEG) / lint =="
+	$(CLEAN_ENV) $(BIN)/ruff check .
+	$(CLEAN_ENV) $(BIN)/ruff format --check .
+	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project
+
+format: .venv/$(LEG)/.installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+venv:
+	@for leg in $(LEGS); do $(MAKE) venv-leg LEG=$$leg; done
+
+venv-leg: .venv/$(LEG)/.installed
+	@:
+
+# Idempotent: the venv is created once; the install re-runs whenever pyproject.toml changes.
+.venv/%/.installed: pyproject.toml
+	@test -n "$(PYENV_$*)" || { echo "unknown leg '$*' (known: py311-dj52 py312-dj61)" >&2; exit 2; }
+	@echo "== $* / venv =="
+	test -x .venv/$*/bin/python || PYENV_VERSION=$(PYENV_$*) $(PYBIN_$*) -m venv .venv/$*
+	.venv/$*/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
+	.venv/$*/bin/python -m pip install $(PIP_FLAGS) -e ".[dev]" "$(DJANGO_$*)"
+	@.venv/$*/bin/python -c 'import django, sys; print("$*: Python %s, Django %s" % (sys.version.split()[0], django.get_version()))'
+	@touch $@
+
+clean:
+	rm -rf .venv .tmp

@@ -1,0 +1,46 @@
+"""Durable, step-memoized background jobs for Django.
+
+Public API: ``job``, ``enqueue``, the errors. Models live in
+``django_durable_jobs.models``.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import (
+    DurableJobsError,
+    InvalidDuration,
+    InvalidPayload,
+    JobTimeoutError,
+    PayloadTooLarge,
+    RunCancelled,
+    StepDuplicateError,
+    StepOutputInvalid,
+    Suspension,
+    UnknownJob,
+)
+from .registry import job
+
+if TYPE_CHECKING:
+    from .models import JobRun
+
+__all__ = [
+    "DurableJobsError",
+    "InvalidDuration",
+    "InvalidPayload",
+    "JobTimeoutError",
+    "PayloadTooLarge",
+    "RunCancelled",
+    "StepDuplicateError",
+    "StepOutputInvalid",
+    "Suspension",
+    "UnknownJob",
+    "enqueue",
+    "job",
+]
+
+
+def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> "JobRun":
+    """Start a run of the job registered as ``job_name``: ``enqueue("onboarding", user_id=42)``."""
+    from .runs import enqueue as enqueue_by_name
+
+    return enqueue_by_name(job_name, *args, **kwargs)

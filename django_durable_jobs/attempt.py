@@ -1,0 +1,115 @@
+"""One execution of a job function up to its next stop. No Django ORM here.
+
+The outcome is a value, not an exception: ``Succeeded``, ``Failed`` or
+``Suspended``; the caller (``execution.py``) decides what that means for the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .durations import format_duration
+from .exceptions import DurableJobsError, JobTimeoutError, StepOutputInvalid, Suspension
+from .serialization import ErrorInfo, NotStorable, roundtrip
+from .steps import Steps
+from .timeouts import TimeGuard
+
+_jobs_logger = logging.getLogger("django_durable_jobs.jobs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """What a job function receives as its first argument, ``ctx``."""
+
+    step: Steps
+    run_id: str
+    attempt: int
+    job_name: str
+    logger: logging.Logger
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    result: Any
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ErrorInfo
+    retryable: bool
+
+
+@dataclass(frozen=True)
+class Suspended:
+    step: str
+    resume_at: datetime | None
+    reason: str
+
+
+Outcome = Succeeded | Failed | Suspended
+
+
+class _RunFilter(logging.Filter):
+    def __init__(self, run_id: str, job_name: str, attempt: int) -> None:
+        super().__init__()
+        self.values = {"run_id": run_id, "job_name": job_name, "attempt": attempt}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.__dict__.update(self.values)
+        return True
+
+
+def run_logger(run_id: str, job_name: str, attempt: int) -> logging.Logger:
+    """A ``Logger`` whose records carry ``run_id``, ``job_name`` and ``attempt``.
+
+    It is not registered with ``logging.getLogger`` (that would keep one logger per
+    run forever); it propagates to ``django_durable_jobs.jobs``.
+    """
+    bound = logging.Logger(f"django_durable_jobs.jobs.{job_name}")
+    bound.parent = _jobs_logger
+    bound.addFilter(_RunFilter(run_id, job_name, attempt))
+    return bound
+
+
+def run_attempt(
+    fn: Callable[..., Any],
+    ctx: JobContext,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    timeout: timedelta | None = None,
+    guard: TimeGuard | None = None,
+    max_result_bytes: int | None = None,
+) -> Outcome:
+    """Call ``fn(ctx, *args, **kwargs)`` and classify how it stopped."""
+    guard = guard or TimeGuard()
+
+    def timed_out() -> JobTimeoutError:
+        shown = format_duration(timeout) if timeout is not None else "?"
+        return JobTimeoutError(
+            f"job {ctx.job_name!r} run {ctx.run_id}: attempt {ctx.attempt} exceeded its "
+            f"timeout of {shown}"
+        )
+
+    try:
+        with guard.limit(timeout.total_seconds() if timeout else None, timed_out):
+            value = fn(ctx, *args, **kwargs)
+        return Succeeded(_storable_result(ctx, value, max_result_bytes))
+    except Suspension as suspension:
+        return Suspended(suspension.step, suspension.resume_at, suspension.reason)
+    except Exception as exc:
+        retryable = not (isinstance(exc, DurableJobsError) and not exc.retryable)
+        return Failed(ErrorInfo.of(exc), retryable)
+
+
+def _storable_result(ctx: JobContext, value: Any, limit: int | None) -> Any:
+    try:
+        return roundtrip(value, limit=limit)
+    except NotStorable as exc:
+        raise StepOutputInvalid(
+            f"job {ctx.job_name!r} run {ctx.run_id}: the return value cannot be stored: {exc}"
+        ) from None

@@ -1,0 +1,118 @@
+"""System checks for ``DURABLE_JOBS``: a wrong type or value is an error with an id."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+from django.db import connections
+
+from .conf import DEFAULTS, DURATION_KEYS
+from .durations import parse_duration
+from .exceptions import InvalidDuration
+
+
+def _duration(value: Any, nullable: bool) -> str | None:
+    if value is None:
+        return None if nullable else "it cannot be None"
+    try:
+        parse_duration(value)
+    except InvalidDuration as exc:
+        return str(exc)
+    return None
+
+
+def _positive_int(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"expected a positive int, got {value!r}"
+    return None
+
+
+def _non_negative_int(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return f"expected an int >= 0, got {value!r}"
+    return None
+
+
+def _database(value: Any) -> str | None:
+    if not isinstance(value, str) or value not in connections.databases:
+        return (
+            f"expected one of the DATABASES aliases {sorted(connections.databases)}, got {value!r}"
+        )
+    return None
+
+
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"expected True or False, got {value!r}"
+
+
+_NULLABLE = {"TIMEOUT", "STEP_TIMEOUT"}
+#: key -> (check id, validator, what to write instead)
+RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
+    "DATABASE": ("E002", _database, 'a DATABASES alias, e.g. "default"'),
+    "RETRIES": ("E003", _non_negative_int, "an int >= 0, e.g. 3"),
+    "MAX_PAYLOAD_BYTES": ("E004", _positive_int, "a number of bytes, e.g. 1_000_000"),
+    "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),
+    "AUTODISCOVER": ("E006", _bool, "True or False"),
+}
+_DURATION_IDS = {
+    "BACKOFF": "E010",
+    "MAX_BACKOFF": "E011",
+    "TIMEOUT": "E012",
+    "STEP_TIMEOUT": "E013",
+    "EVENT_POLL": "E014",
+    "LEASE": "E015",
+    "HEARTBEAT": "E016",
+    "POLL_INTERVAL": "E017",
+}
+
+
+def _nullable_duration(value: Any) -> str | None:
+    return _duration(value, nullable=True)
+
+
+def _required_duration(value: Any) -> str | None:
+    return _duration(value, nullable=False)
+
+
+_A_DURATION = 'a duration such as "30s", "5m", "1h", a number of seconds or a timedelta'
+for _key in DURATION_KEYS:
+    RULES[_key] = (
+        (_DURATION_IDS[_key], _nullable_duration, _A_DURATION + ", or None")
+        if _key in _NULLABLE
+        else (_DURATION_IDS[_key], _required_duration, _A_DURATION)
+    )
+
+
+@register()
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    value = getattr(settings, "DURABLE_JOBS", {})
+    if not isinstance(value, dict):
+        return [
+            Error(
+                f"DURABLE_JOBS must be a dict, got {type(value).__name__}",
+                hint="Write DURABLE_JOBS = {} (every key has a default).",
+                id="django_durable_jobs.E001",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for key in sorted(set(value) - set(DEFAULTS)):
+        errors.append(
+            Error(
+                f"DURABLE_JOBS has an unknown key {key!r}",
+                hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+                id="django_durable_jobs.E009",
+            )
+        )
+    for key, (check_id, validate, instead) in sorted(RULES.items()):
+        if key in value and (problem := validate(value[key])):
+            errors.append(
+                Error(
+                    f"DURABLE_JOBS[{key!r}]: {problem}",
+                    hint=f"Write {instead}.",
+                    id=f"django_durable_jobs.{check_id}",
+                )
+            )
+    return errors

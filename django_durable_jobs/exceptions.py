@@ -1,0 +1,87 @@
+"""Every error the app raises, each with a stable ``code``.
+
+Codes are part of the public contract (SPEC §9): they are stored on failed runs,
+printed by ``manage.py jobs`` and safe to match on in user code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+class DurableJobsError(Exception):
+    """Base class of every error of django-durable-jobs; ``code`` is stable."""
+
+    code = "X_DURABLE_JOBS"
+    #: False for errors that retrying cannot fix: the run fails at once.
+    retryable = True
+
+
+class StepDuplicateError(DurableJobsError):
+    """A step name was used twice in one attempt; step names are the replay key."""
+
+    code = "X_STEP_DUPLICATE"
+    retryable = False
+
+
+class JobTimeoutError(DurableJobsError):
+    """A run, a step or a required event wait ran out of time."""
+
+    code = "X_JOB_TIMEOUT"
+    retryable = False
+
+
+class UnknownJob(DurableJobsError):
+    """No job is registered under that name (on this process)."""
+
+    code = "X_JOB_UNKNOWN"
+    retryable = False
+
+
+class InvalidPayload(DurableJobsError):
+    """Arguments or an event payload that are not strict JSON."""
+
+    code = "X_PAYLOAD_INVALID"
+    retryable = False
+
+
+class PayloadTooLarge(InvalidPayload):
+    """Arguments or an event payload over ``DURABLE_JOBS["MAX_PAYLOAD_BYTES"]``."""
+
+    code = "X_PAYLOAD_TOO_LARGE"
+
+
+class StepOutputInvalid(DurableJobsError):
+    """A step returned a value that cannot be stored; retrying would not change it."""
+
+    code = "X_STEP_OUTPUT_INVALID"
+    retryable = False
+
+
+class InvalidDuration(DurableJobsError, ValueError):
+    """A duration that is not a timedelta, a number of seconds or a string like ``"5m"``."""
+
+    code = "X_DURATION_INVALID"
+    retryable = False
+
+
+class RunCancelled(DurableJobsError):
+    """The run was cancelled while it executed; it stops at its next step."""
+
+    code = "X_RUN_CANCELLED"
+    retryable = False
+
+
+class Suspension(BaseException):
+    """Unwinds a run that must wait (sleep, event, child run); never a failure.
+
+    It derives from ``BaseException`` so that a job's ``except Exception:`` cannot
+    swallow it, and the worker parks the run until ``resume_at`` instead of
+    counting an attempt.
+    """
+
+    def __init__(self, step: str, resume_at: datetime | None, reason: str) -> None:
+        super().__init__(f"step {step!r} suspended until {resume_at} ({reason})")
+        self.step = step
+        self.resume_at = resume_at
+        self.reason = reason

@@ -1,0 +1,183 @@
+"""Execute one claimed run up to its next stop and record the outcome.
+
+The worker claims runs and calls ``execute``; everything about one run (the
+engine, the ORM store, the retry policy, the state change) happens here. Every
+write is fenced by the lease ``owner`` when one is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from . import conf, signals
+from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
+from .clock import Clock, current
+from .exceptions import UnknownJob
+from .models import JobRun, RunStatus
+from .registry import JobDefinition, get_job
+from .retry import backoff_delay
+from .serialization import ErrorInfo
+from .steps import StepLimits, Steps
+from .store import OrmEventLog, OrmStepStore
+from .timeouts import TimeGuard
+
+log = logging.getLogger("django_durable_jobs.worker")
+
+
+@dataclass(frozen=True)
+class Executed:
+    """What happened to a run: the outcome and whether it was recorded."""
+
+    outcome: Outcome
+    status: str
+    recorded: bool
+
+
+def execute(
+    run: JobRun,
+    *,
+    clock: Clock | None = None,
+    owner: str | None = None,
+    guard: TimeGuard | None = None,
+    rng: random.Random | None = None,
+) -> Executed:
+    """Run ``run`` (already claimed by ``owner``) to its next stop and record it."""
+    clock = clock or current()
+    try:
+        definition = get_job(run.job_name)
+    except UnknownJob as exc:
+        exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
+        outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
+        return _record(run, None, outcome, clock.now(), owner, rng)
+    guard = guard or TimeGuard()
+    using = conf.database()
+    steps = Steps(
+        run_id=str(run.id),
+        job_name=run.job_name,
+        store=OrmStepStore(using=using, owner=owner),
+        events=OrmEventLog(using=using),
+        clock=clock,
+        limits=StepLimits(
+            step_timeout=definition.step_timeout or conf.duration("STEP_TIMEOUT"),
+            event_poll=conf.required_duration("EVENT_POLL"),
+            max_output_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
+        ),
+        guard=guard,
+    )
+    ctx = JobContext(
+        step=steps,
+        run_id=str(run.id),
+        attempt=run.attempt,
+        job_name=run.job_name,
+        logger=run_logger(str(run.id), run.job_name, run.attempt),
+    )
+    signals.run_started.send(sender=JobRun, run=run)
+    outcome = run_attempt(
+        definition.fn,
+        ctx,
+        run.args,
+        run.kwargs,
+        timeout=definition.timeout or conf.duration("TIMEOUT"),
+        guard=guard,
+        max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
+    )
+    return _record(run, definition, outcome, clock.now(), owner, rng)
+
+
+def max_attempts(definition: JobDefinition | None) -> int:
+    if definition is None:
+        return 1
+    retries = definition.retries if definition.retries is not None else conf.get("RETRIES")
+    return 1 + int(retries)
+
+
+def _record(
+    run: JobRun,
+    definition: JobDefinition | None,
+    outcome: Outcome,
+    now: datetime,
+    owner: str | None,
+    rng: random.Random | None,
+) -> Executed:
+    changes: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None}
+    if isinstance(outcome, Succeeded):
+        changes.update(
+            status=RunStatus.SUCCEEDED,
+            result=outcome.result,
+            finished_at=now,
+            wake_at=None,
+            error_code="",
+            error="",
+            error_type="",
+            traceback="",
+        )
+    elif isinstance(outcome, Suspended):
+        status = RunStatus.SLEEPING if outcome.reason == "sleep" else RunStatus.WAITING
+        changes.update(status=status, wake_at=outcome.resume_at)
+    else:
+        changes.update(_failure(run, definition, outcome, now, rng))
+    recorded = _write(run, changes, owner)
+    if recorded:
+        _announce(run, outcome, changes)
+    return Executed(outcome, str(changes["status"]), recorded)
+
+
+def _failure(
+    run: JobRun,
+    definition: JobDefinition | None,
+    outcome: Failed,
+    now: datetime,
+    rng: random.Random | None,
+) -> dict[str, Any]:
+    error = outcome.error
+    changes: dict[str, Any] = {
+        "error_code": error.code,
+        "error": error.message,
+        "error_type": error.type,
+        "traceback": error.traceback,
+    }
+    if outcome.retryable and definition is not None and run.attempt < max_attempts(definition):
+        backoff = definition.backoff if definition.backoff is not None else conf.get("BACKOFF")
+        delay = backoff_delay(
+            backoff, run.attempt, cap=conf.required_duration("MAX_BACKOFF"), rng=rng
+        )
+        changes.update(status=RunStatus.QUEUED, wake_at=now + delay)
+    else:
+        changes.update(status=RunStatus.FAILED, finished_at=now, wake_at=None)
+    return changes
+
+
+def _write(run: JobRun, changes: dict[str, Any], owner: str | None) -> bool:
+    rows = JobRun.objects.using(conf.database()).filter(pk=run.pk)
+    if owner is not None:
+        rows = rows.filter(lease_owner=owner)
+    if rows.update(**changes) == 0:
+        log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
+        return False
+    for name, value in changes.items():
+        setattr(run, name, value)
+    return True
+
+
+def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
+    if isinstance(outcome, Succeeded):
+        signals.run_succeeded.send(sender=JobRun, run=run)
+    elif isinstance(outcome, Suspended):
+        signals.run_suspended.send(
+            sender=JobRun,
+            run=run,
+            step=outcome.step,
+            resume_at=outcome.resume_at,
+            reason=outcome.reason,
+        )
+    else:
+        signals.run_failed.send(
+            sender=JobRun,
+            run=run,
+            error=outcome.error,
+            will_retry=changes["status"] == RunStatus.QUEUED,
+        )

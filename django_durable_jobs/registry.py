@@ -1,0 +1,216 @@
+"""``@job``, job definitions, lookup by name and autodiscovery of ``<app>/jobs.py``."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, overload
+
+from .durations import Duration, parse_duration
+from .exceptions import UnknownJob
+
+if TYPE_CHECKING:
+    from .models import JobRun
+
+Backoff = Duration | Callable[[int], Duration]
+_registry: dict[str, JobDefinition] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """How one enqueue differs from the job's defaults (``job.using(...)``)."""
+
+    queue: str | None = None
+    priority: int | None = None
+    run_after: timedelta | datetime | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobDefinition:
+    """A registered job: the function and its policy. Create with ``@job``."""
+
+    name: str
+    fn: Callable[..., Any] = field(repr=False)
+    queue: str = "default"
+    priority: int = 0
+    retries: int | None = None
+    backoff: Backoff | None = None
+    timeout: timedelta | None = None
+    step_timeout: timedelta | None = None
+    on_event: str | None = None
+    concurrency: int | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
+        """Start a run in the caller's transaction; returns the ``JobRun``.
+
+        >>> run = onboarding.enqueue(user_id=42)  # doctest: +SKIP
+        """
+        return JobCall(self, JobOptions()).enqueue(*args, **kwargs)
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_after: timedelta | datetime | None = None,
+        idempotency_key: str | None = None,
+    ) -> JobCall:
+        """Override options for one enqueue: ``job.using(queue="mail").enqueue(...)``."""
+        return JobCall(
+            self,
+            JobOptions(
+                queue=queue, priority=priority, run_after=run_after, idempotency_key=idempotency_key
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class JobCall:
+    """A job with per-enqueue options, from ``JobDefinition.using``."""
+
+    job: JobDefinition
+    options: JobOptions
+
+    def using(self, **changes: Any) -> JobCall:
+        return JobCall(self.job, replace(self.options, **changes))
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
+        from .runs import enqueue_job
+
+        return enqueue_job(self.job, args, kwargs, self.options)
+
+
+@overload
+def job(fn: Callable[..., Any], /) -> JobDefinition: ...
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    retries: int | None = None,
+    backoff: Backoff | None = None,
+    timeout: Duration | None = None,
+    step_timeout: Duration | None = None,
+    on_event: str | None = None,
+    concurrency: int | None = None,
+) -> Callable[[Callable[..., Any]], JobDefinition]: ...
+
+
+def job(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    retries: int | None = None,
+    backoff: Backoff | None = None,
+    timeout: Duration | None = None,
+    step_timeout: Duration | None = None,
+    on_event: str | None = None,
+    concurrency: int | None = None,
+) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
+    """Register a durable job. Bare (``@job``) or with options.
+
+    >>> @job(name="onboarding", retries=3, timeout="1h")
+    ... def onboarding(ctx, user_id: int) -> dict:
+    ...     return ctx.step.run("load-user", load_user, user_id)
+    """
+
+    def register(function: Callable[..., Any]) -> JobDefinition:
+        definition = JobDefinition(
+            name=name or f"{function.__module__}.{function.__qualname__}",
+            fn=function,
+            queue=_text(queue, "queue"),
+            priority=_integer(priority, "priority"),
+            retries=None if retries is None else _integer(retries, "retries", minimum=0),
+            backoff=_backoff(backoff),
+            timeout=_positive(timeout, "timeout"),
+            step_timeout=_positive(step_timeout, "step_timeout"),
+            on_event=None if on_event is None else _text(on_event, "on_event"),
+            concurrency=None
+            if concurrency is None
+            else _integer(concurrency, "concurrency", minimum=1),
+        )
+        return register_job(definition)
+
+    return register(fn) if fn is not None else register
+
+
+def register_job(definition: JobDefinition) -> JobDefinition:
+    """Add ``definition`` to the registry; a second, different function under one name fails."""
+    current = _registry.get(definition.name)
+    if current is not None and _origin(current.fn) != _origin(definition.fn):
+        raise ValueError(
+            f"job name {definition.name!r} is already used by {_origin(current.fn)}; "
+            f"cannot register {_origin(definition.fn)} under the same name"
+        )
+    _registry[definition.name] = definition
+    return definition
+
+
+def get_job(name: str) -> JobDefinition:
+    """The job registered as ``name``, or ``UnknownJob`` listing close matches."""
+    try:
+        return _registry[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, _registry, n=3)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise UnknownJob(f"no job is registered as {name!r}{hint}") from None
+
+
+def all_jobs() -> dict[str, JobDefinition]:
+    return dict(_registry)
+
+
+def unregister(name: str) -> None:
+    """For tests: forget a job."""
+    _registry.pop(name, None)
+
+
+def autodiscover() -> None:
+    """Import every installed app's ``jobs`` module (like ``admin.autodiscover``)."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("jobs")
+
+
+def _origin(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 100:
+        raise ValueError(f"@job {what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _integer(value: object, what: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"@job {what} must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"@job {what} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _positive(value: Duration | None, what: str) -> timedelta | None:
+    if value is None:
+        return None
+    parsed = parse_duration(value)
+    if not parsed:
+        raise ValueError(f"@job {what} must be longer than zero, got {value!r}")
+    return parsed
+
+
+def _backoff(value: Backoff | None) -> Backoff | None:
+    if value is None or callable(value):
+        return value
+    parse_duration(value)  # fail at import time, not at the first retry
+    return value

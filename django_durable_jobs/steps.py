@@ -1,0 +1,409 @@
+"""The step engine: durable, memoized steps. No Django ORM here.
+
+Each step's result is persisted before the next step starts, so a retry replays
+completed steps from storage instead of executing them again: the welcome email
+is not sent twice because step 3 failed. Step names are therefore the replay key
+and must be unique within an attempt (``X_STEP_DUPLICATE``).
+
+Waiting (``sleep``, ``wait_for_event``) unwinds the run by raising
+``Suspension``; the worker parks the run until ``resume_at`` instead of holding a
+process. This is a port of ``seed/steps.ts``; see the README for what changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+from .clock import Clock, SystemClock, aware
+from .durations import Duration, format_duration, parse_duration
+from .exceptions import JobTimeoutError, StepDuplicateError, StepOutputInvalid, Suspension
+from .serialization import ErrorInfo, NotStorable, roundtrip
+from .timeouts import TimeGuard
+
+T = TypeVar("T")
+logger = logging.getLogger("django_durable_jobs.steps")
+
+MAX_STEP_NAME = 200
+DEFAULT_WAIT_TIMEOUT = timedelta(hours=24)
+DEFAULT_EVENT_POLL = timedelta(seconds=30)
+
+
+class StepStatus(StrEnum):
+    COMPLETED = "completed"
+    SLEEPING = "sleeping"
+    WAITING = "waiting"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    """One step of one run, as stored."""
+
+    run_id: str
+    name: str
+    status: StepStatus
+    started_at: datetime
+    attempts: int
+    #: The memoized value; meaningful only when ``status`` is completed.
+    output: Any = None
+    completed_at: datetime | None = None
+    #: When a sleeping or waiting step becomes runnable.
+    wake_at: datetime | None = None
+    event: str | None = None
+    correlation_key: str | None = None
+    #: Events after this position in the event log count for a waiting step.
+    event_cursor: int | None = None
+    error: ErrorInfo | None = None
+
+
+class StepStore(Protocol):
+    """Where step records live: in memory for tests, the ORM in production."""
+
+    def get(self, run_id: str, name: str) -> StepRecord | None: ...
+    def put(self, record: StepRecord) -> None: ...
+    def list(self, run_id: str) -> Sequence[StepRecord]:
+        """The run's records in the order each step first ran."""
+        ...
+
+    def delete(self, run_id: str, name: str) -> None: ...
+    def clear(self, run_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class EventHit:
+    position: int
+    payload: Any
+    published_at: datetime
+
+
+class EventLookup(Protocol):
+    """The slice of the event log a waiting step needs.
+
+    Positions order events as the database committed them, so "published after
+    the wait started" never compares clocks of different machines.
+    """
+
+    def cursor(self) -> int:
+        """The position of the newest event now; later events have larger ones."""
+        ...
+
+    def find(self, event: str, key: str | None, after: int) -> EventHit | None:
+        """The first event named ``event`` (with ``key``, if given) after ``after``."""
+        ...
+
+
+class MemoryStepStore:
+    """A ``StepStore`` in a dict: for tests and for running jobs inline."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, StepRecord]] = {}
+
+    def get(self, run_id: str, name: str) -> StepRecord | None:
+        return self._runs.get(run_id, {}).get(name)
+
+    def put(self, record: StepRecord) -> None:
+        self._runs.setdefault(record.run_id, {})[record.name] = record
+
+    def list(self, run_id: str) -> Sequence[StepRecord]:
+        return list(self._runs.get(run_id, {}).values())  # dicts keep first-insert order
+
+    def delete(self, run_id: str, name: str) -> None:
+        self._runs.get(run_id, {}).pop(name, None)
+
+    def clear(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+
+class MemoryEventLog:
+    """An ``EventLookup`` over a list, with ``publish`` for tests."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self._events: list[tuple[str, str | None, Any, datetime]] = []
+
+    def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
+        self._events.append((event, key, roundtrip(payload), self._clock.now()))
+        return len(self._events)
+
+    def cursor(self) -> int:
+        return len(self._events)
+
+    def find(self, event: str, key: str | None, after: int) -> EventHit | None:
+        for position, (name, event_key, payload, at) in enumerate(self._events, start=1):
+            if position > after and name == event and (key is None or event_key == key):
+                return EventHit(position, payload, at)
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepLimits:
+    """Per-run knobs of the engine, taken from the job and the settings."""
+
+    step_timeout: timedelta | None = None
+    event_poll: timedelta = DEFAULT_EVENT_POLL
+    max_output_bytes: int | None = 1_000_000
+
+
+class Steps:
+    """The step API a job sees as ``ctx.step``.
+
+    >>> store, events = MemoryStepStore(), MemoryEventLog()
+    >>> steps = Steps(run_id="r1", job_name="demo", store=store, events=events)
+    >>> steps.run("double", lambda x: x * 2, 21)
+    42
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        job_name: str,
+        store: StepStore,
+        events: EventLookup,
+        clock: Clock | None = None,
+        limits: StepLimits | None = None,
+        guard: TimeGuard | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.job_name = job_name
+        self._store = store
+        self._events = events
+        self._clock = clock or SystemClock()
+        self._limits = limits or StepLimits()
+        self._guard = guard or TimeGuard()
+        self._records = {record.name: record for record in store.list(run_id)}
+        self._used: list[str] = []
+        self._replayed: list[str] = []
+
+    # -- the trace -------------------------------------------------------
+    @property
+    def used_names(self) -> Sequence[str]:
+        """Names used in this attempt, in order."""
+        return tuple(self._used)
+
+    @property
+    def replayed_names(self) -> Sequence[str]:
+        """Names served from storage instead of executed."""
+        return tuple(self._replayed)
+
+    # -- run -------------------------------------------------------------
+    def run(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once, ever, and return its stored output."""
+        existing = self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            return self._replay(existing)
+        started_at = existing.started_at if existing else self._clock.now()
+        attempts = (existing.attempts if existing else 0) + 1
+        record = StepRecord(
+            run_id=self.run_id,
+            name=name,
+            status=StepStatus.FAILED,
+            started_at=started_at,
+            attempts=attempts,
+        )
+        began = self._clock.now()
+        try:
+            with self._step_limit(name):
+                value = fn(*args, **kwargs)
+            self._check_took(name, began)
+            output = self._storable(name, value)
+        except Exception as exc:
+            self._save(replace(record, error=ErrorInfo.of(exc)))
+            raise
+        # Persist BEFORE returning: a crash one line later must not re-run this step.
+        self._save(
+            replace(
+                record, status=StepStatus.COMPLETED, output=output, completed_at=self._clock.now()
+            )
+        )
+        return output
+
+    # -- sleep -----------------------------------------------------------
+    def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
+        """``sleep("3d")`` (step named ``sleep:3d``) or ``sleep("cool-off", "3d")``."""
+        if duration is None:
+            duration = name_or_duration
+            shown = format_duration(duration) if isinstance(duration, timedelta) else str(duration)
+            name = f"sleep:{shown}"
+        else:
+            name = str(name_or_duration)
+        delta = parse_duration(duration)
+        self._sleep(name, lambda now: now + delta)
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        """Suspend until ``when`` (an aware datetime)."""
+        aware(when, f"sleep_until({name!r}) time")
+        self._sleep(name, lambda now: when)
+
+    def _sleep(self, name: str, wake_at_from: Callable[[datetime], datetime]) -> None:
+        existing = self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            self._replay(existing)
+            return
+        now = self._clock.now()
+        if existing is not None and existing.status is StepStatus.SLEEPING and existing.wake_at:
+            if existing.wake_at <= now:
+                self._save(replace(existing, status=StepStatus.COMPLETED, completed_at=now))
+                return
+            raise Suspension(name, existing.wake_at, "sleep")
+        wake_at = wake_at_from(now)
+        if wake_at <= now:  # sleeping zero (or into the past) is a no-op that is still traced
+            self._save(
+                StepRecord(
+                    run_id=self.run_id,
+                    name=name,
+                    status=StepStatus.COMPLETED,
+                    started_at=now,
+                    completed_at=now,
+                    wake_at=wake_at,
+                    attempts=1,
+                )
+            )
+            return
+        self._save(
+            StepRecord(
+                run_id=self.run_id,
+                name=name,
+                status=StepStatus.SLEEPING,
+                started_at=now,
+                wake_at=wake_at,
+                attempts=1,
+            )
+        )
+        raise Suspension(name, wake_at, "sleep")
+
+    # -- wait_for_event ----------------------------------------------------
+    def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+        match: str | None = None,
+        required: bool = False,
+    ) -> Any:
+        """Wait for the first ``event`` (with key ``match``) published after this step
+        first started; return its payload, or ``None`` on timeout (``required=True``:
+        fail the run with ``X_JOB_TIMEOUT``)."""
+        limit = parse_duration(timeout)
+        if match is not None and not isinstance(match, str):
+            raise TypeError(f"wait_for_event({name!r}): match must be a str, got {match!r}")
+        existing = self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            return self._replay(existing)
+        now = self._clock.now()
+        if existing is None or existing.event_cursor is None:
+            started_at, cursor, attempts = now, self._events.cursor(), 1
+        else:
+            started_at, cursor = existing.started_at, existing.event_cursor
+            attempts = existing.attempts + 1
+        record = StepRecord(
+            run_id=self.run_id,
+            name=name,
+            status=StepStatus.WAITING,
+            started_at=started_at,
+            attempts=attempts,
+            event=event,
+            correlation_key=match,
+            event_cursor=cursor,
+        )
+        hit = self._events.find(event, match, cursor)
+        if hit is not None:
+            self._save(
+                replace(
+                    record,
+                    status=StepStatus.COMPLETED,
+                    output=hit.payload,
+                    completed_at=now,
+                    wake_at=None,
+                )
+            )
+            return hit.payload
+        deadline = record.started_at + limit
+        if now >= deadline:
+            return self._wait_timed_out(record, limit, required, now)
+        resume_at = min(deadline, now + self._limits.event_poll)
+        self._save(replace(record, wake_at=resume_at))
+        raise Suspension(name, resume_at, "event")
+
+    def _wait_timed_out(
+        self, record: StepRecord, limit: timedelta, required: bool, now: datetime
+    ) -> None:
+        if required:
+            error = JobTimeoutError(
+                f"job {self.job_name!r} run {self.run_id}: step {record.name!r} got no "
+                f"{record.event!r} event within {format_duration(limit)}"
+            )
+            self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))
+            raise error
+        logger.warning(
+            "step %r of run %s: no %r event within %s; continuing with None",
+            record.name,
+            self.run_id,
+            record.event,
+            format_duration(limit),
+        )
+        self._save(replace(record, status=StepStatus.COMPLETED, output=None, completed_at=now))
+        return None
+
+    # -- helpers -----------------------------------------------------------
+    def _begin(self, name: str) -> StepRecord | None:
+        if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
+            raise ValueError(
+                f"job {self.job_name!r}: step names are non-empty strings of at most "
+                f"{MAX_STEP_NAME} characters, got {name!r}"
+            )
+        if name in self._used:
+            raise StepDuplicateError(
+                f"job {self.job_name!r} run {self.run_id}: step name {name!r} is used twice "
+                "in one attempt; step names are the replay key and must be unique"
+            )
+        self._used.append(name)
+        return self._records.get(name)
+
+    def _replay(self, record: StepRecord) -> Any:
+        self._replayed.append(record.name)
+        return record.output
+
+    def _save(self, record: StepRecord) -> None:
+        with self._guard.shield():
+            self._store.put(record)
+        self._records[record.name] = record
+
+    def _storable(self, name: str, value: Any) -> Any:
+        try:
+            return roundtrip(value, limit=self._limits.max_output_bytes)
+        except NotStorable as exc:
+            raise StepOutputInvalid(
+                f"job {self.job_name!r} run {self.run_id}: the output of step {name!r} "
+                f"cannot be stored: {exc}"
+            ) from None
+
+    def _step_limit(self, name: str) -> AbstractContextManager[None]:
+        limit = self._limits.step_timeout
+        if limit is None:
+            return nullcontext()
+        return self._guard.limit(limit.total_seconds(), lambda: self._step_timeout(name))
+
+    def _check_took(self, name: str, started_at: datetime) -> None:
+        # With a fake clock (or no signals) the limit is checked once the step returns.
+        limit = self._limits.step_timeout
+        if limit is not None and self._clock.now() - started_at > limit:
+            raise self._step_timeout(name)
+
+    def _step_timeout(self, name: str) -> JobTimeoutError:
+        limit = self._limits.step_timeout or timedelta(0)
+        return JobTimeoutError(
+            f"job {self.job_name!r} run {self.run_id}: step {name!r} exceeded its "
+            f"step_timeout of {format_duration(limit)}"
+        )
+
+    def records(self) -> Iterator[StepRecord]:
+        """The records this attempt knows, in first-run order."""
+        return iter(self._records.values())

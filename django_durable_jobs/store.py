@@ -1,0 +1,174 @@
+"""The ORM-backed ``StepStore`` and ``EventLookup``.
+
+Every step write is one statement. With a lease ``owner`` the write is *fenced*:
+it only lands while that worker still holds the run's lease, so a worker that was
+paused past its lease cannot record anything after another worker took over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from django.db import connections
+from django.db.models import Field
+
+from .exceptions import DurableJobsError
+from .models import Event, JobRun, StepRecord
+from .serialization import ErrorInfo
+from .steps import EventHit, StepStatus
+from .steps import StepRecord as Record
+
+
+class LeaseLost(DurableJobsError):
+    """This worker no longer holds the run's lease; another worker owns it now."""
+
+    code = "X_LEASE_LOST"
+    retryable = False
+
+
+_COLUMNS = (
+    "status",
+    "output",
+    "started_at",
+    "completed_at",
+    "wake_at",
+    "event",
+    "correlation_key",
+    "event_cursor",
+    "attempts",
+    "error",
+    "error_type",
+    "traceback",
+)
+
+
+def _columns(record: Record) -> dict[str, Any]:
+    error = record.error
+    return {
+        "status": str(record.status),
+        "output": record.output,
+        "started_at": record.started_at,
+        "completed_at": record.completed_at,
+        "wake_at": record.wake_at,
+        "event": record.event or "",
+        "correlation_key": record.correlation_key,
+        "event_cursor": record.event_cursor,
+        "attempts": record.attempts,
+        "error": error.message if error else "",
+        "error_type": error.type if error else "",
+        "traceback": error.traceback if error else "",
+    }
+
+
+def to_record(row: StepRecord) -> Record:
+    error = None
+    if row.status == StepStatus.FAILED or row.error_type:
+        error = ErrorInfo(type=row.error_type, message=row.error, traceback=row.traceback)
+    return Record(
+        run_id=str(row.run_id),
+        name=row.name,
+        status=StepStatus(row.status),
+        started_at=row.started_at,
+        attempts=row.attempts,
+        output=row.output,
+        completed_at=row.completed_at,
+        wake_at=row.wake_at,
+        event=row.event or None,
+        correlation_key=row.correlation_key,
+        event_cursor=row.event_cursor,
+        error=error,
+    )
+
+
+class OrmStepStore:
+    """Step records in ``StepRecord`` rows on the jobs database."""
+
+    def __init__(self, *, using: str = "default", owner: str | None = None) -> None:
+        self.using = using
+        self.owner = owner
+        self._known: set[tuple[str, str]] = set()
+
+    def _rows(self) -> Any:
+        return StepRecord.objects.using(self.using)
+
+    def get(self, run_id: str, name: str) -> Record | None:
+        row = self._rows().filter(run_id=run_id, name=name).first()
+        if row is None:
+            return None
+        self._known.add((run_id, name))
+        return to_record(row)
+
+    def list(self, run_id: str) -> Sequence[Record]:
+        records = [to_record(row) for row in self._rows().filter(run_id=run_id).order_by("id")]
+        self._known.update((run_id, record.name) for record in records)
+        return records
+
+    def put(self, record: Record) -> None:
+        ident = (record.run_id, record.name)
+        values = _columns(record)
+        if ident in self._known:
+            rows = self._rows().filter(run_id=record.run_id, name=record.name)
+            if self.owner is not None:
+                rows = rows.filter(run__lease_owner=self.owner)
+            written = rows.update(**values)
+        else:
+            written = self._insert(record.run_id, record.name, values)
+        if written == 0:
+            raise LeaseLost(
+                f"run {record.run_id}: not recording step {record.name!r}: this worker "
+                f"({self.owner}) no longer holds the run's lease"
+            )
+        self._known.add(ident)
+
+    def _insert(self, run_id: str, name: str, values: dict[str, Any]) -> int:
+        if self.owner is None:
+            self._rows().create(run_id=run_id, name=name, **values)
+            return 1
+        # INSERT ... SELECT ... FROM run WHERE lease_owner = me: fenced in one statement.
+        connection = connections[self.using]
+        qn = connection.ops.quote_name
+        meta = StepRecord._meta
+        fields = [
+            cast("Field[Any, Any]", meta.get_field(name)) for name in ("run", "name", *_COLUMNS)
+        ]
+        params = [
+            field.get_db_prep_save(value, connection)
+            for field, value in zip(fields, [run_id, name, *values.values()], strict=True)
+        ]
+        run_meta = JobRun._meta
+        assert run_meta.pk is not None
+        sql = (
+            f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
+            f"SELECT {', '.join(['%s'] * len(fields))} FROM {qn(run_meta.db_table)} "
+            f"WHERE {qn(str(run_meta.pk.column))} = %s AND {qn('lease_owner')} = %s"
+        )
+        run_pk = run_meta.pk.get_db_prep_value(run_id, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, run_pk, self.owner])
+            return int(cursor.rowcount)
+
+    def delete(self, run_id: str, name: str) -> None:
+        self._rows().filter(run_id=run_id, name=name).delete()
+        self._known.discard((run_id, name))
+
+    def clear(self, run_id: str) -> None:
+        self._rows().filter(run_id=run_id).delete()
+        self._known = {ident for ident in self._known if ident[0] != run_id}
+
+
+class OrmEventLog:
+    """``EventLookup`` over ``Event`` rows; positions are the rows' ids."""
+
+    def __init__(self, *, using: str = "default") -> None:
+        self.using = using
+
+    def cursor(self) -> int:
+        newest = Event.objects.using(self.using).order_by("-id").values_list("id", flat=True)[:1]
+        return next(iter(newest), 0)
+
+    def find(self, event: str, key: str | None, after: int) -> EventHit | None:
+        row = Event.objects.using(self.using).matching(event, key, after).first()
+        if row is None:
+            return None
+        return EventHit(row.id, row.payload, row.published_at)

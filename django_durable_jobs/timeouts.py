@@ -1,0 +1,91 @@
+"""Stopping user code that runs too long, from inside the process that runs it.
+
+A thread cannot be stopped in Python, so limits use ``SIGALRM``: the handler
+raises ``JobTimeoutError`` in the main thread, which interrupts a Python loop and
+a blocking call alike. Writes to the database are *shielded*: the alarm is
+paused while a step is persisted, so a timeout never tears a write in half. Off
+the main thread (or without ``SIGALRM``) limits degrade to a check after the
+code returns; the worker's supervisor kills a process stuck in C code as a last
+resort.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+ErrorFactory = Callable[[], BaseException]
+
+
+@dataclass
+class _Limit:
+    deadline: float  # time.monotonic()
+    error: ErrorFactory
+
+
+class TimeGuard:
+    """Nested wall-time limits for one thread of execution."""
+
+    def __init__(self, *, use_signals: bool | None = None) -> None:
+        self._limits: list[_Limit] = []
+        self._shielded = 0
+        if use_signals is None:
+            use_signals = (
+                hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+            )
+        self.use_signals = use_signals
+
+    @contextmanager
+    def limit(self, seconds: float | None, error: ErrorFactory) -> Iterator[None]:
+        """Raise ``error()`` inside the block once ``seconds`` have passed."""
+        if seconds is None:
+            yield
+            return
+        entry = _Limit(time.monotonic() + seconds, error)
+        self._limits.append(entry)
+        self._arm()
+        try:
+            yield
+        finally:
+            self._limits.remove(entry)
+            self._arm()
+        if not self.use_signals and time.monotonic() > entry.deadline:
+            raise entry.error()
+
+    @contextmanager
+    def shield(self) -> Iterator[None]:
+        """No alarm fires inside; an expired limit fires right after the block."""
+        self._shielded += 1
+        self._arm()
+        try:
+            yield
+        finally:
+            self._shielded -= 1
+        self._arm()
+
+    def _arm(self) -> None:
+        if not self.use_signals:
+            return
+        if self._shielded or not self._limits:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return
+        first = min(self._limits, key=lambda limit: limit.deadline)
+        signal.signal(signal.SIGALRM, self._fire)
+        # A deadline already past still fires, at once: 0 would disarm instead.
+        signal.setitimer(signal.ITIMER_REAL, max(first.deadline - time.monotonic(), 1e-6))
+
+    def _fire(self, signum: int, frame: FrameType | None) -> None:
+        if self._shielded or not self._limits:
+            return
+        first = min(self._limits, key=lambda limit: limit.deadline)
+        if time.monotonic() < first.deadline:  # woken early: re-arm
+            self._arm()
+            return
+        # Fire once: the exception unwinds through the limit's own block.
+        first.deadline = float("inf")
+        raise first.error()

@@ -1,0 +1,73 @@
+"""Shared fixtures: a fake clock, side-effect counters, and driving runs to their next stop."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from django_durable_jobs.claims import claim
+from django_durable_jobs.clock import FakeClock, use
+from django_durable_jobs.execution import Executed, execute
+from django_durable_jobs.models import JobRun
+from django_durable_jobs.timeouts import TimeGuard
+from tests.testapp import jobs
+
+
+@pytest.fixture
+def clock() -> Iterator[FakeClock]:
+    with use(FakeClock()) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def calls() -> Iterator[object]:
+    jobs.CALLS.clear()
+    jobs.FAIL_ONCE.clear()
+    yield jobs.CALLS
+    jobs.CALLS.clear()
+    jobs.FAIL_ONCE.clear()
+
+
+class Driver:
+    """Claims and executes runnable runs the way the worker will, on a fake clock."""
+
+    def __init__(self, clock: FakeClock, owner: str = "test-worker") -> None:
+        self.clock = clock
+        self.owner = owner
+        self.rng = random.Random(7)
+
+    def step(self, run: JobRun | None = None) -> Executed | None:
+        """Claim one runnable run (``run`` if given) and execute it to its next stop."""
+        claimed = claim(self.owner, now=self.clock.now(), lease=timedelta(minutes=1), limit=50)
+        if run is not None:
+            claimed = [c for c in claimed if c.pk == run.pk]
+        if not claimed:
+            return None
+        target = claimed[0]
+        others = [c.pk for c in claimed[1:]]
+        if others:  # give back what we do not execute now
+            JobRun.objects.filter(pk__in=others, lease_owner=self.owner).update(
+                status="queued", lease_owner="", lease_expires_at=None
+            )
+        return execute(
+            target,
+            clock=self.clock,
+            owner=self.owner,
+            guard=TimeGuard(use_signals=False),
+            rng=self.rng,
+        )
+
+    def drain(self, limit: int = 100) -> int:
+        """Execute runs until nothing is runnable now; returns how many executions."""
+        count = 0
+        while count < limit and self.step() is not None:
+            count += 1
+        return count
+
+
+@pytest.fixture
+def driver(clock: FakeClock) -> Driver:
+    return Driver(clock)

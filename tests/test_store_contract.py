@@ -1,0 +1,166 @@
+"""One contract, two implementations: the in-memory and the ORM step store / event log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.models import Event
+from django_durable_jobs.serialization import ErrorInfo
+from django_durable_jobs.steps import (
+    EventLookup,
+    MemoryEventLog,
+    MemoryStepStore,
+    StepRecord,
+    StepStatus,
+    StepStore,
+)
+from django_durable_jobs.store import LeaseLost, OrmEventLog, OrmStepStore
+from tests.factories import T0, JobRunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(params=["memory", "orm"])
+def store(request: pytest.FixtureRequest) -> StepStore:
+    return MemoryStepStore() if request.param == "memory" else OrmStepStore()
+
+
+@pytest.fixture
+def run_ids() -> list[str]:
+    return [str(JobRunFactory.create().id) for _ in range(2)]
+
+
+def record(run_id: str, name: str, **changes: Any) -> StepRecord:
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "name": name,
+        "status": StepStatus.COMPLETED,
+        "started_at": T0,
+        "attempts": 1,
+        "output": {"v": name},
+    }
+    values.update(changes)
+    return StepRecord(**values)
+
+
+def test_put_get_round_trips_every_field(store: StepStore, run_ids: list[str]) -> None:
+    full = record(
+        run_ids[0],
+        "wait",
+        status=StepStatus.WAITING,
+        output=None,
+        wake_at=T0 + timedelta(days=1),
+        completed_at=None,
+        event="order.paid",
+        correlation_key="42",
+        event_cursor=17,
+        attempts=3,
+    )
+    store.put(full)
+    assert store.get(run_ids[0], "wait") == full
+    failed = record(
+        run_ids[0],
+        "boom",
+        status=StepStatus.FAILED,
+        output=None,
+        error=ErrorInfo(type="builtins.ValueError", message="bad", traceback="tb"),
+    )
+    store.put(failed)
+    got = store.get(run_ids[0], "boom")
+    assert got is not None and got.error is not None
+    assert (got.error.type, got.error.message, got.error.traceback) == (
+        "builtins.ValueError",
+        "bad",
+        "tb",
+    )
+
+
+@pytest.mark.parametrize("output", [None, 0, "", [], {}, [1, "two", None], {"a": {"b": [True]}}])
+def test_outputs_round_trip(store: StepStore, run_ids: list[str], output: Any) -> None:
+    store.put(record(run_ids[0], "s", output=output))
+    got = store.get(run_ids[0], "s")
+    assert got is not None and got.output == output
+
+
+def test_missing_is_none(store: StepStore, run_ids: list[str]) -> None:
+    assert store.get(run_ids[0], "nope") is None
+    assert list(store.list(run_ids[0])) == []
+
+
+def test_list_keeps_first_run_order_across_updates(store: StepStore, run_ids: list[str]) -> None:
+    for name in ["c", "a", "b"]:
+        store.put(record(run_ids[0], name, status=StepStatus.FAILED))
+    store.put(record(run_ids[0], "a", attempts=2))  # an update must not move it
+    store.put(record(run_ids[1], "z"))
+    assert [r.name for r in store.list(run_ids[0])] == ["c", "a", "b"]
+    assert [r.attempts for r in store.list(run_ids[0])] == [1, 2, 1]
+    assert [r.name for r in store.list(run_ids[1])] == ["z"]
+
+
+def test_delete_and_clear(store: StepStore, run_ids: list[str]) -> None:
+    for name in ["a", "b"]:
+        store.put(record(run_ids[0], name))
+    store.put(record(run_ids[1], "a"))
+    store.delete(run_ids[0], "a")
+    assert store.get(run_ids[0], "a") is None
+    assert store.get(run_ids[1], "a") is not None
+    store.clear(run_ids[0])
+    assert list(store.list(run_ids[0])) == []
+    assert [r.name for r in store.list(run_ids[1])] == ["a"]
+    store.put(record(run_ids[0], "a"))  # a cleared name can be written again
+    assert store.get(run_ids[0], "a") is not None
+
+
+def test_orm_store_is_fenced_by_the_lease() -> None:
+    run = JobRunFactory.create(status="running", lease_owner="w1")
+    mine, stale = OrmStepStore(owner="w1"), OrmStepStore(owner="w0")
+    mine.put(record(str(run.id), "a"))
+    with pytest.raises(LeaseLost):
+        stale.put(record(str(run.id), "b"))  # insert by a worker that lost the lease
+    stale.list(str(run.id))
+    with pytest.raises(LeaseLost):
+        stale.put(record(str(run.id), "a", output="overwritten"))  # update likewise
+    got = mine.get(str(run.id), "a")
+    assert got is not None and got.output == {"v": "a"}
+    assert [r.name for r in mine.list(str(run.id))] == ["a"]
+
+
+# -- event log ----------------------------------------------------------------------
+
+Publish = Callable[..., int]
+
+
+@pytest.fixture(params=["memory", "orm"])
+def log(request: pytest.FixtureRequest) -> tuple[EventLookup, Publish]:
+    if request.param == "memory":
+        memory = MemoryEventLog(FakeClock())
+        return memory, memory.publish
+
+    def publish(name: str, payload: Any = None, *, key: str | None = None) -> int:
+        return Event.objects.create(name=name, payload=payload, key=key, published_at=T0).id
+
+    return OrmEventLog(), publish
+
+
+def test_event_cursor_and_find(log: tuple[EventLookup, Publish]) -> None:
+    events, publish = log
+    start = events.cursor()
+    before = publish("order.paid", {"n": 0}, key="42")
+    assert before > start and events.cursor() == before
+    after = events.cursor()
+    assert events.find("order.paid", "42", after) is None
+    publish("order.paid", {"n": 1}, key="7")
+    publish("order.shipped", {"n": 2}, key="42")
+    hit_position = publish("order.paid", {"n": 3}, key="42")
+    publish("order.paid", {"n": 4}, key="42")
+    hit = events.find("order.paid", "42", after)
+    assert hit is not None and hit.payload == {"n": 3} and hit.position == hit_position
+    anykey = events.find("order.paid", None, after)
+    assert anykey is not None and anykey.payload == {"n": 1}
+    assert events.find("order.paid", "42", start) is not None
+    assert events.find("order.paid", "42", start).payload == {"n": 0}  # type: ignore[union-attr]

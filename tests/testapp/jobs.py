@@ -1,0 +1,79 @@
+"""Jobs the test suite runs. Side effects are counted in ``Effect`` rows or ``CALLS``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from django_durable_jobs import job
+
+from .models import Effect
+
+#: In-process call counters, reset by the ``calls`` fixture.
+CALLS: Counter[str] = Counter()
+#: Step names that raise once (fault injection), consumed when they fire.
+FAIL_ONCE: set[str] = set()
+
+
+def effect(name: str, run_id: str = "") -> str:
+    """A side effect that leaves a row behind, so replays can be counted."""
+    CALLS[name] += 1
+    Effect.objects.create(name=name, run_id=run_id)
+    if name in FAIL_ONCE:
+        FAIL_ONCE.discard(name)
+        raise RuntimeError(f"injected failure in {name}")
+    return name
+
+
+@job(name="tests.noop")
+def noop(ctx: Any) -> None:
+    return None
+
+
+@job(name="tests.add")
+def add(ctx: Any, a: int, b: int) -> int:
+    return int(ctx.step.run("add", lambda: a + b))
+
+
+@job(name="tests.three_steps", retries=2, backoff=0)
+def three_steps(ctx: Any, user_id: int) -> dict[str, Any]:
+    first = ctx.step.run("one", effect, "one", ctx.run_id)
+    second = ctx.step.run("two", effect, "two", ctx.run_id)
+    third = ctx.step.run("three", effect, "three", ctx.run_id)
+    return {"steps": [first, second, third], "user_id": user_id}
+
+
+@job(name="tests.onboarding", retries=1, backoff="1s")
+def onboarding(ctx: Any, user_id: int) -> dict[str, Any]:
+    user = ctx.step.run("load-user", lambda: {"id": user_id, "email": f"u{user_id}@example.com"})
+    ctx.step.run("send-welcome", effect, "welcome", ctx.run_id)
+    ctx.step.sleep("3d")
+    order = ctx.step.wait_for_event("wait-order", "order.paid", match=str(user_id), timeout="7d")
+    if order is None:
+        ctx.step.run("nudge", effect, "nudge", ctx.run_id)
+    return {"ordered": order is not None, "email": user["email"], "order": order}
+
+
+@job(name="tests.always_fails", retries=2, backoff="10s")
+def always_fails(ctx: Any) -> None:
+    ctx.step.run("boom", effect, "boom-before", ctx.run_id)
+    raise ValueError("always fails")
+
+
+@job(name="tests.bad_output", retries=3)
+def bad_output(ctx: Any) -> None:
+    ctx.step.run("nan", lambda: float("nan"))
+
+
+@job(name="tests.required_wait")
+def required_wait(ctx: Any) -> Any:
+    return ctx.step.wait_for_event("must", "never.happens", timeout="1h", required=True)
+
+
+@job(name="tests.swallower")
+def swallower(ctx: Any) -> str:
+    try:
+        ctx.step.sleep("1h")
+    except Exception:  # a user's broad except must not swallow the suspension
+        return "swallowed"
+    return "slept"
