@@ -1,4 +1,18 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+
+def _tune_sqlite(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Let several worker processes share one SQLite file: WAL lets readers run beside
+    the writer, and a busy timeout makes writers wait instead of failing."""
+    from . import conf
+
+    if connection.vendor == "sqlite" and connection.alias == conf.database():
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
 
 
 class DurableJobsConfig(AppConfig):
@@ -10,5 +24,6 @@ class DurableJobsConfig(AppConfig):
         from . import checks, conf, registry
 
         del checks  # registers the system checks on import
+        connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
         if conf.get("AUTODISCOVER"):
             registry.autodiscover()

@@ -14,13 +14,15 @@ from .durations import parse_duration
 from .exceptions import InvalidDuration
 
 
-def _duration(value: Any, nullable: bool) -> str | None:
+def _duration(value: Any, nullable: bool, allow_zero: bool = False) -> str | None:
     if value is None:
         return None if nullable else "it cannot be None"
     try:
-        parse_duration(value)
+        parsed = parse_duration(value)
     except InvalidDuration as exc:
         return str(exc)
+    if not parsed and not allow_zero:
+        return f"it must be longer than zero, got {value!r}"
     return None
 
 
@@ -77,13 +79,22 @@ def _required_duration(value: Any) -> str | None:
     return _duration(value, nullable=False)
 
 
+def _backoff_duration(value: Any) -> str | None:
+    return _duration(value, nullable=False, allow_zero=True)
+
+
+# Zero backoff means "retry at once". Any other zero is a mistake: a timeout that
+# always fires (a step) or never (a run), a lease already expired when claimed, a
+# heartbeat or poll that spins.
+_ZERO_ALLOWED = {"BACKOFF", "MAX_BACKOFF"}
 _A_DURATION = 'a duration such as "30s", "5m", "1h", a number of seconds or a timedelta'
 for _key in DURATION_KEYS:
-    RULES[_key] = (
-        (_DURATION_IDS[_key], _nullable_duration, _A_DURATION + ", or None")
-        if _key in _NULLABLE
-        else (_DURATION_IDS[_key], _required_duration, _A_DURATION)
-    )
+    if _key in _NULLABLE:
+        RULES[_key] = (_DURATION_IDS[_key], _nullable_duration, _A_DURATION + ", or None")
+    elif _key in _ZERO_ALLOWED:
+        RULES[_key] = (_DURATION_IDS[_key], _backoff_duration, _A_DURATION)
+    else:
+        RULES[_key] = (_DURATION_IDS[_key], _required_duration, _A_DURATION)
 
 
 @register()

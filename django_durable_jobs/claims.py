@@ -1,8 +1,10 @@
-"""Claiming runnable runs so that no run is ever held by two workers at once."""
+"""Claiming runnable runs so that no run is ever held by two workers at once, and
+giving them back (released on shutdown, requeued when a worker died)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 from django.db import connections, transaction
@@ -24,21 +26,24 @@ def claim(
     """Take up to ``limit`` runnable runs for ``owner``; the best first.
 
     The attempt is counted here for queued runs; a run resuming from a sleep or a
-    wait keeps its attempt number.
+    wait keeps its attempt number. Each returned run remembers the status it was
+    claimed from (``claimed_from``) so that ``release`` can give it back unchanged.
     """
     using = conf.database()
     runs = JobRun.objects.using(using)
-    queue_list = None if queues is None else list(queues)
-    with transaction.atomic(using=using):
-        candidates = runs.runnable(now, queue_list)
-        if connections[using].features.has_select_for_update_skip_locked:
+    candidates = runs.runnable(now, None if queues is None else list(queues))
+    locking = connections[using].features.has_select_for_update_skip_locked
+    # Without row locks (SQLite) no transaction is opened: a read that later writes
+    # would fail with "database is locked" instead of waiting for the writer.
+    with transaction.atomic(using=using) if locking else nullcontext():
+        if locking:
             candidates = candidates.select_for_update(skip_locked=True)
-        ids = list(candidates.values_list("id", flat=True)[:limit])
-        if not ids:
+        before = dict(candidates.values_list("id", "status")[:limit])
+        if not before:
             return []
         # The status guard makes this safe where rows cannot be locked (SQLite
         # serialises writers): a run another worker took meanwhile is not runnable.
-        runs.filter(id__in=ids, status__in=RUNNABLE, wake_at__lte=now).update(
+        runs.filter(id__in=before, status__in=RUNNABLE, wake_at__lte=now).update(
             status=RunStatus.RUNNING,
             attempt=Case(
                 When(status=RunStatus.QUEUED, then=F("attempt") + 1),
@@ -49,6 +54,49 @@ def claim(
             lease_owner=owner,
             lease_expires_at=now + lease,
         )
-        claimed = list(runs.filter(id__in=ids, lease_owner=owner, status=RunStatus.RUNNING))
+        claimed = list(runs.filter(id__in=before, lease_owner=owner, status=RunStatus.RUNNING))
+    for run in claimed:
+        run.claimed_from = before[run.id]
     claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
     return claimed
+
+
+def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:
+    """Extend ``owner``'s leases (the heartbeat); returns how many it still holds."""
+    return (
+        JobRun.objects.using(conf.database())
+        .filter(id__in=list(run_ids), lease_owner=owner, status=RunStatus.RUNNING)
+        .update(lease_expires_at=now + lease)
+    )
+
+
+def release(run: JobRun, owner: str, *, now: datetime) -> bool:
+    """Give a claimed run back without using up an attempt (worker shutdown)."""
+    previous = getattr(run, "claimed_from", RunStatus.QUEUED)
+    attempt = run.attempt - 1 if previous == RunStatus.QUEUED else run.attempt
+    return bool(
+        JobRun.objects.using(conf.database())
+        .filter(pk=run.pk, lease_owner=owner)
+        .update(
+            status=previous,
+            attempt=max(attempt, 0),
+            wake_at=now,
+            lease_owner="",
+            lease_expires_at=None,
+        )
+    )
+
+
+def requeue_expired(*, now: datetime, limit: int = 100) -> int:
+    """Make runs whose worker died runnable again; their completed steps replay.
+
+    The interrupted attempt counts: a run that kills its worker every time stops
+    once its attempts are used up (the claim counts the next one).
+    """
+    runs = JobRun.objects.using(conf.database())
+    ids = list(runs.expired_leases(now).values_list("id", flat=True)[:limit])
+    if not ids:
+        return 0
+    return runs.filter(id__in=ids, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
+        status=RunStatus.QUEUED, wake_at=now, lease_owner="", lease_expires_at=None
+    )

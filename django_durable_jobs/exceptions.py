@@ -72,6 +72,13 @@ class RunCancelled(DurableJobsError):
     retryable = False
 
 
+class AttemptsExhausted(DurableJobsError):
+    """Every attempt of a run was used up by workers that died while running it."""
+
+    code = "X_ATTEMPTS_EXHAUSTED"
+    retryable = False
+
+
 class Suspension(BaseException):
     """Unwinds a run that must wait (sleep, event, child run); never a failure.
 

@@ -16,7 +16,7 @@ from typing import Any
 from . import conf, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .clock import Clock, current
-from .exceptions import UnknownJob
+from .exceptions import AttemptsExhausted, UnknownJob
 from .models import JobRun, RunStatus
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
@@ -53,6 +53,15 @@ def execute(
         exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
         outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
         return _record(run, None, outcome, clock.now(), owner, rng)
+    if run.attempt > max_attempts(definition):
+        # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
+        exhausted = AttemptsExhausted(
+            f"job {run.job_name!r} run {run.id}: all {max_attempts(definition)} attempts are "
+            "used up (its workers stopped renewing the lease, e.g. they were killed)"
+        )
+        return _record(
+            run, definition, Failed(ErrorInfo.of(exhausted), False), clock.now(), owner, rng
+        )
     guard = guard or TimeGuard()
     using = conf.database()
     steps = Steps(

@@ -88,6 +88,8 @@ class JobRun(models.Model):
     )
 
     objects = JobRunQuerySet.as_manager()
+    #: Set by ``claims.claim``: the status the run had before this worker took it.
+    claimed_from: str = RunStatus.QUEUED
 
     class Meta:
         verbose_name = "run"

@@ -12,6 +12,7 @@ from . import clock, conf, signals
 from .models import JobRun, RunStatus
 from .registry import JobDefinition, JobOptions, get_job
 from .serialization import check_payload
+from .wakeup import notify
 
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:
@@ -54,6 +55,7 @@ def enqueue_job(
     else:
         JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
         run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=run.idempotency_key)
+    notify(run.queue)
     signals.run_enqueued.send(sender=JobRun, run=run)
     return run
 

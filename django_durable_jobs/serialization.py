@@ -11,7 +11,7 @@ import traceback as tb
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import InvalidPayload, PayloadTooLarge
+from .exceptions import DurableJobsError, InvalidPayload, PayloadTooLarge
 
 
 class NotStorable(ValueError):
@@ -85,7 +85,9 @@ class ErrorInfo:
             type=f"{type(exc).__module__}.{type(exc).__qualname__}",
             message=str(exc),
             traceback="".join(tb.format_exception(exc)),
-            code=getattr(exc, "code", ""),
+            # Only our codes are stable; another library's ``.code`` (SystemExit's int,
+            # ValidationError's None) is not an error code.
+            code=exc.code if isinstance(exc, DurableJobsError) else "",
         )
 
     def as_dict(self) -> dict[str, str]:

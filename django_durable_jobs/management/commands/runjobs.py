@@ -1,0 +1,96 @@
+"""``manage.py runjobs``: argument parsing only; the loop lives in ``worker.py``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_durable_jobs import conf
+from django_durable_jobs.durations import parse_duration
+from django_durable_jobs.exceptions import InvalidDuration
+from django_durable_jobs.worker import WorkerOptions, run_workers
+
+
+class Command(BaseCommand):
+    help = "Run durable jobs: claim runnable runs and execute them."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="Q",
+            help="Serve this queue (repeatable). Default: every queue.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=1,
+            metavar="N",
+            help="Worker processes (one run at a time each). Default 1.",
+        )
+        parser.add_argument("--burst", action="store_true", help="Exit 0 once nothing is runnable.")
+        parser.add_argument(
+            "--max-runs",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Exit after executing N runs (per process).",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            default=None,
+            metavar="DURATION",
+            help='How often an idle worker looks for work, e.g. "1s". '
+            "Default: DURABLE_JOBS['POLL_INTERVAL'].",
+        )
+        parser.add_argument(
+            "--worker-id",
+            default=None,
+            metavar="ID",
+            help="Name of this worker in leases and logs. Default host:pid.",
+        )
+        parser.add_argument(
+            "--drain-timeout",
+            default="30s",
+            metavar="DURATION",
+            help="On SIGTERM, how long the run in hand may take to finish.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        if options["max_runs"] is not None and options["max_runs"] < 1:
+            raise CommandError("--max-runs must be at least 1")
+        try:
+            poll = parse_duration(options["poll_interval"] or conf.get("POLL_INTERVAL"))
+            drain = parse_duration(options["drain_timeout"])
+        except InvalidDuration as exc:
+            raise CommandError(str(exc)) from None
+        _configure_logging(int(options["verbosity"]))
+        values: dict[str, Any] = {
+            "queues": options["queues"],
+            "concurrency": options["concurrency"],
+            "burst": options["burst"],
+            "max_runs": options["max_runs"],
+            "poll_interval": poll,
+            "drain_timeout": drain,
+        }
+        if options["worker_id"]:
+            values["worker_id"] = options["worker_id"]
+        code = run_workers(WorkerOptions(**values))
+        if code:
+            raise SystemExit(code)
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Show the worker's INFO lines unless the project configured this logger itself."""
+    logger = logging.getLogger("django_durable_jobs")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)

@@ -1,0 +1,303 @@
+"""The worker loop: claim, lease, heartbeat, execute, suspend, retry, shut down.
+
+Execution model: one run at a time per process, in the main thread, so that
+``SIGALRM`` can stop a run past its ``timeout`` even inside an endless loop or a
+blocking call. ``--concurrency N`` forks N such processes under a supervisor that
+forwards signals and replaces a child that died. A heartbeat thread renews the
+lease of the run in hand; every write for a run is fenced by that lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import FrameType
+
+from django.db import DatabaseError, close_old_connections, connections
+
+from . import conf
+from .claims import claim, release, renew, requeue_expired
+from .clock import Clock, SystemClock
+from .execution import Executed, execute
+from .models import JobRun
+from .timeouts import TimeGuard
+from .wakeup import Waker, make_waker
+
+log = logging.getLogger("django_durable_jobs.worker")
+
+
+class StopNow(BaseException):
+    """Raised in the main thread by a second stop signal: abandon the run in hand."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    queues: Sequence[str] | None = None
+    concurrency: int = 1
+    burst: bool = False
+    max_runs: int | None = None
+    poll_interval: timedelta = timedelta(seconds=1)
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    drain_timeout: timedelta = timedelta(seconds=30)
+
+
+class Worker:
+    """One process's loop. ``run()`` returns the number of runs it executed."""
+
+    def __init__(self, options: WorkerOptions, *, clock: Clock | None = None) -> None:
+        self.options = options
+        self.clock = clock or SystemClock()
+        self.lease = conf.required_duration("LEASE")
+        self.heartbeat = conf.required_duration("HEARTBEAT")
+        self.stopping = threading.Event()
+        self.executed = 0
+        self._in_hand: JobRun | None = None
+        self._owner = ""
+        self._signals = 0
+        self._waker: Waker | None = None
+        self._next_reap = 0.0
+
+    # -- signals ---------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info(
+                "worker %s: stopping (signal %s): finishing the run in hand",
+                self.options.worker_id,
+                signal.Signals(signum).name,
+            )
+            self.stop()
+            drain = self.options.drain_timeout.total_seconds()
+            timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGTERM))
+            timer.daemon = True
+            timer.start()
+            return
+        if self._in_hand is not None:
+            raise StopNow()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        interrupt = getattr(self._waker, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
+    # -- the loop --------------------------------------------------------------
+    def run(self) -> int:
+        self._waker = make_waker()
+        log.info(
+            "worker %s: queues=%s concurrency=1 database=%s wake=%s lease=%ss",
+            self.options.worker_id,
+            ",".join(self.options.queues or ["*"]),
+            connections[conf.database()].vendor,
+            self._waker.mode,
+            self.lease.total_seconds(),
+        )
+        try:
+            while not self.stopping.is_set():
+                if self.options.max_runs is not None and self.executed >= self.options.max_runs:
+                    break
+                try:
+                    worked = self.run_once()
+                except DatabaseError as exc:
+                    # A restarted database or a dropped connection: reconnect and carry on.
+                    log.warning("worker %s: database error (%s); retrying", self._owner, exc)
+                    close_old_connections()
+                    for connection in connections.all():
+                        connection.close_if_unusable_or_obsolete()
+                    self.stopping.wait(min(self.options.poll_interval.total_seconds(), 1.0))
+                    continue
+                if worked:
+                    continue
+                if self.options.burst:
+                    break
+                self._waker.wait(self.options.poll_interval.total_seconds())
+        finally:
+            self._waker.close()
+            connections.close_all()
+        return self.executed
+
+    def run_once(self) -> bool:
+        """Reap expired leases when due, claim one run and execute it; False if idle."""
+        now = self.clock.now()
+        if time.monotonic() >= self._next_reap:
+            self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
+            if requeued := requeue_expired(now=now):
+                log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+        self._owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
+        runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
+        if not runs:
+            return False
+        self._execute(runs[0])
+        return True
+
+    def _execute(self, run: JobRun) -> None:
+        log.info(
+            "run %s claimed: job=%s attempt=%s from=%s",
+            run.id,
+            run.job_name,
+            run.attempt,
+            run.claimed_from,
+        )
+        self._in_hand = run
+        beat = _Heartbeat(self._owner, run, self.clock, self.lease, self.heartbeat)
+        beat.start()
+        try:
+            executed = execute(run, clock=self.clock, owner=self._owner, guard=TimeGuard())
+        except StopNow:
+            released = release(run, self._owner, now=self.clock.now())
+            log.warning("run %s released by a second stop signal (released=%s)", run.id, released)
+            self.stopping.set()
+            return
+        finally:
+            self._in_hand = None
+            beat.stop()
+            close_old_connections()
+        self.executed += 1
+        _log_outcome(run, executed)
+
+
+def _log_outcome(run: JobRun, executed: Executed) -> None:
+    if not executed.recorded:
+        log.warning(
+            "run %s: lease lost; outcome %s not recorded", run.id, type(executed.outcome).__name__
+        )
+    elif executed.status in {"sleeping", "waiting"}:
+        log.info(
+            "run %s suspended: status=%s wake_at=%s",
+            run.id,
+            executed.status,
+            run.wake_at.isoformat() if run.wake_at else None,
+        )
+    elif executed.status == "succeeded":
+        log.info("run %s succeeded: job=%s attempt=%s", run.id, run.job_name, run.attempt)
+    else:
+        log.warning(
+            "run %s failed: job=%s attempt=%s code=%s status=%s error=%s",
+            run.id,
+            run.job_name,
+            run.attempt,
+            run.error_code or "-",
+            executed.status,
+            run.error,
+        )
+
+
+class _Heartbeat(threading.Thread):
+    """Renews the lease of the run in hand until stopped (its own DB connection)."""
+
+    def __init__(
+        self, owner: str, run: JobRun, clock: Clock, lease: timedelta, every: timedelta
+    ) -> None:
+        super().__init__(name=f"heartbeat-{run.id}", daemon=True)
+        self.owner, self.run_id, self.clock = owner, run.id, clock
+        self.lease, self.every = lease, every.total_seconds()
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._done.wait(self.every):
+                try:
+                    if not renew(self.owner, [self.run_id], now=self.clock.now(), lease=self.lease):
+                        log.warning("run %s: lease lost; heartbeat stops", self.run_id)
+                        return
+                except DatabaseError as exc:
+                    log.warning("run %s: heartbeat failed (%s)", self.run_id, exc)
+                    connections.close_all()
+        finally:
+            connections.close_all()
+
+    def stop(self) -> None:
+        self._done.set()
+
+
+# -- several processes ---------------------------------------------------------------
+
+
+def run_workers(options: WorkerOptions) -> int:
+    """Run ``options.concurrency`` worker processes; returns the process exit code."""
+    if options.concurrency <= 1:
+        worker = Worker(options)
+        worker.install_signal_handlers()
+        worker.run()
+        return 0
+    return _Supervisor(options).run()
+
+
+class _Supervisor:
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.children: dict[int, int] = {}  # pid -> slot
+        self.stopping = False
+        self.signals = 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        self.stopping = True
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _spawn(self, slot: int) -> None:
+        connections.close_all()  # never share a connection across fork
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                child = WorkerOptions(
+                    **{
+                        **self.options.__dict__,
+                        "concurrency": 1,
+                        "worker_id": f"{self.options.worker_id}/{slot}:{os.getpid()}",
+                    }
+                )
+                worker = Worker(child)
+                worker.install_signal_handlers()
+                worker.run()
+                code = 0
+            except BaseException:
+                log.exception("worker child %s crashed", slot)
+            finally:
+                os._exit(code)
+        self.children[pid] = slot
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        log.info(
+            "supervisor %s: %d worker processes", self.options.worker_id, self.options.concurrency
+        )
+        for slot in range(self.options.concurrency):
+            self._spawn(slot)
+        failures = 0
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            if pid not in self.children:
+                continue
+            slot = self.children.pop(pid)
+            code = os.waitstatus_to_exitcode(status)
+            done = self.options.burst or self.options.max_runs is not None
+            if code != 0 and not self.stopping:
+                failures += 1
+                log.error("worker child %s (pid %s) exited with %s; replacing it", slot, pid, code)
+                self._spawn(slot)
+            elif not done and not self.stopping:
+                self._spawn(slot)
+        return 0 if failures == 0 or self.stopping else 1
