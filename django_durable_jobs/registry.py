@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from .durations import Duration, parse_duration
-from .exceptions import UnknownJob
+from .exceptions import InvalidDuration, UnknownJob
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -126,7 +126,7 @@ def job(
 
     def register(function: Callable[..., Any]) -> JobDefinition:
         definition = JobDefinition(
-            name=name or f"{function.__module__}.{function.__qualname__}",
+            name=_origin(function) if name is None else _text(name, "name", longest=200),
             fn=function,
             queue=_text(queue, "queue"),
             priority=_integer(priority, "priority"),
@@ -186,9 +186,11 @@ def _origin(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 100:
-        raise ValueError(f"@job {what} must be a non-empty string, got {value!r}")
+def _text(value: object, what: str, longest: int = 100) -> str:
+    if not isinstance(value, str) or not value or len(value) > longest:
+        raise ValueError(
+            f"@job {what} must be a non-empty string of at most {longest} characters, got {value!r}"
+        )
     return value
 
 
@@ -203,7 +205,7 @@ def _integer(value: object, what: str, minimum: int | None = None) -> int:
 def _positive(value: Duration | None, what: str) -> timedelta | None:
     if value is None:
         return None
-    parsed = parse_duration(value)
+    parsed = _duration(value, what)
     if not parsed:
         raise ValueError(f"@job {what} must be longer than zero, got {value!r}")
     return parsed
@@ -212,5 +214,12 @@ def _positive(value: Duration | None, what: str) -> timedelta | None:
 def _backoff(value: Backoff | None) -> Backoff | None:
     if value is None or callable(value):
         return value
-    parse_duration(value)  # fail at import time, not at the first retry
+    _duration(value, "backoff")  # fail at import time, not at the first retry
     return value
+
+
+def _duration(value: Duration, what: str) -> timedelta:
+    try:
+        return parse_duration(value)
+    except InvalidDuration as exc:  # say which option
+        raise InvalidDuration(f"@job {what}: {exc}") from None

@@ -11,6 +11,7 @@ resort.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -66,15 +67,18 @@ class TimeGuard:
             yield
         finally:
             self._shielded -= 1
-        self._arm()
+            # Also when the block raised: code that catches it is still under the limits.
+            self._arm()
 
     def _arm(self) -> None:
         if not self.use_signals:
             return
-        if self._shielded or not self._limits:
+        # A limit that already fired has an infinite deadline: no timer for it.
+        pending = [limit for limit in self._limits if math.isfinite(limit.deadline)]
+        if self._shielded or not pending:
             signal.setitimer(signal.ITIMER_REAL, 0)
             return
-        first = min(self._limits, key=lambda limit: limit.deadline)
+        first = min(pending, key=lambda limit: limit.deadline)
         signal.signal(signal.SIGALRM, self._fire)
         # A deadline already past still fires, at once: 0 would disarm instead.
         signal.setitimer(signal.ITIMER_REAL, max(first.deadline - time.monotonic(), 1e-6))

@@ -111,6 +111,8 @@ class Worker:
                     break
                 try:
                     worked = self.run_once()
+                    # Like Django's request cycle: drop connections that broke or aged out.
+                    close_old_connections()
                 except DatabaseError as exc:
                     # A restarted database or a dropped connection: reconnect and carry on.
                     log.warning("worker %s: database error (%s); retrying", self._owner, exc)
@@ -164,7 +166,6 @@ class Worker:
         finally:
             self._in_hand = None
             beat.stop()
-            close_old_connections()
         self.executed += 1
         _log_outcome(run, executed)
 

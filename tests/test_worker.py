@@ -1,0 +1,142 @@
+"""The worker loop in-process: claim, execute, reap, release, query counts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from django_durable_jobs.claims import claim, release, renew, requeue_expired
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.worker import Worker, WorkerOptions
+from tests.testapp import jobs
+from tests.testapp.models import Effect
+
+LEASE = timedelta(seconds=60)
+
+
+def worker(clock: FakeClock, **options: Any) -> Worker:
+    return Worker(WorkerOptions(worker_id="w-test", burst=True, **options), clock=clock)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_burst_worker_executes_everything_runnable_then_exits(clock: FakeClock) -> None:
+    runs = [jobs.three_steps.enqueue(user_id=i) for i in range(3)]
+    sleeper = jobs.onboarding.enqueue(user_id=1)
+    assert worker(clock).run() == 4
+    statuses = {r.pk: r.status for r in JobRun.objects.all()}
+    assert [statuses[r.pk] for r in runs] == [RunStatus.SUCCEEDED] * 3
+    assert statuses[sleeper.pk] == RunStatus.SLEEPING  # parked: no process held
+    assert Effect.objects.filter(name="one").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_max_runs_and_queues(clock: FakeClock) -> None:
+    for _ in range(3):
+        jobs.noop.enqueue()
+    mail = jobs.noop.using(queue="mail").enqueue()
+    assert worker(clock, max_runs=2, queues=["default"]).run() == 2
+    assert worker(clock, queues=["default"]).run() == 1
+    assert JobRun.objects.get(pk=mail.pk).status == RunStatus.QUEUED
+    assert worker(clock, queues=["mail"]).run() == 1
+
+
+@pytest.mark.django_db
+def test_expired_lease_is_requeued_and_completed_steps_replay(clock: FakeClock) -> None:
+    jobs.FAIL_ONCE.add("three")
+    run = jobs.three_steps.enqueue(user_id=1)
+    [claimed] = claim("dead-worker", now=clock.now(), lease=LEASE)
+    assert claimed.claimed_from == RunStatus.QUEUED
+    # The "dead" worker never executes; nothing happens before the lease runs out.
+    assert requeue_expired(now=clock.now() + LEASE / 2) == 0
+    clock.advance(LEASE + timedelta(seconds=1))
+    assert requeue_expired(now=clock.now()) == 1
+    run.refresh_from_db()
+    assert (run.status, run.lease_owner, run.attempt) == (RunStatus.QUEUED, "", 1)
+    w = worker(clock)
+    assert w.run_once()  # attempt 2: fails in "three" (injected)
+    assert w.run_once()  # attempt 3: succeeds
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and run.attempt == 3
+    assert Effect.objects.filter(name="one").count() == 1
+
+
+@pytest.mark.django_db
+def test_worker_deaths_use_up_attempts(clock: FakeClock) -> None:
+    run = jobs.three_steps.enqueue(user_id=1)  # retries=2: 3 attempts
+    for _ in range(3):
+        claim("dies", now=clock.now(), lease=LEASE)
+        clock.advance(LEASE + timedelta(seconds=1))
+        requeue_expired(now=clock.now())
+    assert worker(clock).run_once()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_ATTEMPTS_EXHAUSTED"
+    assert not Effect.objects.exists()
+
+
+@pytest.mark.django_db
+def test_release_gives_the_run_back_without_using_an_attempt(clock: FakeClock) -> None:
+    queued = jobs.noop.enqueue()
+    [claimed] = claim("w", now=clock.now(), lease=LEASE)
+    assert claimed.attempt == 1
+    assert release(claimed, "w", now=clock.now())
+    queued.refresh_from_db()
+    assert (queued.status, queued.attempt, queued.lease_owner) == (RunStatus.QUEUED, 0, "")
+
+    sleeping = jobs.onboarding.enqueue(user_id=3)
+    worker(clock).run_once()  # queued run first (older), executes noop
+    worker(clock).run_once()  # onboarding: sleeps 3 days
+    clock.advance("3d")
+    [resumed] = claim("w2", now=clock.now(), lease=LEASE)
+    assert resumed.pk == sleeping.pk and resumed.claimed_from == RunStatus.SLEEPING
+    assert release(resumed, "w2", now=clock.now())
+    sleeping.refresh_from_db()
+    assert (sleeping.status, sleeping.attempt) == (RunStatus.SLEEPING, 1)
+    assert not release(resumed, "w2", now=clock.now())  # no longer ours
+
+
+@pytest.mark.django_db
+def test_heartbeat_renews_only_own_leases(clock: FakeClock) -> None:
+    run = jobs.noop.enqueue()
+    [claimed] = claim("w", now=clock.now(), lease=LEASE)
+    clock.advance("30s")
+    assert renew("w", [claimed.pk], now=clock.now(), lease=LEASE) == 1
+    assert renew("other", [claimed.pk], now=clock.now(), lease=LEASE) == 0
+    run.refresh_from_db()
+    assert run.lease_expires_at == clock.now() + LEASE
+
+
+@pytest.mark.django_db
+def test_unknown_job_on_this_worker_fails_with_code(clock: FakeClock) -> None:
+    run = JobRun.objects.create(job_name="gone.away", created_at=clock.now(), wake_at=clock.now())
+    assert worker(clock).run_once()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_UNKNOWN"
+
+
+@pytest.mark.django_db
+def test_claim_loop_query_count_is_pinned(clock: FakeClock, django_assert_num_queries: Any) -> None:
+    for _ in range(2):
+        jobs.noop.enqueue()
+    w = worker(clock)
+    w.run_once()  # the first call also reaps expired leases
+    # claim, load steps, record outcome (PostgreSQL claims in one statement; elsewhere
+    # select, update, re-read)
+    claim_queries = 1 if connection.vendor == "postgresql" else 3
+    with django_assert_num_queries(claim_queries + 2):
+        assert w.run_once()
+    with django_assert_num_queries(claim_queries - (2 if claim_queries == 3 else 0)):
+        assert not w.run_once()  # idle: nothing to claim
+
+
+@pytest.mark.django_db
+def test_runjobs_rejects_bad_arguments() -> None:
+    with pytest.raises(CommandError, match="5 mins"):
+        call_command("runjobs", "--burst", "--poll-interval", "5 mins")
+    with pytest.raises(CommandError, match="concurrency"):
+        call_command("runjobs", "--burst", "--concurrency", "0")
