@@ -200,6 +200,8 @@ def test_a_bad_key_does_not_hide_good_ones() -> None:
 # -- through manage.py check ---------------------------------------------------------
 
 
+# Django >= 6.0 runs the database-aware model checks in ``check`` too.
+@pytest.mark.django_db
 def test_check_command_fails_on_a_bad_setting() -> None:
     with (
         override_settings(DURABLE_JOBS={"RETRIES": -1}),
@@ -208,6 +210,7 @@ def test_check_command_fails_on_a_bad_setting() -> None:
         call_command("check")
 
 
+@pytest.mark.django_db
 def test_check_command_passes_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with override_settings(DURABLE_JOBS={}):
         call_command("check")

@@ -47,7 +47,9 @@ def test_bare_job_is_named_module_and_qualname() -> None:
         return "bare"
 
     expected = f"{__name__}.test_bare_job_is_named_module_and_qualname.<locals>.bare"
-    assert expected == "tests.test_registry.test_bare_job_is_named_module_and_qualname.<locals>.bare"
+    assert (
+        expected == "tests.test_registry.test_bare_job_is_named_module_and_qualname.<locals>.bare"
+    )
     assert isinstance(bare, JobDefinition)
     assert bare.name == expected
     assert get_job(expected) is bare
@@ -144,30 +146,36 @@ def _fn(ctx: Any) -> None:
     return None
 
 
+INVALID_OPTIONS: list[tuple[dict[str, Any], type[Exception], list[str]]] = [
+    ({"retries": -1}, ValueError, ["retries", "-1"]),
+    ({"retries": "3"}, ValueError, ["retries", "'3'"]),
+    ({"retries": True}, ValueError, ["retries", "True"]),
+    ({"priority": "high"}, ValueError, ["priority", "'high'"]),
+    ({"priority": 1.5}, ValueError, ["priority", "1.5"]),
+    ({"timeout": "soon"}, InvalidDuration, ["timeout", "'soon'"]),
+    ({"timeout": 0}, ValueError, ["timeout", "0"]),
+    ({"timeout": "0s"}, ValueError, ["timeout", "'0s'"]),
+    ({"timeout": -5}, InvalidDuration, ["timeout", "-5"]),
+    ({"step_timeout": "5 mins"}, InvalidDuration, ["step_timeout", "'5 mins'"]),
+    ({"step_timeout": timedelta(0)}, ValueError, ["step_timeout"]),
+    ({"queue": ""}, ValueError, ["queue", "''"]),
+    ({"queue": None}, ValueError, ["queue", "None"]),
+    ({"queue": "q" * 101}, ValueError, ["queue"]),
+    ({"backoff": "5 mins"}, InvalidDuration, ["backoff", "'5 mins'"]),
+    ({"backoff": -1}, InvalidDuration, ["backoff", "-1"]),
+    ({"on_event": ""}, ValueError, ["on_event", "''"]),
+    ({"concurrency": 0}, ValueError, ["concurrency", "0"]),
+    ({"name": ""}, ValueError, ["name", "''"]),
+    ({"name": 42}, ValueError, ["name", "42"]),
+    ({"name": "n" * 201}, ValueError, ["name"]),
+]
+
+
 @pytest.mark.parametrize(
     ("options", "error", "words"),
     [
-        ({"retries": -1}, ValueError, ["retries", "-1"]),
-        ({"retries": "3"}, ValueError, ["retries", "'3'"]),
-        ({"retries": True}, ValueError, ["retries", "True"]),
-        ({"priority": "high"}, ValueError, ["priority", "'high'"]),
-        ({"priority": 1.5}, ValueError, ["priority", "1.5"]),
-        ({"timeout": "soon"}, InvalidDuration, ["timeout", "'soon'"]),
-        ({"timeout": 0}, ValueError, ["timeout", "0"]),
-        ({"timeout": "0s"}, ValueError, ["timeout", "'0s'"]),
-        ({"timeout": -5}, InvalidDuration, ["timeout", "-5"]),
-        ({"step_timeout": "5 mins"}, InvalidDuration, ["step_timeout", "'5 mins'"]),
-        ({"step_timeout": timedelta(0)}, ValueError, ["step_timeout"]),
-        ({"queue": ""}, ValueError, ["queue", "''"]),
-        ({"queue": None}, ValueError, ["queue", "None"]),
-        ({"queue": "q" * 101}, ValueError, ["queue"]),
-        ({"backoff": "5 mins"}, InvalidDuration, ["backoff", "'5 mins'"]),
-        ({"backoff": -1}, InvalidDuration, ["backoff", "-1"]),
-        ({"on_event": ""}, ValueError, ["on_event", "''"]),
-        ({"concurrency": 0}, ValueError, ["concurrency", "0"]),
-        ({"name": ""}, ValueError, ["name", "''"]),
-        ({"name": 42}, ValueError, ["name", "42"]),
-        ({"name": "n" * 201}, ValueError, ["name"]),
+        pytest.param(*case, id=",".join(f"{k}={v!r}"[:30] for k, v in case[0].items()))
+        for case in INVALID_OPTIONS
     ],
 )
 def test_invalid_option_raises_at_decoration_time(
@@ -200,7 +208,7 @@ def test_a_different_function_under_a_taken_name_fails() -> None:
     def second(ctx: Any) -> str:
         return "second"
 
-    with pytest.raises(ValueError, match="unit.clash") as excinfo:
+    with pytest.raises(ValueError, match=r"unit\.clash") as excinfo:
         job(name="unit.clash")(second)
     message = str(excinfo.value)
     assert "test_a_different_function_under_a_taken_name_fails.<locals>.first" in message

@@ -127,7 +127,7 @@ def test_non_json_types_are_rejected(value: Any) -> None:
 def test_circular_reference_is_rejected() -> None:
     looped: list[Any] = []
     looped.append(looped)
-    with pytest.raises(NotStorable, match="[Cc]ircular"):
+    with pytest.raises(NotStorable, match=r"[Cc]ircular"):
         dumps(looped)
 
 
