@@ -1,5 +1,11 @@
 """Claiming runnable runs so that no run is ever held by two workers at once, and
-giving them back (released on shutdown, requeued when a worker died)."""
+giving them back (released on shutdown, requeued when a worker died).
+
+Flow control (per-key concurrency, rate limits, debounce) plugs in here: the
+candidate query is one QuerySet (``JobRun.objects.runnable``) that a limit can
+narrow with an extra filter or an anti-join on running runs of the same key,
+before the guarded UPDATE that takes the rows.
+"""
 
 from __future__ import annotations
 

@@ -222,6 +222,13 @@ class Steps:
                 record, status=StepStatus.COMPLETED, output=output, completed_at=self._clock.now()
             )
         )
+        logger.info(
+            "step completed: run=%s job=%s step=%r attempts=%d",
+            self.run_id,
+            self.job_name,
+            name,
+            attempts,
+        )
         return output
 
     # -- sleep -----------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any, cast
 from django.db import connections
 from django.db.models import Field
 
+from . import signals
 from .exceptions import DurableJobsError
 from .models import Event, JobRun, StepRecord
 from .serialization import ErrorInfo
@@ -120,6 +121,8 @@ class OrmStepStore:
                 f"({self.owner}) no longer holds the run's lease"
             )
         self._known.add(ident)
+        if record.status is StepStatus.COMPLETED:
+            signals.step_completed.send(sender=JobRun, run_id=record.run_id, step=record)
 
     def _insert(self, run_id: str, name: str, values: dict[str, Any]) -> int:
         if self.owner is None:

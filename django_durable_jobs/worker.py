@@ -183,7 +183,7 @@ def _log_outcome(run: JobRun, executed: Executed) -> None:
             run.wake_at.isoformat() if run.wake_at else None,
         )
     elif executed.status == "succeeded":
-        log.info("run %s succeeded: job=%s attempt=%s", run.id, run.job_name, run.attempt)
+        log.info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
     else:
         log.warning(
             "run %s failed: job=%s attempt=%s code=%s status=%s error=%s",
