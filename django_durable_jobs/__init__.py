@@ -36,6 +36,7 @@ __all__ = [
     "UnknownJob",
     "enqueue",
     "job",
+    "publish_event",
 ]
 
 
@@ -44,3 +45,10 @@ def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> "JobRun":
     from .runs import enqueue as enqueue_by_name
 
     return enqueue_by_name(job_name, *args, **kwargs)
+
+
+def publish_event(event: str, payload: Any = None, *, key: str | None = None) -> Any:
+    """Publish an event in the caller's transaction: ``publish_event("order.paid", {...}, key="42")``."""
+    from .events import publish_event as publish
+
+    return publish(event, payload, key=key)

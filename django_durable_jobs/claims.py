@@ -52,13 +52,15 @@ def claim(
             return []
         # The status guard makes this safe where rows cannot be locked (SQLite
         # serialises writers): a run another worker took meanwhile is not runnable.
+        # ``attempt`` is assigned before ``status``: MySQL and MariaDB evaluate SET
+        # left to right, so a CASE after ``status = 'running'`` would never count.
         runs.filter(id__in=before, status__in=RUNNABLE, wake_at__lte=now).update(
-            status=RunStatus.RUNNING,
             attempt=Case(
                 When(status=RunStatus.QUEUED, then=F("attempt") + 1),
                 default=F("attempt"),
                 output_field=PositiveIntegerField(),
             ),
+            status=RunStatus.RUNNING,
             started_at=Coalesce(F("started_at"), Value(now), output_field=DateTimeField()),
             lease_owner=owner,
             lease_expires_at=now + lease,

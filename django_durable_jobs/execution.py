@@ -94,7 +94,25 @@ def execute(
         guard=guard,
         max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
     )
-    return _record(run, definition, outcome, clock.now(), owner, rng)
+    executed = _record(run, definition, outcome, clock.now(), owner, rng)
+    if executed.recorded and isinstance(outcome, Suspended) and outcome.reason == "event":
+        _recheck_event(run, steps, outcome.step, clock)
+    return executed
+
+
+def _recheck_event(run: JobRun, steps: Steps, step: str, clock: Clock) -> None:
+    """Close the lost wake-up window: an event that committed after the step looked
+    and before the run was parked did not see the run waiting, so look once more."""
+    record = next((r for r in steps.records() if r.name == step), None)
+    if record is None or record.event is None or record.event_cursor is None:
+        return
+    hit = OrmEventLog(using=conf.database()).find(
+        record.event, record.correlation_key, record.event_cursor
+    )
+    if hit is not None:
+        JobRun.objects.using(conf.database()).filter(pk=run.pk, status=RunStatus.WAITING).update(
+            wake_at=clock.now()
+        )
 
 
 def max_attempts(definition: JobDefinition | None) -> int:

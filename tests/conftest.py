@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_durable_jobs.claims import claim
+from django_durable_jobs.claims import claim, release
 from django_durable_jobs.clock import FakeClock, use
 from django_durable_jobs.execution import Executed, execute
 from django_durable_jobs.models import JobRun
@@ -42,16 +42,13 @@ class Driver:
     def step(self, run: JobRun | None = None) -> Executed | None:
         """Claim one runnable run (``run`` if given) and execute it to its next stop."""
         claimed = claim(self.owner, now=self.clock.now(), lease=timedelta(minutes=1), limit=50)
-        if run is not None:
-            claimed = [c for c in claimed if c.pk == run.pk]
-        if not claimed:
+        wanted = [c for c in claimed if run is None or c.pk == run.pk][:1]
+        for other in claimed:  # give back what we do not execute now
+            if other not in wanted:
+                release(other, self.owner, now=self.clock.now())
+        if not wanted:
             return None
-        target = claimed[0]
-        others = [c.pk for c in claimed[1:]]
-        if others:  # give back what we do not execute now
-            JobRun.objects.filter(pk__in=others, lease_owner=self.owner).update(
-                status="queued", lease_owner="", lease_expires_at=None
-            )
+        target = wanted[0]
         return execute(
             target,
             clock=self.clock,

@@ -1,0 +1,109 @@
+"""publish_event: transactional, validated, wakes waiting runs at once."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from django_durable_jobs import InvalidPayload, publish_event
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.events import wake_waiters
+from django_durable_jobs.models import Event, JobRun, RunStatus
+from tests.conftest import Driver
+from tests.testapp import jobs
+
+
+def park_onboarding(driver: Driver, clock: FakeClock, user_id: int) -> JobRun:
+    run = jobs.onboarding.enqueue(user_id=user_id)
+    driver.step(run)
+    clock.advance("3d")
+    driver.step(run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publish_wakes_the_matching_waiter_without_waiting_for_the_poll(
+    driver: Driver, clock: FakeClock
+) -> None:
+    mine = park_onboarding(driver, clock, 42)
+    other = park_onboarding(driver, clock, 7)
+    publish_event("order.paid", {"order_id": 1}, key="42")
+    mine.refresh_from_db()
+    other.refresh_from_db()
+    assert mine.wake_at == clock.now()  # runnable now, not after the 30 s poll
+    assert other.wake_at is not None and other.wake_at > clock.now()
+    assert driver.step() is not None
+    mine.refresh_from_db()
+    assert mine.status == RunStatus.SUCCEEDED
+    assert mine.result is not None and mine.result["order"] == {"order_id": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rolled_back_publish_publishes_and_wakes_nothing(driver: Driver, clock: FakeClock) -> None:
+    run = park_onboarding(driver, clock, 42)
+    parked_until = run.wake_at
+
+    def publish_then_fail() -> None:
+        with transaction.atomic():
+            publish_event("order.paid", {"order_id": 1}, key="42")
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        publish_then_fail()
+    assert not Event.objects.exists()
+    run.refresh_from_db()
+    assert run.wake_at == parked_until
+
+
+@pytest.mark.django_db(transaction=True)
+def test_event_published_between_check_and_park_still_wakes(
+    driver: Driver, clock: FakeClock
+) -> None:
+    run = jobs.onboarding.enqueue(user_id=42)
+    driver.step()
+    clock.advance("3d")
+    # The race: the event commits after the step looked (cursor taken) but before the
+    # run is parked, so its wake-up finds no waiting run. Inject it at that moment.
+    from django_durable_jobs import execution
+
+    original = execution._record
+
+    def record_after_publish(*args: object, **kwargs: object) -> execution.Executed:
+        event = Event.objects.create(
+            name="order.paid", key="42", payload={"order_id": 3}, published_at=clock.now()
+        )
+        assert wake_waiters(event) == 0  # nobody parked yet
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    execution._record = record_after_publish  # type: ignore[assignment]
+    try:
+        driver.step()
+    finally:
+        execution._record = original  # type: ignore[assignment]
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING and run.wake_at == clock.now()
+    driver.step()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and run.result is not None
+    assert run.result["order"] == {"order_id": 3}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("event", "payload", "key", "error"),
+    [
+        ("", None, None, ValueError),
+        (42, None, None, ValueError),
+        ("x", None, 42, TypeError),
+        ("x", float("nan"), None, InvalidPayload),
+        ("x", {"a": {1, 2}}, None, InvalidPayload),
+    ],
+)
+def test_bad_input_writes_nothing(
+    event: object, payload: object, key: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        publish_event(event, payload, key=key)  # type: ignore[arg-type]
+    assert not Event.objects.exists()
