@@ -48,7 +48,10 @@ def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> "JobRun":
 
 
 def publish_event(event: str, payload: Any = None, *, key: str | None = None) -> Any:
-    """Publish an event in the caller's transaction: ``publish_event("order.paid", {...}, key="42")``."""
+    """Publish an event in the caller's transaction.
+
+    >>> publish_event("order.paid", {"order_id": 7}, key="42")  # doctest: +SKIP
+    """
     from .events import publish_event as publish
 
     return publish(event, payload, key=key)

@@ -59,7 +59,7 @@ def test_rolled_back_publish_publishes_and_wakes_nothing(driver: Driver, clock: 
 
 @pytest.mark.django_db(transaction=True)
 def test_event_published_between_check_and_park_still_wakes(
-    driver: Driver, clock: FakeClock
+    driver: Driver, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = jobs.onboarding.enqueue(user_id=42)
     driver.step()
@@ -77,11 +77,9 @@ def test_event_published_between_check_and_park_still_wakes(
         assert wake_waiters(event) == 0  # nobody parked yet
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    execution._record = record_after_publish  # type: ignore[assignment]
-    try:
-        driver.step()
-    finally:
-        execution._record = original  # type: ignore[assignment]
+    monkeypatch.setattr(execution, "_record", record_after_publish)
+    driver.step()
+    monkeypatch.undo()
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING and run.wake_at == clock.now()
     driver.step()
