@@ -37,12 +37,32 @@ _default_db = environ.Env.db_url_config(
     os.environ.get("DATABASE_URL") or f"sqlite:///{TMP_DIR / 'test-default.sqlite3'}"
 )
 if _default_db["ENGINE"] == "django.db.backends.sqlite3":
-    _default_db["TEST"] = {"NAME": str(TMP_DIR / "test-durable-jobs.sqlite3")}
+    # A file named in DATABASE_URL gets its own test file next to it (test-<name>).
+    _sqlite_test = TMP_DIR / "test-durable-jobs.sqlite3"
+    if os.environ.get("DATABASE_URL"):
+        _sqlite_test = Path(_default_db["NAME"]).with_name(f"test-{Path(_default_db['NAME']).name}")
+    _default_db["TEST"] = {"NAME": str(_sqlite_test)}
     # Worker processes write to the same file: wait for locks instead of failing at once.
     _default_db["OPTIONS"] = {"timeout": 20}
 elif _default_db["ENGINE"] == "django.db.backends.postgresql":
-    _default_db["TEST"] = {"NAME": "test_durable_jobs"}
+    # test_<name>: test_durable_jobs for the Makefile's URL; another database name in
+    # DATABASE_URL gives a separate test database (runs that must not share one).
+    _default_db["TEST"] = {"NAME": f"test_{_default_db['NAME']}"}
     _default_db["CONN_MAX_AGE"] = 0
+elif _default_db["ENGINE"] == "django.db.backends.mysql":  # MariaDB (or MySQL)
+    _default_db["TEST"] = {
+        "NAME": f"test_{_default_db['NAME']}",
+        "CHARSET": "utf8mb4",
+        "COLLATION": "utf8mb4_unicode_ci",
+    }
+    _default_db["OPTIONS"] = {"charset": "utf8mb4"}
+    _default_db["CONN_MAX_AGE"] = 0
+
+# Worker subprocesses (tests/test_worker_processes.py) must use the database pytest
+# created, not the one DATABASE_URL names: the test passes it here (the SQLite file
+# path, or test_durable_jobs on a server), read from connection.settings_dict["NAME"].
+if os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):
+    _default_db["NAME"] = os.environ["DURABLE_JOBS_TEST_DB_NAME"]
 DATABASES = {"default": _default_db}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -87,3 +107,8 @@ LOGGING = {
 }
 
 DURABLE_JOBS: dict[str, object] = {}
+# Worker subprocesses run with short leases so that a killed worker's run is taken
+# over within seconds: DURABLE_JOBS_TEST_LEASE="2s", ..._HEARTBEAT, ..._POLL_INTERVAL.
+for _key in ("LEASE", "HEARTBEAT", "POLL_INTERVAL"):
+    if os.environ.get(f"DURABLE_JOBS_TEST_{_key}"):
+        DURABLE_JOBS[_key] = os.environ[f"DURABLE_JOBS_TEST_{_key}"]

@@ -77,3 +77,6 @@ def swallower(ctx: Any) -> str:
     except Exception:  # a user's broad except must not swallow the suspension
         return "swallowed"
     return "slept"
+
+
+from . import worker_jobs  # noqa: E402,F401

@@ -10,3 +10,17 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Execution(models.Model):
+    """One execution of a ``tests.logged`` run by a worker process (overlap detection)."""
+
+    run_id = models.CharField(max_length=64)
+    attempt = models.PositiveIntegerField()
+    pid = models.PositiveIntegerField()
+    #: ``time.time_ns()`` when the job function started and returned (0: not yet).
+    started_ns = models.BigIntegerField()
+    ended_ns = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.attempt} pid {self.pid}"

@@ -1,0 +1,76 @@
+"""Jobs that real worker processes run in ``tests/test_worker_processes.py``.
+
+Their side effects are rows (``Effect``, ``Execution``), never in-process counters:
+the test and the workers are different processes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any, NoReturn
+
+from django_durable_jobs import job
+
+from .models import Effect, Execution
+
+
+def _effect(name: str, run_id: str) -> str:
+    Effect.objects.create(name=name, run_id=run_id)
+    return name
+
+
+def _block_on_first_attempt(run_id: str, attempt: int, seconds: float) -> int:
+    """Step C: blocks (so the test can kill the worker here) on attempt 1 only."""
+    Effect.objects.create(name="C-started", run_id=run_id)
+    if attempt == 1:
+        time.sleep(seconds)
+    Effect.objects.create(name="C-done", run_id=run_id)
+    return attempt
+
+
+@job(name="tests.slow_steps", retries=2, backoff=0)
+def slow_steps(ctx: Any, block_seconds: float) -> list[Any]:
+    a = ctx.step.run("A", _effect, "A", ctx.run_id)
+    b = ctx.step.run("B", _effect, "B", ctx.run_id)
+    c = ctx.step.run("C", _block_on_first_attempt, ctx.run_id, ctx.attempt, block_seconds)
+    return [a, b, c]
+
+
+def _sleep(run_id: str, seconds: float) -> float:
+    Effect.objects.create(name="sleeper-started", run_id=run_id)
+    time.sleep(seconds)
+    Effect.objects.create(name="sleeper-done", run_id=run_id)
+    return seconds
+
+
+@job(name="tests.sleeper", retries=0)
+def sleeper(ctx: Any, seconds: float) -> float:
+    return float(ctx.step.run("sleep", _sleep, ctx.run_id, seconds))
+
+
+def _work(n: int) -> int:
+    time.sleep(random.uniform(0, 0.005))
+    return n
+
+
+@job(name="tests.logged", retries=0)
+def logged(ctx: Any, n: int) -> int:
+    """Logs every execution of the function (replays included) with its process and times."""
+    row = Execution.objects.create(
+        run_id=ctx.run_id, attempt=ctx.attempt, pid=os.getpid(), started_ns=time.time_ns()
+    )
+    value = int(ctx.step.run("work", _work, n))
+    Execution.objects.filter(pk=row.pk).update(ended_ns=time.time_ns())
+    return value
+
+
+def _spin() -> NoReturn:
+    while True:
+        pass
+
+
+@job(name="tests.spin", timeout="1s", retries=0)
+def spin(ctx: Any) -> None:
+    ctx.step.run("spin", _spin)
