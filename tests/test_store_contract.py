@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.models import Event
 from django_durable_jobs.serialization import ErrorInfo
 from django_durable_jobs.steps import (
     EventLookup,
@@ -20,7 +19,7 @@ from django_durable_jobs.steps import (
     StepStore,
 )
 from django_durable_jobs.store import LeaseLost, OrmEventLog, OrmStepStore
-from tests.factories import T0, JobRunFactory
+from tests.factories import T0, EventFactory, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -142,7 +141,7 @@ def log(request: pytest.FixtureRequest) -> tuple[EventLookup, Publish]:
         return memory, memory.publish
 
     def publish(name: str, payload: Any = None, *, key: str | None = None) -> int:
-        return Event.objects.create(name=name, payload=payload, key=key, published_at=T0).id
+        return EventFactory.create(name=name, payload=payload, key=key).id
 
     return OrmEventLog(), publish
 
@@ -164,3 +163,10 @@ def test_event_cursor_and_find(log: tuple[EventLookup, Publish]) -> None:
     assert anykey is not None and anykey.payload == {"n": 1}
     assert events.find("order.paid", "42", start) is not None
     assert events.find("order.paid", "42", start).payload == {"n": 0}  # type: ignore[union-attr]
+
+
+def test_orm_store_reads_rows_written_elsewhere() -> None:
+    step = StepRecordFactory.create(name="made", output={"a": [1, 2]}, attempts=2)
+    got = OrmStepStore().get(str(step.run_id), "made")
+    assert got is not None
+    assert (got.status, got.output, got.attempts) == (StepStatus.COMPLETED, {"a": [1, 2]}, 2)
