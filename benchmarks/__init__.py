@@ -1,0 +1,1 @@
+"""Benchmarks for django-durable-jobs against its peers (see README.md; not shipped)."""

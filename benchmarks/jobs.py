@@ -1,0 +1,38 @@
+"""Jobs the benchmark enqueues (autodiscovered: ``benchmarks`` is an installed app)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from django_durable_jobs import job
+
+#: The latency job appends (start - enqueue) seconds here; run.py sets it for the worker.
+LAT_FILE_ENV = "BENCH_LAT_FILE"
+
+
+@job(name="bench.noop")
+def bench_noop(ctx: Any) -> None:
+    return None
+
+
+def _identity(i: int) -> int:
+    return i
+
+
+@job(name="bench.ten_steps")
+def bench_ten_steps(ctx: Any, n: int = 10) -> int:
+    """``n`` trivial durable steps, each checkpointed (like shared/bench absurd_app.ten_steps)."""
+    acc = 0
+    for i in range(n):
+        acc += ctx.step.run(f"s{i}", _identity, i)
+    return acc
+
+
+@job(name="bench.lat")
+def bench_lat(ctx: Any, t0: float) -> None:
+    """First thing: record how long after ``t0`` (the enqueue) this run started."""
+    dt = time.time() - float(t0)
+    with open(os.environ[LAT_FILE_ENV], "a") as f:
+        f.write(f"{dt}\n")

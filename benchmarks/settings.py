@@ -1,0 +1,41 @@
+"""Django settings for the benchmark: PostgreSQL, persistent connections, no DEBUG.
+
+The database (``bench_durable_jobs`` on 127.0.0.1:5432, user postgres) is dropped and
+recreated by ``benchmarks/run.py``; override with ``BENCH_DB``, ``BENCH_PG_HOST``,
+``BENCH_PG_PORT`` and ``BENCH_PG_USER``.
+"""
+
+import os
+
+SECRET_KEY = "django-durable-jobs-benchmark-not-secret"
+# DEBUG off: with DEBUG on Django keeps every query in memory, which slows a worker down.
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_durable_jobs",
+    "benchmarks",  # its jobs.py is autodiscovered
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("BENCH_DB", "bench_durable_jobs"),
+        "USER": os.environ.get("BENCH_PG_USER", "postgres"),
+        "HOST": os.environ.get("BENCH_PG_HOST", "127.0.0.1"),
+        "PORT": int(os.environ.get("BENCH_PG_PORT", "5432")),
+        # Persistent connections: a worker keeps one connection for its whole life
+        # (the peers are measured the same way: django-tasks-db with CONN_MAX_AGE=600).
+        "CONN_MAX_AGE": None,
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Only documented settings. An idle PostgreSQL worker is woken by LISTEN/NOTIFY; the
+# poll interval is its fallback (the default, 1s, unless BENCH_POLL_INTERVAL says).
+DURABLE_JOBS = {
+    "POLL_INTERVAL": os.environ.get("BENCH_POLL_INTERVAL", "1s"),
+}
