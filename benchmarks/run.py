@@ -353,6 +353,7 @@ def libpq_trace() -> Iterator[dict[str, int]]:
 
 
 def shape(sql: str) -> str:
+    sql = " ".join(sql.split())
     sql = re.sub(r"'[^']*'", "?", sql)
     sql = re.sub(r"\b\d+(\.\d+)?\b", "?", sql)
     sql = re.sub(r'"django_durable_jobs_(\w+)"', r"\1", sql)
