@@ -47,7 +47,9 @@ def claim(
     with transaction.atomic(using=using) if locking else nullcontext():
         if locking:
             candidates = candidates.select_for_update(skip_locked=True)
-        before = dict(candidates.values_list("id", "status")[:limit])
+        picked = list(candidates.values_list("id", "status", "started_at")[:limit])
+        before = {run_id: status for run_id, status, _ in picked}
+        fresh = {run_id for run_id, _, started_at in picked if started_at is None}
         if not before:
             return []
         # The status guard makes this safe where rows cannot be locked (SQLite
@@ -68,13 +70,14 @@ def claim(
         claimed = list(runs.filter(id__in=before, lease_owner=owner, status=RunStatus.RUNNING))
     for run in claimed:
         run.claimed_from = before[run.id]
+        run.claimed_fresh = run.id in fresh
     claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
     return claimed
 
 
 _CLAIM_POSTGRESQL = """
 WITH picked AS (
-    SELECT id, status FROM {table}
+    SELECT id, status, started_at FROM {table}
     WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= %(now)s {queues}
     ORDER BY priority DESC, wake_at
     LIMIT %(limit)s
@@ -87,7 +90,7 @@ UPDATE {table} AS run SET
     lease_owner = %(owner)s,
     lease_expires_at = %(expires)s
 FROM picked WHERE run.id = picked.id
-RETURNING run.*, picked.status AS claimed_from
+RETURNING run.*, picked.status AS claimed_from, picked.started_at IS NULL AS claimed_fresh
 """
 
 
@@ -102,12 +105,27 @@ def _claim_postgresql(
     """The same claim in one statement (one round trip, no explicit transaction)."""
     sql = _CLAIM_POSTGRESQL.format(
         table=connections[using].ops.quote_name(JobRun._meta.db_table),
-        queues="" if queues is None else "AND queue = ANY(%(queues)s)",
+        queues=_queue_filter(queues),
     )
-    params = {"now": now, "limit": limit, "owner": owner, "expires": now + lease, "queues": queues}
+    params = {
+        "now": now,
+        "limit": limit,
+        "owner": owner,
+        "expires": now + lease,
+        "queues": queues,
+        "queue": queues[0] if queues else None,
+    }
     claimed = list(JobRun.objects.using(using).raw(sql, params))
     claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
     return claimed
+
+
+def _queue_filter(queues: list[str] | None) -> str:
+    # One queue is an equality so the planner can walk durable_run_runnable in order;
+    # "= ANY(array)" cannot, and would sort the whole backlog on every claim.
+    if queues is None:
+        return ""
+    return "AND queue = %(queue)s" if len(queues) == 1 else "AND queue = ANY(%(queues)s)"
 
 
 def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:

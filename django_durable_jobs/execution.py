@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from . import conf, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .clock import Clock, current
-from .exceptions import AttemptsExhausted, UnknownJob
+from .exceptions import AttemptsExhausted, RunCancelled, UnknownJob
 from .models import JobRun, RunStatus
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
@@ -44,8 +45,13 @@ def execute(
     owner: str | None = None,
     guard: TimeGuard | None = None,
     rng: random.Random | None = None,
+    interrupt: Callable[[], BaseException | None] | None = None,
 ) -> Executed:
-    """Run ``run`` (already claimed by ``owner``) to its next stop and record it."""
+    """Run ``run`` (already claimed by ``owner``) to its next stop and record it.
+
+    ``interrupt`` is asked before each step (see ``Steps``); the worker uses it to
+    stop a run that was cancelled while it executed.
+    """
     clock = clock or current()
     try:
         definition = get_job(run.job_name)
@@ -76,6 +82,8 @@ def execute(
             max_output_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
         ),
         guard=guard,
+        records=[] if run.claimed_fresh else None,
+        interrupt=interrupt,
     )
     ctx = JobContext(
         step=steps,
@@ -181,13 +189,32 @@ def _failure(
 def _write(run: JobRun, changes: dict[str, Any], owner: str | None) -> bool:
     rows = JobRun.objects.using(conf.database()).filter(pk=run.pk)
     if owner is not None:
-        rows = rows.filter(lease_owner=owner)
+        rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
     if rows.update(**changes) == 0:
+        if owner is not None and _settle_cancelled(run, owner):
+            return False
         log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
         return False
     for name, value in changes.items():
         setattr(run, name, value)
     return True
+
+
+def _settle_cancelled(run: JobRun, owner: str) -> bool:
+    """A run cancelled while this worker executed it: let go of it, keep it cancelled."""
+    settled = (
+        JobRun.objects.using(conf.database())
+        .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
+        .update(
+            lease_owner="",
+            lease_expires_at=None,
+            error_code=RunCancelled.code,
+            error="cancelled while running",
+        )
+    )
+    if settled:
+        log.info("run cancelled: run=%s stopped by cancellation", run.id)
+    return bool(settled)
 
 
 def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:

@@ -90,6 +90,8 @@ class JobRun(models.Model):
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.
     claimed_from: str = RunStatus.QUEUED
+    #: Set by ``claims.claim``: True when the run never started before, so it has no steps.
+    claimed_fresh: bool = False
 
     class Meta:
         verbose_name = "run"
@@ -106,6 +108,12 @@ class JobRun(models.Model):
                 fields=("queue", "-priority", "wake_at"),
                 condition=Q(status__in=RUNNABLE),
                 name="durable_run_runnable",
+            ),
+            # The same for a worker that serves every queue.
+            models.Index(
+                fields=("-priority", "wake_at"),
+                condition=Q(status__in=RUNNABLE),
+                name="durable_run_runnable_all",
             ),
             models.Index(
                 fields=("lease_expires_at",),

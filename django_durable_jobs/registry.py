@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
@@ -53,6 +53,13 @@ class JobDefinition:
         """
         return JobCall(self, JobOptions()).enqueue(*args, **kwargs)
 
+    def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
+        """Start many runs in batched INSERTs: ``job.enqueue_many([{"user_id": 1}, (2,)])``.
+
+        Each call is a ``dict`` of keyword arguments or a ``tuple`` of positional ones.
+        """
+        return JobCall(self, JobOptions()).enqueue_many(calls)
+
     def using(
         self,
         *,
@@ -84,6 +91,11 @@ class JobCall:
         from .runs import enqueue_job
 
         return enqueue_job(self.job, args, kwargs, self.options)
+
+    def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
+        from .runs import enqueue_many_job
+
+        return enqueue_many_job(self.job, calls, self.options)
 
 
 @overload

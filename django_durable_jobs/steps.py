@@ -169,7 +169,13 @@ class Steps:
         clock: Clock | None = None,
         limits: StepLimits | None = None,
         guard: TimeGuard | None = None,
+        records: Sequence[StepRecord] | None = None,
+        interrupt: Callable[[], BaseException | None] | None = None,
     ) -> None:
+        """``records``: the run's records if the caller already knows them (a run that
+        never started has none), saving a read. ``interrupt``: asked before each step;
+        an exception it returns is raised there (a cancelled run stops at its next step).
+        """
         self.run_id = run_id
         self.job_name = job_name
         self._store = store
@@ -177,7 +183,9 @@ class Steps:
         self._clock = clock or SystemClock()
         self._limits = limits or StepLimits()
         self._guard = guard or TimeGuard()
-        self._records = {record.name: record for record in store.list(run_id)}
+        known = store.list(run_id) if records is None else records
+        self._records = {record.name: record for record in known}
+        self._interrupt = interrupt
         self._used: list[str] = []
         self._replayed: list[str] = []
 
@@ -366,6 +374,8 @@ class Steps:
                 f"job {self.job_name!r}: step names are non-empty strings of at most "
                 f"{MAX_STEP_NAME} characters, got {name!r}"
             )
+        if self._interrupt is not None and (stop := self._interrupt()) is not None:
+            raise stop
         if name in self._used:
             raise StepDuplicateError(
                 f"job {self.job_name!r} run {self.run_id}: step name {name!r} is used twice "

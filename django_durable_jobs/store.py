@@ -14,8 +14,8 @@ from django.db import connections
 from django.db.models import Field
 
 from . import signals
-from .exceptions import DurableJobsError
-from .models import Event, JobRun, StepRecord
+from .exceptions import DurableJobsError, RunCancelled
+from .models import Event, JobRun, RunStatus, StepRecord
 from .serialization import ErrorInfo
 from .steps import EventHit, StepStatus
 from .steps import StepRecord as Record
@@ -111,18 +111,32 @@ class OrmStepStore:
         if ident in self._known:
             rows = self._rows().filter(run_id=record.run_id, name=record.name)
             if self.owner is not None:
-                rows = rows.filter(run__lease_owner=self.owner)
+                rows = rows.filter(run__lease_owner=self.owner, run__status=RunStatus.RUNNING)
             written = rows.update(**values)
         else:
             written = self._insert(record.run_id, record.name, values)
         if written == 0:
-            raise LeaseLost(
-                f"run {record.run_id}: not recording step {record.name!r}: this worker "
-                f"({self.owner}) no longer holds the run's lease"
-            )
+            raise self._refused(record)
         self._known.add(ident)
         if record.status is StepStatus.COMPLETED:
             signals.step_completed.send(sender=JobRun, run_id=record.run_id, step=record)
+
+    def _refused(self, record: Record) -> DurableJobsError:
+        """Why a fenced write did not land: the run was cancelled, or taken over."""
+        status = (
+            JobRun.objects.using(self.using)
+            .filter(pk=record.run_id, lease_owner=self.owner)
+            .values_list("status", flat=True)
+            .first()
+        )
+        if status == RunStatus.CANCELLED:
+            return RunCancelled(
+                f"run {record.run_id} was cancelled; step {record.name!r} is not recorded"
+            )
+        return LeaseLost(
+            f"run {record.run_id}: not recording step {record.name!r}: this worker "
+            f"({self.owner}) no longer holds the run's lease"
+        )
 
     def _insert(self, run_id: str, name: str, values: dict[str, Any]) -> int:
         if self.owner is None:
@@ -144,11 +158,12 @@ class OrmStepStore:
         sql = (
             f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
             f"SELECT {', '.join(['%s'] * len(fields))} FROM {qn(run_meta.db_table)} "
-            f"WHERE {qn(str(run_meta.pk.column))} = %s AND {qn('lease_owner')} = %s"
+            f"WHERE {qn(str(run_meta.pk.column))} = %s "
+            f"AND {qn('lease_owner')} = %s AND {qn('status')} = %s"
         )
         run_pk = run_meta.pk.get_db_prep_value(run_id, connection)
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, run_pk, self.owner])
+            cursor.execute(sql, [*params, run_pk, self.owner, RunStatus.RUNNING.value])
             return int(cursor.rowcount)
 
     def delete(self, run_id: str, name: str) -> None:

@@ -21,14 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
+from uuid import UUID
 
 from django.db import DatabaseError, close_old_connections, connections
 
 from . import conf
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
+from .exceptions import RunCancelled
 from .execution import Executed, execute
-from .models import JobRun
+from .models import JobRun, RunStatus
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 
@@ -65,6 +67,7 @@ class Worker:
         self._signals = 0
         self._waker: Waker | None = None
         self._next_reap = 0.0
+        self._beat: _Heartbeat | None = None
 
     # -- signals ---------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -128,6 +131,8 @@ class Worker:
                 self._waker.wait(self.options.poll_interval.total_seconds())
         finally:
             self._waker.close()
+            if self._beat is not None:
+                self._beat.stop()
             connections.close_all()
         return self.executed
 
@@ -145,27 +150,41 @@ class Worker:
         self._execute(runs[0])
         return True
 
+    def _heartbeat(self) -> _Heartbeat:
+        if self._beat is None:
+            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat)
+            self._beat.start()
+        return self._beat
+
     def _execute(self, run: JobRun) -> None:
         log.info(
-            "run %s claimed: job=%s attempt=%s from=%s",
+            "run claimed: run=%s job=%s attempt=%s from=%s",
             run.id,
             run.job_name,
             run.attempt,
             run.claimed_from,
         )
         self._in_hand = run
-        beat = _Heartbeat(self._owner, run, self.clock, self.lease, self.heartbeat)
-        beat.start()
+        beat = self._heartbeat()
+        beat.hold(self._owner, run.id)
         try:
-            executed = execute(run, clock=self.clock, owner=self._owner, guard=TimeGuard())
+            executed = execute(
+                run,
+                clock=self.clock,
+                owner=self._owner,
+                guard=TimeGuard(),
+                interrupt=beat.interruption,
+            )
         except StopNow:
             released = release(run, self._owner, now=self.clock.now())
-            log.warning("run %s released by a second stop signal (released=%s)", run.id, released)
+            log.warning(
+                "run released: run=%s by a second stop signal (released=%s)", run.id, released
+            )
             self.stopping.set()
             return
         finally:
             self._in_hand = None
-            beat.stop()
+            beat.drop()
         self.executed += 1
         _log_outcome(run, executed)
 
@@ -173,11 +192,13 @@ class Worker:
 def _log_outcome(run: JobRun, executed: Executed) -> None:
     if not executed.recorded:
         log.warning(
-            "run %s: lease lost; outcome %s not recorded", run.id, type(executed.outcome).__name__
+            "run not recorded: run=%s lease lost; outcome %s",
+            run.id,
+            type(executed.outcome).__name__,
         )
     elif executed.status in {"sleeping", "waiting"}:
         log.info(
-            "run %s suspended: status=%s wake_at=%s",
+            "run suspended: run=%s status=%s wake_at=%s",
             run.id,
             executed.status,
             run.wake_at.isoformat() if run.wake_at else None,
@@ -186,7 +207,7 @@ def _log_outcome(run: JobRun, executed: Executed) -> None:
         log.info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
     else:
         log.warning(
-            "run %s failed: job=%s attempt=%s code=%s status=%s error=%s",
+            "run failed: run=%s job=%s attempt=%s code=%s status=%s error=%s",
             run.id,
             run.job_name,
             run.attempt,
@@ -197,28 +218,63 @@ def _log_outcome(run: JobRun, executed: Executed) -> None:
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the lease of the run in hand until stopped (its own DB connection)."""
+    """One per worker process, on its own connection: renews the lease of the run in
+    hand every ``every``, and notices a cancellation so the run stops at its next step."""
 
-    def __init__(
-        self, owner: str, run: JobRun, clock: Clock, lease: timedelta, every: timedelta
-    ) -> None:
-        super().__init__(name=f"heartbeat-{run.id}", daemon=True)
-        self.owner, self.run_id, self.clock = owner, run.id, clock
-        self.lease, self.every = lease, every.total_seconds()
+    def __init__(self, clock: Clock, lease: timedelta, every: timedelta) -> None:
+        super().__init__(name="durable-jobs-heartbeat", daemon=True)
+        self.clock, self.lease, self.every = clock, lease, every.total_seconds()
+        self._lock = threading.Lock()
+        self._held: tuple[str, UUID] | None = None
+        self._cancelled = threading.Event()
         self._done = threading.Event()
+
+    def hold(self, owner: str, run_id: UUID) -> None:
+        with self._lock:
+            self._held = (owner, run_id)
+            self._cancelled.clear()
+
+    def drop(self) -> None:
+        with self._lock:
+            self._held = None
+
+    def interruption(self) -> BaseException | None:
+        """Asked by the engine before each step."""
+        if not self._cancelled.is_set():
+            return None
+        return RunCancelled("the run was cancelled while it executed")
 
     def run(self) -> None:
         try:
             while not self._done.wait(self.every):
+                with self._lock:
+                    held = self._held
+                if held is None:
+                    continue
                 try:
-                    if not renew(self.owner, [self.run_id], now=self.clock.now(), lease=self.lease):
-                        log.warning("run %s: lease lost; heartbeat stops", self.run_id)
-                        return
+                    self._beat(*held)
                 except DatabaseError as exc:
-                    log.warning("run %s: heartbeat failed (%s)", self.run_id, exc)
+                    log.warning("heartbeat failed (%s); reconnecting", exc)
                     connections.close_all()
         finally:
             connections.close_all()
+
+    def _beat(self, owner: str, run_id: UUID) -> None:
+        if renew(owner, [run_id], now=self.clock.now(), lease=self.lease):
+            return
+        status = (
+            JobRun.objects.using(conf.database())
+            .filter(pk=run_id)
+            .values_list("status", flat=True)
+            .first()
+        )
+        with self._lock:
+            if self._held != (owner, run_id):
+                return  # the run finished meanwhile
+            if status == RunStatus.CANCELLED:
+                self._cancelled.set()
+            else:
+                log.warning("run %s: lease lost (status %s)", run_id, status)
 
     def stop(self) -> None:
         self._done.set()

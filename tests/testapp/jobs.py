@@ -79,4 +79,15 @@ def swallower(ctx: Any) -> str:
     return "slept"
 
 
+@job(name="tests.cancelled_midway", retries=3)
+def cancelled_midway(ctx: Any) -> None:
+    from django_durable_jobs.models import JobRun
+
+    ctx.step.run("one", effect, "c-one", ctx.run_id)
+    # An operator cancels the run while it executes (as runs.cancel will).
+    JobRun.objects.filter(pk=ctx.run_id).update(status="cancelled")
+    ctx.step.run("two", effect, "c-two", ctx.run_id)
+    ctx.step.run("three", effect, "c-three", ctx.run_id)
+
+
 from . import worker_jobs  # noqa: E402,F401

@@ -1,0 +1,112 @@
+"""enqueue_many, the NOTIFY trigger, and a run cancelled while it executes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from django_durable_jobs import InvalidPayload
+from django_durable_jobs.claims import claim
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.execution import execute
+from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.worker import _Heartbeat
+from tests.testapp import jobs
+from tests.testapp.models import Effect
+
+LEASE = timedelta(minutes=1)
+
+
+@pytest.mark.django_db
+def test_enqueue_many_writes_every_call() -> None:
+    runs = jobs.add.using(queue="bulk", priority=3).enqueue_many([(1, 2), {"a": 3, "b": 4}, (5,)])
+    assert len(runs) == 3
+    stored = list(JobRun.objects.order_by("created_at", "args"))
+    assert {(tuple(r.args), tuple(sorted(r.kwargs.items()))) for r in stored} == {
+        ((1, 2), ()),
+        ((), (("a", 3), ("b", 4))),
+        ((5,), ()),
+    }
+    assert {(r.queue, r.priority, r.status) for r in stored} == {("bulk", 3, RunStatus.QUEUED)}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("calls", "error", "named"),
+    [
+        ([(1, 2), (float("nan"), 1)], InvalidPayload, "call 1: argument 0"),
+        ([{"a": 1, "b": {1}}], InvalidPayload, "call 0: argument 'b'"),
+        ([(1, 2), [1, 2]], TypeError, "call 1"),
+    ],
+)
+def test_enqueue_many_validates_everything_before_writing(
+    calls: list[Any], error: type[Exception], named: str
+) -> None:
+    with pytest.raises(error, match=named):
+        jobs.add.enqueue_many(calls)
+    assert not JobRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_enqueue_many_refuses_idempotency_keys() -> None:
+    with pytest.raises(ValueError, match="idempotency_key"):
+        jobs.add.using(idempotency_key="k").enqueue_many([(1, 2)])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_notifies_listeners_on_commit_only() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    import psycopg
+
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k not in {"cursor_factory", "context"}
+    }
+    with psycopg.connect(autocommit=True, **params) as listener:
+        listener.execute("LISTEN durable_jobs")
+
+        def rolled_back() -> None:
+            with transaction.atomic():
+                jobs.noop.enqueue()
+                raise RuntimeError
+
+        with pytest.raises(RuntimeError):
+            rolled_back()
+        assert list(listener.notifies(timeout=0.2, stop_after=1)) == []
+        jobs.noop.enqueue_many([(), ()])
+        got = list(listener.notifies(timeout=5, stop_after=1))
+        assert [n.channel for n in got] == ["durable_jobs"]
+
+
+@pytest.mark.django_db
+def test_run_cancelled_while_executing_stops_at_its_next_step(clock: FakeClock) -> None:
+    run = jobs.cancelled_midway.enqueue()
+    [claimed] = claim("w", now=clock.now(), lease=LEASE)
+    executed = execute(claimed, clock=clock, owner="w")
+    assert not executed.recorded
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.error_code == "X_RUN_CANCELLED"
+    assert run.lease_owner == "" and run.lease_expires_at is None
+    assert list(run.steps.values_list("name", flat=True)) == ["one"]  # "two" not recorded
+    assert not Effect.objects.filter(name="c-three").exists()
+
+
+@pytest.mark.django_db
+def test_heartbeat_notices_cancellation(clock: FakeClock) -> None:
+    run = jobs.noop.enqueue()
+    [claimed] = claim("w", now=clock.now(), lease=LEASE)
+    beat = _Heartbeat(clock, LEASE, timedelta(seconds=10))
+    beat.hold("w", claimed.pk)
+    beat._beat("w", claimed.pk)
+    assert beat.interruption() is None  # still ours: the lease was renewed
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    beat._beat("w", claimed.pk)
+    stop = beat.interruption()
+    assert stop is not None and getattr(stop, "code", "") == "X_RUN_CANCELLED"
+    beat.hold("w", claimed.pk)  # a new hold starts clean
+    assert beat.interruption() is None
