@@ -7,6 +7,8 @@ Public API: ``job``, ``enqueue``, the errors. Models live in
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    AttemptsExhausted,
+    ChildRunFailed,
     DurableJobsError,
     InvalidDuration,
     InvalidPayload,
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from .models import JobRun
 
 __all__ = [
+    "AttemptsExhausted",
+    "ChildRunFailed",
     "DurableJobsError",
     "InvalidDuration",
     "InvalidPayload",
@@ -37,6 +41,7 @@ __all__ = [
     "enqueue",
     "job",
     "publish_event",
+    "publish_on",
 ]
 
 
@@ -55,3 +60,10 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     from .events import publish_event as publish
 
     return publish(event, payload, key=key)
+
+
+def publish_on(signal: Any, **options: Any) -> Any:
+    """Turn a Django signal into published events; see ``events.publish_on``."""
+    from .events import publish_on as connect
+
+    return connect(signal, **options)

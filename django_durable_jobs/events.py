@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
+from django.dispatch import Signal
 
 from . import clock, conf, signals
 from .models import Event, JobRun, RunStatus, StepRecord, StepStatus
+from .records import StepRecord as StepRecordValue
+from .registry import JobOptions, jobs_on_event
+from .runs import enqueue_job
 from .serialization import check_payload
+from .store import OrmChildRuns, OrmEventLog
 from .wakeup import notify
 
 
@@ -19,8 +26,7 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
 
     >>> publish_event("order.paid", {"order_id": 7}, key="42")  # doctest: +SKIP
     """
-    if not isinstance(event, str) or not event or len(event) > 200:
-        raise ValueError(f"event names are non-empty strings of <= 200 chars, got {event!r}")
+    _event_name(event)
     if key is not None and (not isinstance(key, str) or len(key) > 255):
         raise TypeError(f"event {event!r}: key must be a string of <= 255 chars, got {key!r}")
     clean = check_payload(
@@ -30,9 +36,70 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     row = Event.objects.using(using).create(
         name=event, key=key, payload=clean, published_at=clock.current().now()
     )
-    transaction.on_commit(lambda: wake_waiters(row), using=using)
-    signals.event_published.send(sender=Event, event=row)
+    for job in jobs_on_event(event):
+        # One run per event and job: the key makes a re-delivery return the same run.
+        enqueue_job(job, (clean,), {}, JobOptions(idempotency_key=f"event:{row.id}"))
+    transaction.on_commit(lambda: _committed(row), using=using)
     return row
+
+
+def _committed(event: Event) -> None:
+    wake_waiters(event)
+    signals.event_published.send(sender=Event, event=event)
+
+
+def publish_on(
+    signal: Signal,
+    *,
+    event: str,
+    sender: Any = None,
+    key: Callable[..., str | None] | None = None,
+    payload: Callable[..., Any] | None = None,
+    when: Callable[..., bool] | None = None,
+    dispatch_uid: str | None = None,
+) -> Callable[..., None]:
+    """Publish ``event`` whenever ``signal`` is sent (by ``sender``, if given).
+
+    ``key``, ``payload`` and ``when`` receive the signal's arguments (``instance``,
+    ``created``, ...). The event is written in the sender's transaction: nothing is
+    published for a transaction that rolls back. The receiver is held strongly and
+    connected once, however often this is called with the same arguments.
+
+    >>> publish_on(post_save, sender=Order, event="order.paid",  # doctest: +SKIP
+    ...            key=lambda instance, **kw: str(instance.customer_id),
+    ...            payload=lambda instance, **kw: {"order_id": instance.pk},
+    ...            when=lambda instance, **kw: instance.status == "paid")
+    """
+    _event_name(event)
+    for what, value in (("key", key), ("payload", payload), ("when", when)):
+        if value is not None and not callable(value):
+            raise TypeError(f"publish_on({event!r}): {what} must be a callable, got {value!r}")
+
+    def receiver(**kwargs: Any) -> None:
+        if when is not None and not when(**kwargs):
+            return
+        publish_event(
+            event,
+            payload(**kwargs) if payload is not None else None,
+            key=key(**kwargs) if key is not None else None,
+        )
+
+    uid = dispatch_uid or f"django_durable_jobs:{event}:{id(signal)}:{_label(sender)}"
+    signal.connect(receiver, sender=sender, weak=False, dispatch_uid=uid)
+    return receiver
+
+
+def _label(sender: Any) -> str:
+    meta = getattr(sender, "_meta", None)
+    if meta is not None:
+        return str(meta.label)
+    return repr(sender)
+
+
+def _event_name(event: object) -> str:
+    if not isinstance(event, str) or not event or len(event) > 200:
+        raise ValueError(f"event names are non-empty strings of <= 200 chars, got {event!r}")
+    return event
 
 
 def wake_waiters(event: Event) -> int:
@@ -64,3 +131,36 @@ def wake_waiters(event: Event) -> int:
 
 def notify_all() -> None:
     notify("*")
+
+
+def recheck_after_park(run_id: Any, record: StepRecordValue, now: datetime) -> None:
+    """Close the lost wake-up window of a run that just parked.
+
+    What it waits for (an event, a child run) may have arrived after the step looked
+    and before the run was parked; whoever delivered it then found no waiting run.
+    Look once more, and if it is there make the run runnable now.
+    """
+    arrived = False
+    if record.event and record.event_cursor is not None:
+        arrived = (
+            OrmEventLog(using=conf.database()).find(
+                record.event, record.correlation_key, record.event_cursor
+            )
+            is not None
+        )
+    elif record.correlation_key and not record.event:  # step.invoke: the key is the child
+        arrived = OrmChildRuns(using=conf.database()).outcome(record.correlation_key) is not None
+    if arrived:
+        JobRun.objects.using(conf.database()).filter(pk=run_id, status=RunStatus.WAITING).update(
+            wake_at=now
+        )
+
+
+def wake_parent(parent_id: Any, now: datetime) -> None:
+    """A child run finished: its parent, waiting in ``step.invoke``, runs now."""
+    if (
+        JobRun.objects.using(conf.database())
+        .filter(pk=parent_id, status=RunStatus.WAITING)
+        .update(wake_at=now)
+    ):
+        notify_all()

@@ -72,6 +72,13 @@ class RunCancelled(DurableJobsError):
     retryable = False
 
 
+class ChildRunFailed(DurableJobsError):
+    """A child run started with ``step.invoke`` failed; the message carries its error."""
+
+    code = "X_CHILD_FAILED"
+    retryable = False
+
+
 class AttemptsExhausted(DurableJobsError):
     """Every attempt of a run was used up by workers that died while running it."""
 

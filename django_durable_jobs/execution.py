@@ -17,13 +17,14 @@ from typing import Any
 from . import conf, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .clock import Clock, current
+from .events import recheck_after_park, wake_parent
 from .exceptions import AttemptsExhausted, RunCancelled, UnknownJob
 from .models import JobRun, RunStatus
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
 from .serialization import ErrorInfo
 from .steps import StepLimits, Steps
-from .store import OrmEventLog, OrmStepStore
+from .store import OrmChildRuns, OrmEventLog, OrmStepStore
 from .timeouts import TimeGuard
 
 log = logging.getLogger("django_durable_jobs.worker")
@@ -75,6 +76,7 @@ def execute(
         job_name=run.job_name,
         store=OrmStepStore(using=using, owner=owner),
         events=OrmEventLog(using=using),
+        children=OrmChildRuns(using=using),
         clock=clock,
         limits=StepLimits(
             step_timeout=definition.step_timeout or conf.duration("STEP_TIMEOUT"),
@@ -103,24 +105,11 @@ def execute(
         max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
     )
     executed = _record(run, definition, outcome, clock.now(), owner, rng)
-    if executed.recorded and isinstance(outcome, Suspended) and outcome.reason == "event":
-        _recheck_event(run, steps, outcome.step, clock)
+    if executed.recorded and isinstance(outcome, Suspended):
+        record = next((r for r in steps.records() if r.name == outcome.step), None)
+        if record is not None:
+            recheck_after_park(run.pk, record, clock.now())
     return executed
-
-
-def _recheck_event(run: JobRun, steps: Steps, step: str, clock: Clock) -> None:
-    """Close the lost wake-up window: an event that committed after the step looked
-    and before the run was parked did not see the run waiting, so look once more."""
-    record = next((r for r in steps.records() if r.name == step), None)
-    if record is None or record.event is None or record.event_cursor is None:
-        return
-    hit = OrmEventLog(using=conf.database()).find(
-        record.event, record.correlation_key, record.event_cursor
-    )
-    if hit is not None:
-        JobRun.objects.using(conf.database()).filter(pk=run.pk, status=RunStatus.WAITING).update(
-            wake_at=clock.now()
-        )
 
 
 def max_attempts(definition: JobDefinition | None) -> int:
@@ -157,6 +146,8 @@ def _record(
         changes.update(_failure(run, definition, outcome, now, rng))
     recorded = _write(run, changes, owner)
     if recorded:
+        if run.parent_id is not None and run.is_finished:
+            wake_parent(run.parent_id, now)
         _announce(run, outcome, changes)
     return Executed(outcome, str(changes["status"]), recorded)
 

@@ -178,6 +178,11 @@ def get_job(name: str) -> JobDefinition:
         raise UnknownJob(f"no job is registered as {name!r}{hint}") from None
 
 
+def jobs_on_event(event: str) -> list[JobDefinition]:
+    """The jobs started by ``event`` (``@job(on_event=...)``)."""
+    return [definition for definition in _registry.values() if definition.on_event == event]
+
+
 def all_jobs() -> dict[str, JobDefinition]:
     return dict(_registry)
 

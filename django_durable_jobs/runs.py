@@ -29,6 +29,7 @@ def enqueue_job(
     options: JobOptions,
     *,
     now: datetime | None = None,
+    parent: str | None = None,
 ) -> JobRun:
     """Write a queued run in the caller's transaction on the jobs database.
 
@@ -47,6 +48,7 @@ def enqueue_job(
         idempotency_key=_key(options.idempotency_key),
         created_at=now,
         wake_at=_wake_at(options.run_after, now),
+        parent_id=parent,
     )
     db = conf.database()
     if run.idempotency_key is None:

@@ -17,14 +17,44 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .clock import Clock, SystemClock, aware
 from .durations import Duration, format_duration, parse_duration
-from .exceptions import JobTimeoutError, StepDuplicateError, StepOutputInvalid, Suspension
+from .exceptions import (
+    ChildRunFailed,
+    JobTimeoutError,
+    StepDuplicateError,
+    StepOutputInvalid,
+    Suspension,
+)
+from .memory import MemoryChildRuns, MemoryEventLog, MemoryStepStore
+from .records import (
+    ChildOutcome,
+    ChildRuns,
+    EventHit,
+    EventLookup,
+    StepRecord,
+    StepStatus,
+    StepStore,
+)
 from .serialization import ErrorInfo, NotStorable, roundtrip
 from .timeouts import TimeGuard
+
+__all__ = [
+    "ChildOutcome",
+    "ChildRuns",
+    "EventHit",
+    "EventLookup",
+    "MemoryChildRuns",
+    "MemoryEventLog",
+    "MemoryStepStore",
+    "StepLimits",
+    "StepRecord",
+    "StepStatus",
+    "StepStore",
+    "Steps",
+]
 
 T = TypeVar("T")
 logger = logging.getLogger("django_durable_jobs.steps")
@@ -32,113 +62,6 @@ logger = logging.getLogger("django_durable_jobs.steps")
 MAX_STEP_NAME = 200
 DEFAULT_WAIT_TIMEOUT = timedelta(hours=24)
 DEFAULT_EVENT_POLL = timedelta(seconds=30)
-
-
-class StepStatus(StrEnum):
-    COMPLETED = "completed"
-    SLEEPING = "sleeping"
-    WAITING = "waiting"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepRecord:
-    """One step of one run, as stored."""
-
-    run_id: str
-    name: str
-    status: StepStatus
-    started_at: datetime
-    attempts: int
-    #: The memoized value; meaningful only when ``status`` is completed.
-    output: Any = None
-    completed_at: datetime | None = None
-    #: When a sleeping or waiting step becomes runnable.
-    wake_at: datetime | None = None
-    event: str | None = None
-    correlation_key: str | None = None
-    #: Events after this position in the event log count for a waiting step.
-    event_cursor: int | None = None
-    error: ErrorInfo | None = None
-
-
-class StepStore(Protocol):
-    """Where step records live: in memory for tests, the ORM in production."""
-
-    def get(self, run_id: str, name: str) -> StepRecord | None: ...
-    def put(self, record: StepRecord) -> None: ...
-    def list(self, run_id: str) -> Sequence[StepRecord]:
-        """The run's records in the order each step first ran."""
-        ...
-
-    def delete(self, run_id: str, name: str) -> None: ...
-    def clear(self, run_id: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class EventHit:
-    position: int
-    payload: Any
-    published_at: datetime
-
-
-class EventLookup(Protocol):
-    """The slice of the event log a waiting step needs.
-
-    Positions order events as the database committed them, so "published after
-    the wait started" never compares clocks of different machines.
-    """
-
-    def cursor(self) -> int:
-        """The position of the newest event now; later events have larger ones."""
-        ...
-
-    def find(self, event: str, key: str | None, after: int) -> EventHit | None:
-        """The first event named ``event`` (with ``key``, if given) after ``after``."""
-        ...
-
-
-class MemoryStepStore:
-    """A ``StepStore`` in a dict: for tests and for running jobs inline."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, dict[str, StepRecord]] = {}
-
-    def get(self, run_id: str, name: str) -> StepRecord | None:
-        return self._runs.get(run_id, {}).get(name)
-
-    def put(self, record: StepRecord) -> None:
-        self._runs.setdefault(record.run_id, {})[record.name] = record
-
-    def list(self, run_id: str) -> Sequence[StepRecord]:
-        return list(self._runs.get(run_id, {}).values())  # dicts keep first-insert order
-
-    def delete(self, run_id: str, name: str) -> None:
-        self._runs.get(run_id, {}).pop(name, None)
-
-    def clear(self, run_id: str) -> None:
-        self._runs.pop(run_id, None)
-
-
-class MemoryEventLog:
-    """An ``EventLookup`` over a list, with ``publish`` for tests."""
-
-    def __init__(self, clock: Clock | None = None) -> None:
-        self._clock = clock or SystemClock()
-        self._events: list[tuple[str, str | None, Any, datetime]] = []
-
-    def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
-        self._events.append((event, key, roundtrip(payload), self._clock.now()))
-        return len(self._events)
-
-    def cursor(self) -> int:
-        return len(self._events)
-
-    def find(self, event: str, key: str | None, after: int) -> EventHit | None:
-        for position, (name, event_key, payload, at) in enumerate(self._events, start=1):
-            if position > after and name == event and (key is None or event_key == key):
-                return EventHit(position, payload, at)
-        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +94,7 @@ class Steps:
         guard: TimeGuard | None = None,
         records: Sequence[StepRecord] | None = None,
         interrupt: Callable[[], BaseException | None] | None = None,
+        children: ChildRuns | None = None,
     ) -> None:
         """``records``: the run's records if the caller already knows them (a run that
         never started has none), saving a read. ``interrupt``: asked before each step;
@@ -186,6 +110,7 @@ class Steps:
         known = store.list(run_id) if records is None else records
         self._records = {record.name: record for record in known}
         self._interrupt = interrupt
+        self._children = children
         self._used: list[str] = []
         self._replayed: list[str] = []
 
@@ -366,6 +291,94 @@ class Steps:
         )
         self._save(replace(record, status=StepStatus.COMPLETED, output=None, completed_at=now))
         return None
+
+    # -- publish -----------------------------------------------------------
+    def publish(self, name: str, event: str, payload: Any = None, *, key: str | None = None) -> int:
+        """Publish ``event`` as a step: exactly one event however often the run replays.
+
+        The event and the step record commit together; returns the event's position.
+        """
+        existing = self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            return int(self._replay(existing)["position"])
+        now = self._clock.now()
+        with self._guard.shield(), self._store.atomic():
+            position = self._events.publish(event, payload, key=key)
+            self._save(
+                StepRecord(
+                    run_id=self.run_id,
+                    name=name,
+                    status=StepStatus.COMPLETED,
+                    started_at=now,
+                    completed_at=now,
+                    attempts=(existing.attempts if existing else 0) + 1,
+                    output={"position": position},
+                    event=event,
+                    correlation_key=key,
+                )
+            )
+        return position
+
+    # -- invoke ------------------------------------------------------------
+    def invoke(
+        self,
+        name: str,
+        job: Any,
+        /,
+        *args: Any,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+        **kwargs: Any,
+    ) -> Any:
+        """Start a child run of ``job`` and suspend until it finishes; return its result,
+        raise ``ChildRunFailed`` if it failed, ``JobTimeoutError`` after ``timeout``."""
+        if self._children is None:
+            raise RuntimeError("step.invoke needs child runs; this engine has none")
+        limit = parse_duration(timeout)
+        existing = self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            return self._replay(existing)
+        now = self._clock.now()
+        if existing is None or existing.correlation_key is None:
+            with self._guard.shield():
+                child = self._children.start(self.run_id, name, job, args, kwargs)
+            started_at, attempts = now, 1
+        else:
+            child, started_at = existing.correlation_key, existing.started_at
+            attempts = existing.attempts + 1
+        record = StepRecord(
+            run_id=self.run_id,
+            name=name,
+            status=StepStatus.WAITING,
+            started_at=started_at,
+            attempts=attempts,
+            correlation_key=child,
+        )
+        outcome = self._children.outcome(child)
+        if outcome is not None and outcome.succeeded:
+            self._save(
+                replace(
+                    record, status=StepStatus.COMPLETED, output=outcome.result, completed_at=now
+                )
+            )
+            return outcome.result
+        if outcome is not None:
+            error = ChildRunFailed(
+                f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
+                f"failed: {outcome.error.message if outcome.error else 'unknown error'}"
+            )
+            self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))
+            raise error
+        deadline = started_at + limit
+        if now >= deadline:
+            timed_out = JobTimeoutError(
+                f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
+                f"did not finish within {format_duration(limit)}"
+            )
+            self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(timed_out)))
+            raise timed_out
+        resume_at = min(deadline, now + self._limits.event_poll)
+        self._save(replace(record, wake_at=resume_at))
+        raise Suspension(name, resume_at, "child")
 
     # -- helpers -----------------------------------------------------------
     def _begin(self, name: str) -> StepRecord | None:

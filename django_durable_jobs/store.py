@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Field
 
 from . import signals
 from .exceptions import DurableJobsError, RunCancelled
 from .models import Event, JobRun, RunStatus, StepRecord
+from .records import ChildOutcome, EventHit, StepStatus
 from .serialization import ErrorInfo
-from .steps import EventHit, StepStatus
 from .steps import StepRecord as Record
 
 
@@ -170,9 +170,61 @@ class OrmStepStore:
         self._rows().filter(run_id=run_id, name=name).delete()
         self._known.discard((run_id, name))
 
+    def atomic(self) -> Any:
+        return transaction.atomic(using=self.using)
+
     def clear(self, run_id: str) -> None:
         self._rows().filter(run_id=run_id).delete()
         self._known = {ident for ident in self._known if ident[0] != run_id}
+
+
+class OrmChildRuns:
+    """``ChildRuns`` as ``JobRun`` rows with ``parent`` set; one child per parent step
+    (an idempotency key), so a replayed parent never starts a second child."""
+
+    def __init__(self, *, using: str = "default") -> None:
+        self.using = using
+
+    def start(
+        self, parent_run_id: str, step: str, job: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> str:
+        from .registry import JobDefinition, JobOptions, get_job
+        from .runs import enqueue_job
+
+        definition = job if isinstance(job, JobDefinition) else get_job(str(job))
+        child = enqueue_job(
+            definition,
+            args,
+            kwargs,
+            JobOptions(idempotency_key=f"invoke:{parent_run_id}:{step}"),
+            parent=parent_run_id,
+        )
+        return str(child.id)
+
+    def outcome(self, child_run_id: str) -> ChildOutcome | None:
+        row = (
+            JobRun.objects.using(self.using)
+            .filter(pk=child_run_id)
+            .values("status", "result", "error", "error_type", "error_code")
+            .first()
+        )
+        if row is None:
+            return ChildOutcome(
+                False, error=ErrorInfo(type="", message="the child run is gone", traceback="")
+            )
+        if row["status"] == RunStatus.SUCCEEDED:
+            return ChildOutcome(True, result=row["result"])
+        if row["status"] in (RunStatus.FAILED, RunStatus.CANCELLED):
+            return ChildOutcome(
+                False,
+                error=ErrorInfo(
+                    type=row["error_type"],
+                    message=row["error"] or row["status"],
+                    traceback="",
+                    code=row["error_code"],
+                ),
+            )
+        return None
 
 
 class OrmEventLog:
@@ -184,6 +236,11 @@ class OrmEventLog:
     def cursor(self) -> int:
         newest = Event.objects.using(self.using).order_by("-id").values_list("id", flat=True)[:1]
         return next(iter(newest), 0)
+
+    def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
+        from .events import publish_event
+
+        return publish_event(event, payload, key=key).id
 
     def find(self, event: str, key: str | None, after: int) -> EventHit | None:
         row = Event.objects.using(self.using).matching(event, key, after).first()

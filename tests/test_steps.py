@@ -393,3 +393,83 @@ def test_required_wait_times_out_with_job_timeout(h: Harness) -> None:
 def test_wait_match_must_be_a_string(h: Harness) -> None:
     with pytest.raises(TypeError, match="match"):
         h.attempt().wait_for_event("w", "e", match=42)  # type: ignore[arg-type]
+
+
+# -- publish and invoke ------------------------------------------------------------
+
+
+def test_publish_is_a_step_published_once(h: Harness) -> None:
+    position = h.attempt().publish("announce", "user.signed_up", {"u": 1}, key="1")
+    assert h.events.cursor() == position == 1
+    assert h.attempt().publish("announce", "user.signed_up", {"u": 1}, key="1") == position
+    assert h.events.cursor() == 1  # the replay published nothing
+    record = h.record("announce")
+    assert record.event == "user.signed_up" and record.correlation_key == "1"
+
+
+def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
+    from django_durable_jobs.memory import MemoryChildRuns
+    from django_durable_jobs.records import ChildOutcome
+
+    children = MemoryChildRuns()
+
+    def attempt() -> Steps:
+        return Steps(
+            run_id="run-1",
+            job_name="demo",
+            store=h.store,
+            events=h.events,
+            clock=h.clock,
+            limits=h.limits,
+            children=children,
+            guard=TimeGuard(use_signals=False),
+        )
+
+    with pytest.raises(Suspension) as info:
+        attempt().invoke("child", "jobs.child", 3, key="x", timeout="1h")
+    assert info.value.reason == "child"
+    [child] = children.started
+    assert children.started[child] == ("jobs.child", (3,), {"key": "x"})
+    with pytest.raises(Suspension):
+        attempt().invoke("child", "jobs.child", 3, key="x", timeout="1h")
+    assert len(children.started) == 1  # a replay never starts a second child
+    children.finish(child, ChildOutcome(True, result=[30]))
+    assert attempt().invoke("child", "jobs.child", 3, key="x") == [30]
+    assert attempt().invoke("child", "jobs.child", 3, key="x") == [30]  # replayed
+
+
+def test_invoke_failure_and_timeout(h: Harness) -> None:
+    from django_durable_jobs.exceptions import ChildRunFailed
+    from django_durable_jobs.memory import MemoryChildRuns
+    from django_durable_jobs.records import ChildOutcome
+    from django_durable_jobs.serialization import ErrorInfo
+
+    children = MemoryChildRuns()
+
+    def attempt() -> Steps:
+        return Steps(
+            run_id="run-1",
+            job_name="demo",
+            store=h.store,
+            events=h.events,
+            clock=h.clock,
+            limits=h.limits,
+            children=children,
+            guard=TimeGuard(use_signals=False),
+        )
+
+    with pytest.raises(Suspension):
+        attempt().invoke("bad", "jobs.child")
+    children.finish(
+        "run-1/bad",
+        ChildOutcome(False, error=ErrorInfo(type="ValueError", message="no", traceback="")),
+    )
+    with pytest.raises(ChildRunFailed, match="no") as failed:
+        attempt().invoke("bad", "jobs.child")
+    assert failed.value.code == "X_CHILD_FAILED"
+    with pytest.raises(Suspension):
+        attempt().invoke("slow", "jobs.child", timeout="10m")
+    h.clock.advance("10m")
+    with pytest.raises(JobTimeoutError, match="did not finish"):
+        attempt().invoke("slow", "jobs.child", timeout="10m")
+    assert h.record("slow").status is StepStatus.FAILED

@@ -90,4 +90,5 @@ def cancelled_midway(ctx: Any) -> None:
     ctx.step.run("three", effect, "c-three", ctx.run_id)
 
 
-from . import worker_jobs  # noqa: E402,F401
+# Jobs of other test modules register when this module is autodiscovered.
+from . import event_jobs, worker_jobs  # noqa: E402,F401

@@ -1,0 +1,110 @@
+"""What the step engine reads and writes, and the seams it talks through.
+
+No Django here: the ORM implementations live in ``store.py``, the in-memory ones
+in ``memory.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from .serialization import ErrorInfo
+
+
+class StepStatus(StrEnum):
+    COMPLETED = "completed"
+    SLEEPING = "sleeping"
+    WAITING = "waiting"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    """One step of one run, as stored."""
+
+    run_id: str
+    name: str
+    status: StepStatus
+    started_at: datetime
+    attempts: int
+    #: The memoized value; meaningful only when ``status`` is completed.
+    output: Any = None
+    completed_at: datetime | None = None
+    #: When a sleeping or waiting step becomes runnable.
+    wake_at: datetime | None = None
+    event: str | None = None
+    correlation_key: str | None = None
+    #: Events after this position in the event log count for a waiting step.
+    event_cursor: int | None = None
+    error: ErrorInfo | None = None
+
+
+class StepStore(Protocol):
+    """Where step records live: in memory for tests, the ORM in production."""
+
+    def get(self, run_id: str, name: str) -> StepRecord | None: ...
+    def put(self, record: StepRecord) -> None: ...
+    def list(self, run_id: str) -> Sequence[StepRecord]:
+        """The run's records in the order each step first ran."""
+        ...
+
+    def delete(self, run_id: str, name: str) -> None: ...
+    def clear(self, run_id: str) -> None: ...
+    def atomic(self) -> AbstractContextManager[Any]:
+        """Writes inside commit together (a step that publishes an event)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EventHit:
+    position: int
+    payload: Any
+    published_at: datetime
+
+
+class EventLookup(Protocol):
+    """The slice of the event log a waiting step needs.
+
+    Positions order events as the database committed them, so "published after
+    the wait started" never compares clocks of different machines.
+    """
+
+    def cursor(self) -> int:
+        """The position of the newest event now; later events have larger ones."""
+        ...
+
+    def find(self, event: str, key: str | None, after: int) -> EventHit | None:
+        """The first event named ``event`` (with ``key``, if given) after ``after``."""
+        ...
+
+    def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
+        """Publish an event; returns its position."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How a child run finished."""
+
+    succeeded: bool
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+class ChildRuns(Protocol):
+    """Starting child runs and reading how they finished (``step.invoke``)."""
+
+    def start(
+        self, parent_run_id: str, step: str, job: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> str:
+        """Start (once per parent step, however often replayed) and return its id."""
+        ...
+
+    def outcome(self, child_run_id: str) -> ChildOutcome | None:
+        """None while the child has not finished."""
+        ...
