@@ -17,7 +17,7 @@ from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Value, When
 from django.db.models.functions import Coalesce
 
-from . import conf
+from . import claims_pg, conf
 from .models import RUNNABLE, JobRun, RunStatus
 
 
@@ -37,8 +37,8 @@ def claim(
     """
     using = conf.database()
     queue_list = None if queues is None else list(queues)
-    if connections[using].vendor == "postgresql":
-        return _claim_postgresql(using, owner, now, lease, queue_list, limit)
+    if claims_pg.available(using):
+        return claims_pg.claim(using, owner, now, lease, queue_list, limit)[0]
     runs = JobRun.objects.using(using)
     candidates = runs.runnable(now, queue_list)
     locking = connections[using].features.has_select_for_update_skip_locked
@@ -73,59 +73,6 @@ def claim(
         run.claimed_fresh = run.id in fresh
     claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
     return claimed
-
-
-_CLAIM_POSTGRESQL = """
-WITH picked AS (
-    SELECT id, status, started_at FROM {table}
-    WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= %(now)s {queues}
-    ORDER BY priority DESC, wake_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE {table} AS run SET
-    status = 'running',
-    attempt = CASE WHEN picked.status = 'queued' THEN run.attempt + 1 ELSE run.attempt END,
-    started_at = COALESCE(run.started_at, %(now)s),
-    lease_owner = %(owner)s,
-    lease_expires_at = %(expires)s
-FROM picked WHERE run.id = picked.id
-RETURNING run.*, picked.status AS claimed_from, picked.started_at IS NULL AS claimed_fresh
-"""
-
-
-def _claim_postgresql(
-    using: str,
-    owner: str,
-    now: datetime,
-    lease: timedelta,
-    queues: list[str] | None,
-    limit: int,
-) -> list[JobRun]:
-    """The same claim in one statement (one round trip, no explicit transaction)."""
-    sql = _CLAIM_POSTGRESQL.format(
-        table=connections[using].ops.quote_name(JobRun._meta.db_table),
-        queues=_queue_filter(queues),
-    )
-    params = {
-        "now": now,
-        "limit": limit,
-        "owner": owner,
-        "expires": now + lease,
-        "queues": queues,
-        "queue": queues[0] if queues else None,
-    }
-    claimed = list(JobRun.objects.using(using).raw(sql, params))
-    claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
-    return claimed
-
-
-def _queue_filter(queues: list[str] | None) -> str:
-    # One queue is an equality so the planner can walk durable_run_runnable in order;
-    # "= ANY(array)" cannot, and would sort the whole backlog on every claim.
-    if queues is None:
-        return ""
-    return "AND queue = %(queue)s" if len(queues) == 1 else "AND queue = ANY(%(queues)s)"
 
 
 def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:

@@ -10,16 +10,18 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from . import conf, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
+from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
 from .exceptions import AttemptsExhausted, RunCancelled, UnknownJob
 from .models import JobRun, RunStatus
+from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
 from .serialization import ErrorInfo
@@ -39,6 +41,22 @@ class Executed:
     recorded: bool
 
 
+@dataclass(frozen=True)
+class Pending:
+    """An outcome that is computed but not yet written to the run."""
+
+    run: JobRun
+    outcome: Outcome
+    changes: dict[str, Any]
+    now: datetime
+    #: The step a suspended run parked in (re-checked once the run is parked).
+    parked: StepRecordValue | None = None
+
+    def outcome_values(self) -> dict[str, Any]:
+        """Every column an outcome writes: the changes, the rest as claimed."""
+        return {name: self.changes.get(name, getattr(self.run, name)) for name in OUTCOME_COLUMNS}
+
+
 def execute(
     run: JobRun,
     *,
@@ -53,22 +71,34 @@ def execute(
     ``interrupt`` is asked before each step (see ``Steps``); the worker uses it to
     stop a run that was cancelled while it executed.
     """
+    pending = run_to_stop(run, clock=clock, owner=owner, guard=guard, rng=rng, interrupt=interrupt)
+    return settle(pending, write(pending, owner), owner)
+
+
+def run_to_stop(
+    run: JobRun,
+    *,
+    clock: Clock | None = None,
+    owner: str | None = None,
+    guard: TimeGuard | None = None,
+    rng: random.Random | None = None,
+    interrupt: Callable[[], BaseException | None] | None = None,
+) -> Pending:
+    """Run ``run`` to its next stop; the outcome is returned, not yet written."""
     clock = clock or current()
     try:
         definition = get_job(run.job_name)
     except UnknownJob as exc:
         exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
         outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
-        return _record(run, None, outcome, clock.now(), owner, rng)
+        return _pending(run, None, outcome, clock.now(), rng)
     if run.attempt > max_attempts(definition):
         # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
         exhausted = AttemptsExhausted(
             f"job {run.job_name!r} run {run.id}: all {max_attempts(definition)} attempts are "
             "used up (its workers stopped renewing the lease, e.g. they were killed)"
         )
-        return _record(
-            run, definition, Failed(ErrorInfo.of(exhausted), False), clock.now(), owner, rng
-        )
+        return _pending(run, definition, Failed(ErrorInfo.of(exhausted), False), clock.now(), rng)
     guard = guard or TimeGuard()
     using = conf.database()
     steps = Steps(
@@ -104,12 +134,11 @@ def execute(
         guard=guard,
         max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
     )
-    executed = _record(run, definition, outcome, clock.now(), owner, rng)
-    if executed.recorded and isinstance(outcome, Suspended):
-        record = next((r for r in steps.records() if r.name == outcome.step), None)
-        if record is not None:
-            recheck_after_park(run.pk, record, clock.now())
-    return executed
+    pending = _pending(run, definition, outcome, clock.now(), rng)
+    if isinstance(outcome, Suspended):
+        parked = next((r for r in steps.records() if r.name == outcome.step), None)
+        pending = replace(pending, parked=parked)
+    return pending
 
 
 def max_attempts(definition: JobDefinition | None) -> int:
@@ -119,14 +148,13 @@ def max_attempts(definition: JobDefinition | None) -> int:
     return 1 + int(retries)
 
 
-def _record(
+def _pending(
     run: JobRun,
     definition: JobDefinition | None,
     outcome: Outcome,
     now: datetime,
-    owner: str | None,
     rng: random.Random | None,
-) -> Executed:
+) -> Pending:
     changes: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None}
     if isinstance(outcome, Succeeded):
         changes.update(
@@ -144,12 +172,23 @@ def _record(
         changes.update(status=status, wake_at=outcome.resume_at)
     else:
         changes.update(_failure(run, definition, outcome, now, rng))
-    recorded = _write(run, changes, owner)
+    return Pending(run, outcome, changes, now)
+
+
+def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:
+    """After the outcome was written (or refused): what follows from it."""
+    run, changes = pending.run, pending.changes
     if recorded:
+        for name, value in changes.items():
+            setattr(run, name, value)
         if run.parent_id is not None and run.is_finished:
-            wake_parent(run.parent_id, now)
-        _announce(run, outcome, changes)
-    return Executed(outcome, str(changes["status"]), recorded)
+            wake_parent(run.parent_id, pending.now)
+        if pending.parked is not None:
+            recheck_after_park(run.pk, pending.parked, pending.now)
+        _announce(run, pending.outcome, changes)
+    elif owner is None or not _settle_cancelled(run, owner):
+        log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
+    return Executed(pending.outcome, str(changes["status"]), recorded)
 
 
 def _failure(
@@ -177,18 +216,12 @@ def _failure(
     return changes
 
 
-def _write(run: JobRun, changes: dict[str, Any], owner: str | None) -> bool:
-    rows = JobRun.objects.using(conf.database()).filter(pk=run.pk)
+def write(pending: Pending, owner: str | None) -> bool:
+    """Write the outcome; with ``owner``, only while that worker holds the lease."""
+    rows = JobRun.objects.using(conf.database()).filter(pk=pending.run.pk)
     if owner is not None:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
-    if rows.update(**changes) == 0:
-        if owner is not None and _settle_cancelled(run, owner):
-            return False
-        log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
-        return False
-    for name, value in changes.items():
-        setattr(run, name, value)
-    return True
+    return bool(rows.update(**pending.changes))
 
 
 def _settle_cancelled(run: JobRun, owner: str) -> bool:

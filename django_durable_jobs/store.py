@@ -13,7 +13,7 @@ from typing import Any, cast
 from django.db import connections, transaction
 from django.db.models import Field
 
-from . import signals
+from . import claims_pg, signals
 from .exceptions import DurableJobsError, RunCancelled
 from .models import Event, JobRun, RunStatus, StepRecord
 from .records import ChildOutcome, EventHit, StepStatus
@@ -80,6 +80,27 @@ def to_record(row: StepRecord) -> Record:
         event_cursor=row.event_cursor,
         error=error,
     )
+
+
+_INSERT_TYPES = [
+    "uuid",
+    "text",
+    "text",
+    "jsonb",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "text",
+    "text",
+    "bigint",
+    "int",
+    "text",
+    "text",
+    "text",
+    "uuid",
+    "text",
+    "text",
+]
 
 
 class OrmStepStore:
@@ -155,15 +176,26 @@ class OrmStepStore:
         ]
         run_meta = JobRun._meta
         assert run_meta.pk is not None
+        run_pk = run_meta.pk.get_db_prep_value(run_id, connection)
+        params = [*params, run_pk, self.owner, RunStatus.RUNNING.value]
+        placeholders = [f"${number}" for number in range(1, len(params) + 1)]
         sql = (
             f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
-            f"SELECT {', '.join(['%s'] * len(fields))} FROM {qn(run_meta.db_table)} "
-            f"WHERE {qn(str(run_meta.pk.column))} = %s "
-            f"AND {qn('lease_owner')} = %s AND {qn('status')} = %s"
+            f"SELECT {', '.join(placeholders[: len(fields)])} FROM {qn(run_meta.db_table)} "
+            f"WHERE {qn(str(run_meta.pk.column))} = {placeholders[-3]} "
+            f"AND {qn('lease_owner')} = {placeholders[-2]} AND {qn('status')} = {placeholders[-1]}"
         )
-        run_pk = run_meta.pk.get_db_prep_value(run_id, connection)
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, run_pk, self.owner, RunStatus.RUNNING.value])
+            if claims_pg.available(self.using):
+                # Planning this INSERT costs as much as running it: prepare it once.
+                statement: str | None = "durable_step_insert"
+                if not claims_pg.prepare(connection, "durable_step_insert", _INSERT_TYPES, sql):
+                    statement, sql = None, claims_pg.numbered_to_named(sql, len(params))
+                claims_pg.execute(cursor, statement, sql, params)
+            else:
+                for number in range(len(params), 0, -1):
+                    sql = sql.replace(f"${number}", "%s")
+                cursor.execute(sql, params)
             return int(cursor.rowcount)
 
     def delete(self, run_id: str, name: str) -> None:

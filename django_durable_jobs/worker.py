@@ -25,11 +25,11 @@ from uuid import UUID
 
 from django.db import DatabaseError, close_old_connections, connections
 
-from . import conf
+from . import claims_pg, conf
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
 from .exceptions import RunCancelled
-from .execution import Executed, execute
+from .execution import Executed, Pending, run_to_stop, settle, write
 from .models import JobRun, RunStatus
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
@@ -68,6 +68,7 @@ class Worker:
         self._waker: Waker | None = None
         self._next_reap = 0.0
         self._beat: _Heartbeat | None = None
+        self._pending: Pending | None = None
 
     # -- signals ---------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -130,6 +131,7 @@ class Worker:
                     break
                 self._waker.wait(self.options.poll_interval.total_seconds())
         finally:
+            self.flush()
             self._waker.close()
             if self._beat is not None:
                 self._beat.stop()
@@ -137,18 +139,42 @@ class Worker:
         return self.executed
 
     def run_once(self) -> bool:
-        """Reap expired leases when due, claim one run and execute it; False if idle."""
+        """Reap expired leases when due, record the previous run's outcome, claim one run
+        and execute it; False if there was nothing to do.
+
+        The outcome of a run is written together with the next claim (one statement on
+        PostgreSQL), so a busy worker pays one round trip per run.
+        """
         now = self.clock.now()
         if time.monotonic() >= self._next_reap:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+        pending, pending_owner = self._pending, self._owner
         self._owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
-        runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
-        if not runs:
-            return False
-        self._execute(runs[0])
-        return True
+        using = conf.database()
+        if claims_pg.available(using):
+            finish = None
+            if pending is not None:
+                finish = claims_pg.Finish(pending.run.pk, pending_owner, pending.outcome_values())
+            runs, recorded = claims_pg.claim(
+                using, self._owner, now, self.lease, _queues(self.options.queues), 1, finish
+            )
+        else:
+            recorded = pending is not None and write(pending, pending_owner)
+            runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
+        self._pending = None
+        if pending is not None:
+            _log_outcome(pending.run, settle(pending, recorded, pending_owner))
+        if runs:
+            self._execute(runs[0])
+        return bool(runs) or pending is not None
+
+    def flush(self) -> None:
+        """Record the outcome still held (before the worker stops or idles)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            _log_outcome(pending.run, settle(pending, write(pending, self._owner), self._owner))
 
     def _heartbeat(self) -> _Heartbeat:
         if self._beat is None:
@@ -168,7 +194,7 @@ class Worker:
         beat = self._heartbeat()
         beat.hold(self._owner, run.id)
         try:
-            executed = execute(
+            self._pending = run_to_stop(
                 run,
                 clock=self.clock,
                 owner=self._owner,
@@ -186,7 +212,10 @@ class Worker:
             self._in_hand = None
             beat.drop()
         self.executed += 1
-        _log_outcome(run, executed)
+
+
+def _queues(queues: Sequence[str] | None) -> list[str] | None:
+    return None if queues is None else list(queues)
 
 
 def _log_outcome(run: JobRun, executed: Executed) -> None:

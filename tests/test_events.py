@@ -68,16 +68,16 @@ def test_event_published_between_check_and_park_still_wakes(
     # run is parked, so its wake-up finds no waiting run. Inject it at that moment.
     from django_durable_jobs import execution
 
-    original = execution._record
+    original = execution.write
 
-    def record_after_publish(*args: object, **kwargs: object) -> execution.Executed:
+    def record_after_publish(*args: object, **kwargs: object) -> bool:
         event = Event.objects.create(
             name="order.paid", key="42", payload={"order_id": 3}, published_at=clock.now()
         )
         assert wake_waiters(event) == 0  # nobody parked yet
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(execution, "_record", record_after_publish)
+    monkeypatch.setattr(execution, "write", record_after_publish)
     driver.step()
     monkeypatch.undo()
     run.refresh_from_db()

@@ -24,6 +24,14 @@ def worker(clock: FakeClock, **options: Any) -> Worker:
     return Worker(WorkerOptions(worker_id="w-test", burst=True, **options), clock=clock)
 
 
+def once(w: Worker) -> bool:
+    """One claim and execution, with its outcome written (run_once defers the write
+    into the next claim)."""
+    worked = w.run_once()
+    w.flush()
+    return worked
+
+
 @pytest.mark.django_db(transaction=True)
 def test_burst_worker_executes_everything_runnable_then_exits(clock: FakeClock) -> None:
     runs = [jobs.three_steps.enqueue(user_id=i) for i in range(3)]
@@ -59,8 +67,8 @@ def test_expired_lease_is_requeued_and_completed_steps_replay(clock: FakeClock) 
     run.refresh_from_db()
     assert (run.status, run.lease_owner, run.attempt) == (RunStatus.QUEUED, "", 1)
     w = worker(clock)
-    assert w.run_once()  # attempt 2: fails in "three" (injected)
-    assert w.run_once()  # attempt 3: succeeds
+    assert once(w)  # attempt 2: fails in "three" (injected)
+    assert once(w)  # attempt 3: succeeds
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED and run.attempt == 3
     assert Effect.objects.filter(name="one").count() == 1
@@ -73,7 +81,7 @@ def test_worker_deaths_use_up_attempts(clock: FakeClock) -> None:
         claim("dies", now=clock.now(), lease=LEASE)
         clock.advance(LEASE + timedelta(seconds=1))
         requeue_expired(now=clock.now())
-    assert worker(clock).run_once()
+    assert once(worker(clock))
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.error_code == "X_ATTEMPTS_EXHAUSTED"
     assert not Effect.objects.exists()
@@ -89,8 +97,8 @@ def test_release_gives_the_run_back_without_using_an_attempt(clock: FakeClock) -
     assert (queued.status, queued.attempt, queued.lease_owner) == (RunStatus.QUEUED, 0, "")
 
     sleeping = jobs.onboarding.enqueue(user_id=3)
-    worker(clock).run_once()  # queued run first (older), executes noop
-    worker(clock).run_once()  # onboarding: sleeps 3 days
+    once(worker(clock))  # queued run first (older), executes noop
+    once(worker(clock))  # onboarding: sleeps 3 days
     clock.advance("3d")
     [resumed] = claim("w2", now=clock.now(), lease=LEASE)
     assert resumed.pk == sleeping.pk and resumed.claimed_from == RunStatus.SLEEPING
@@ -114,24 +122,29 @@ def test_heartbeat_renews_only_own_leases(clock: FakeClock) -> None:
 @pytest.mark.django_db
 def test_unknown_job_on_this_worker_fails_with_code(clock: FakeClock) -> None:
     run = JobRun.objects.create(job_name="gone.away", created_at=clock.now(), wake_at=clock.now())
-    assert worker(clock).run_once()
+    assert once(worker(clock))
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_UNKNOWN"
 
 
 @pytest.mark.django_db
 def test_claim_loop_query_count_is_pinned(clock: FakeClock, django_assert_num_queries: Any) -> None:
-    for _ in range(2):
+    for _ in range(3):
         jobs.noop.enqueue()
     w = worker(clock)
-    w.run_once()  # the first call also reaps expired leases
-    # claim, record outcome: a run that never started has no steps to load. PostgreSQL
-    # claims in one statement; elsewhere select, update, re-read.
-    claim_queries = 1 if connection.vendor == "postgresql" else 3
-    with django_assert_num_queries(claim_queries + 1):
+    w.run_once()  # the first call also reaps expired leases (and prepares statements)
+    w.run_once()
+    # A busy worker records the previous outcome with the next claim: one statement on
+    # PostgreSQL; elsewhere the outcome, then select, update, re-read.
+    per_run = 1 if connection.vendor == "postgresql" else 4
+    with django_assert_num_queries(per_run):
         assert w.run_once()
-    with django_assert_num_queries(claim_queries - (2 if claim_queries == 3 else 0)):
-        assert not w.run_once()  # idle: nothing to claim
+    last = 1 if connection.vendor == "postgresql" else 2
+    with django_assert_num_queries(last):  # the last outcome; nothing left to claim
+        assert w.run_once()
+    with django_assert_num_queries(1):  # idle: one look for work
+        assert not w.run_once()
+    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 3
 
 
 @pytest.mark.django_db
