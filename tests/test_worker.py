@@ -153,3 +153,24 @@ def test_runjobs_rejects_bad_arguments() -> None:
         call_command("runjobs", "--burst", "--poll-interval", "5 mins")
     with pytest.raises(CommandError, match="concurrency"):
         call_command("runjobs", "--burst", "--concurrency", "0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_prepared_statements_pgbouncer_mode(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are a PostgreSQL path")
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    connection.close()  # a fresh connection: no statement prepared by earlier tests
+    runs = [jobs.three_steps.enqueue(user_id=i) for i in range(2)]
+    w = worker(clock)
+    while w.run_once():
+        pass
+    w.flush()
+    assert {r.status for r in JobRun.objects.filter(pk__in=[r.pk for r in runs])} == {
+        RunStatus.SUCCEEDED
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone() == (0,)
