@@ -358,3 +358,37 @@ def test_timeout_stops_an_endless_loop_and_the_worker_keeps_serving(workers: Wor
     # Served by the same process that stopped the loop.
     assert list(Execution.objects.values_list("run_id", "pid")) == [(str(normal.id), worker.pid)]
     assert worker.terminate() == 0
+
+
+# -- database connections dropped -----------------------------------------------------
+
+
+def test_worker_survives_its_database_connections_being_killed(workers: Workers) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("killing server connections is a PostgreSQL test")
+    worker = workers.start("survivor")
+    workers.wait_started(worker)
+    first = worker_jobs.sleeper.enqueue(0)
+    wait_until(
+        lambda: status_of(first) == RunStatus.SUCCEEDED,
+        timeout=30,
+        what="the first run",
+        workers=[worker],
+    )
+    # What a database restart does to a worker: every connection it holds is cut.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        (killed,) = cursor.fetchone()
+    assert killed >= 1
+    second = worker_jobs.sleeper.enqueue(0)
+    wait_until(
+        lambda: status_of(second) == RunStatus.SUCCEEDED,
+        timeout=30,
+        what="a run after the connections were cut",
+        workers=[worker],
+    )
+    assert worker.alive()
+    assert "database error" in worker.log() or "LISTEN connection lost" in worker.log()
