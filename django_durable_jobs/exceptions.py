@@ -86,6 +86,27 @@ class AttemptsExhausted(DurableJobsError):
     retryable = False
 
 
+class RunNotFound(DurableJobsError, LookupError):
+    """No run has that id."""
+
+    code = "X_RUN_NOT_FOUND"
+    retryable = False
+
+
+class RunStateError(DurableJobsError, ValueError):
+    """The run's status does not allow the verb (e.g. retrying a running run)."""
+
+    code = "X_RUN_STATE"
+    retryable = False
+
+
+class StepNotFound(DurableJobsError, LookupError):
+    """``replay_from`` named a step the run has not recorded."""
+
+    code = "X_STEP_UNKNOWN"
+    retryable = False
+
+
 class Suspension(BaseException):
     """Unwinds a run that must wait (sleep, event, child run); never a failure.
 

@@ -156,6 +156,10 @@ class StepRecord(models.Model):
     # NULL means "any key"; "" is a key like any other.
     correlation_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     event_cursor = models.BigIntegerField(null=True, blank=True)
+    #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
+    kind = models.CharField(max_length=16, default="run")
+    #: When a wait or an invoke gives up.
+    deadline = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
     error_type = models.CharField(max_length=200, blank=True, default="")
@@ -174,6 +178,12 @@ class StepRecord(models.Model):
                 fields=("event", "correlation_key"),
                 condition=Q(status=StepStatus.WAITING),
                 name="durable_step_waiting",
+            ),
+            # The admin's events page: which waits an event completed.
+            models.Index(
+                fields=("event", "event_cursor"),
+                condition=Q(status=StepStatus.COMPLETED) & ~Q(event=""),
+                name="durable_step_event_done",
             ),
         )
 

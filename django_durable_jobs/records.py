@@ -42,6 +42,10 @@ class StepRecord:
     #: Events after this position in the event log count for a waiting step.
     event_cursor: int | None = None
     error: ErrorInfo | None = None
+    #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
+    kind: str = "run"
+    #: When a wait or an invoke gives up (its timeout from the first start).
+    deadline: datetime | None = None
 
 
 class StepStore(Protocol):

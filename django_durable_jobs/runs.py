@@ -1,17 +1,23 @@
-"""The verbs on runs: enqueue, enqueue_many (and, later, cancel, retry, wake, replay)."""
+"""The verbs on runs: enqueue, enqueue_many, and the operator's cancel, retry, wake,
+replay_from and purge (the admin and ``manage.py jobs`` call these)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from . import clock, conf, signals
-from .models import JobRun, RunStatus
+from .durations import Duration, parse_duration
+from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
+from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, get_job
 from .serialization import NotStorable, check_payload, roundtrip
+from .wakeup import notify
 
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:
@@ -140,4 +146,223 @@ def _wake_at(run_after: timedelta | datetime | None, now: datetime) -> datetime:
     return run_after
 
 
-__all__ = ["RunStatus", "enqueue", "enqueue_job"]
+# -- operating runs ---------------------------------------------------------------
+#
+# Each verb is one transaction on the jobs database that starts with a status-guarded
+# UPDATE of the run: the guard decides, so a worker that claims or finishes the run at
+# the same moment makes the verb refuse instead of both writing. (Writing first also
+# makes SQLite take its write lock at once instead of failing to upgrade a read.)
+
+RunId = uuid.UUID | str
+
+
+_NO_ERROR: dict[str, Any] = {"error_code": "", "error": "", "error_type": "", "traceback": ""}
+#: What ``retry`` and ``replay_from`` set: runnable now, attempts counted afresh.
+_AGAIN: dict[str, Any] = {
+    "status": RunStatus.QUEUED,
+    "attempt": 0,
+    "finished_at": None,
+    "result": None,
+    **_NO_ERROR,
+}
+
+
+def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
+    """Stop a run. A queued, sleeping or waiting run is cancelled at once; a running
+    one is marked cancelled and stops at its next step (``X_RUN_CANCELLED``).
+
+    >>> cancel("3f2a9c1e-0000-4000-8000-000000000000")  # doctest: +SKIP
+    """
+    now = now or clock.current().now()
+    pk, using = _pk(run_id), conf.database()
+    stopped: dict[str, Any] = {
+        "status": RunStatus.CANCELLED,
+        "finished_at": now,
+        "wake_at": None,
+        **_NO_ERROR,
+        "error_code": RunCancelled.code,
+        "error": "cancelled by an operator",
+    }
+    with transaction.atomic(using=using):
+        rows = _rows(pk)
+        changed = rows.filter(status__in=RUNNABLE).update(
+            **stopped, lease_owner="", lease_expires_at=None
+        )
+        if not changed:
+            # The lease stays: the worker's fenced writes are refused from now on, and
+            # it lets go of the run at its next step (execution._settle_cancelled).
+            changed = rows.filter(status=RunStatus.RUNNING).update(**stopped)
+        run = _changed_or_refuse(
+            pk, changed, "cancel", "only queued, sleeping, waiting or running runs can be cancelled"
+        )
+    signals.run_cancelled.send(sender=JobRun, run=run)
+    return run
+
+
+def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
+    """Run a failed or cancelled run again from the top: its attempts start over, its
+    completed steps replay from storage and the failed one runs again."""
+    now = now or clock.current().now()
+    pk, using = _pk(run_id), conf.database()
+    with transaction.atomic(using=using):
+        changed = (
+            _rows(pk)
+            .filter(status__in=(RunStatus.FAILED, RunStatus.CANCELLED), lease_owner="")
+            .update(**_AGAIN, wake_at=now)
+        )
+        run = _changed_or_refuse(
+            pk, changed, "retry", "only failed or cancelled runs can be retried"
+        )
+        notify(run.queue)
+    return run
+
+
+def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
+    """Make a sleeping, waiting or scheduled (queued for later) run runnable now.
+
+    A sleeping run's sleep ends now. A waiting run looks for its event now, and waits
+    again if none was published.
+    """
+    now = now or clock.current().now()
+    pk, using = _pk(run_id), conf.database()
+    with transaction.atomic(using=using):
+        changed = (
+            _rows(pk)
+            .filter(status__in=(RunStatus.SLEEPING, RunStatus.WAITING, RunStatus.QUEUED))
+            .update(wake_at=now)
+        )
+        run = _changed_or_refuse(
+            pk, changed, "wake", "only sleeping, waiting or queued runs can be woken"
+        )
+        # Else the engine would see the step's old wake time and sleep again.
+        StepRecord.objects.using(using).filter(run_id=pk, status=StepStatus.SLEEPING).update(
+            wake_at=now
+        )
+        notify(run.queue)
+    return run
+
+
+def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> JobRun:
+    """Forget ``step`` and every step recorded after it, and run the run again: the
+    steps before it replay from storage, ``step`` and the later ones execute anew."""
+    now = now or clock.current().now()
+    pk, using = _pk(run_id), conf.database()
+    with transaction.atomic(using=using):
+        changed = (
+            _rows(pk)
+            .exclude(status=RunStatus.RUNNING)
+            .filter(lease_owner="")
+            .update(**_AGAIN, wake_at=now)
+        )
+        run = _changed_or_refuse(pk, changed, "replay", "cancel it first, or let it stop")
+        steps = StepRecord.objects.using(using).filter(run_id=pk)
+        first = steps.filter(name=step).values_list("id", flat=True).first()
+        if first is None:  # raising rolls the run back too
+            known = list(steps.order_by("id").values_list("name", flat=True))
+            raise StepNotFound(
+                f"run {pk} has no step {step!r}; its steps are: "
+                + (", ".join(map(repr, known)) or "(none)")
+            )
+        steps.filter(id__gte=first).delete()
+        notify(run.queue)
+    return run
+
+
+def purge(
+    older_than: Duration,
+    statuses: Iterable[str] = FINISHED,
+    *,
+    now: datetime | None = None,
+    batch_size: int = 1000,
+) -> int:
+    """Delete finished runs (with their steps) that finished more than ``older_than``
+    ago, in batches of ``batch_size``; returns how many runs were deleted.
+
+    >>> purge("30d")  # doctest: +SKIP
+    """
+    wanted = _finished_statuses(statuses)
+    cutoff = (now or clock.current().now()) - parse_duration(older_than)
+    using, total = conf.database(), 0
+    runs = JobRun.objects.using(using)
+    while True:
+        with transaction.atomic(using=using):
+            old = runs.filter(status__in=wanted, finished_at__lt=cutoff, lease_owner="")
+            ids = list(old.order_by("finished_at").values_list("id", flat=True)[:batch_size])
+            if not ids:
+                return total
+            _, deleted = old.filter(id__in=ids).delete()
+        total += deleted.get(JobRun._meta.label, 0)
+
+
+def get_run(run_id: RunId) -> JobRun:
+    """The run with that id, or ``RunNotFound``."""
+    pk = _pk(run_id)
+    run = _rows(pk).first()
+    if run is None:
+        raise RunNotFound(f"no run has the id {pk}")
+    return run
+
+
+def recent_runs(
+    *, statuses: Iterable[str] | None = None, job: str | None = None, limit: int = 20
+) -> list[JobRun]:
+    """The newest ``limit`` runs, optionally only those in ``statuses`` or of ``job``."""
+    runs = JobRun.objects.using(conf.database()).order_by("-created_at")
+    if statuses:
+        runs = runs.filter(status__in=list(statuses))
+    if job:
+        runs = runs.filter(job_name=job)
+    return list(runs.defer("args", "kwargs", "result", "traceback")[:limit])
+
+
+def _pk(run_id: RunId) -> uuid.UUID:
+    if isinstance(run_id, uuid.UUID):
+        return run_id
+    try:
+        return uuid.UUID(str(run_id).strip())
+    except ValueError:
+        raise RunNotFound(f"{run_id!r} is not a run id (run ids are UUIDs)") from None
+
+
+def _rows(pk: uuid.UUID) -> JobRunQuerySet:
+    return JobRun.objects.using(conf.database()).filter(pk=pk)
+
+
+def _changed_or_refuse(pk: uuid.UUID, changed: int, verb: str, rule: str) -> JobRun:
+    """The run after a guarded UPDATE, or why the UPDATE did not apply."""
+    run = get_run(pk)
+    if changed:
+        return run
+    if run.status == RunStatus.CANCELLED and run.lease_owner:
+        raise RunStateError(
+            f"cannot {verb} run {pk} yet: it was cancelled while running and its worker "
+            f"({run.lease_owner}) has not stopped it; try again in a moment"
+        )
+    raise RunStateError(f"cannot {verb} run {pk}: it is {run.status}; {rule}")
+
+
+def _finished_statuses(statuses: Iterable[str]) -> list[str]:
+    wanted = [str(status) for status in statuses]
+    unfinished = [status for status in wanted if status not in FINISHED]
+    if unfinished or not wanted:
+        raise ValueError(
+            f"purge deletes finished runs only ({', '.join(FINISHED)}); got {unfinished or wanted}"
+        )
+    return wanted
+
+
+__all__ = [
+    "RunNotFound",
+    "RunStateError",
+    "RunStatus",
+    "StepNotFound",
+    "cancel",
+    "enqueue",
+    "enqueue_job",
+    "get_run",
+    "purge",
+    "recent_runs",
+    "replay_from",
+    "retry",
+    "wake",
+]

@@ -136,6 +136,7 @@ class Steps:
         record = StepRecord(
             run_id=self.run_id,
             name=name,
+            kind="run",
             status=StepStatus.FAILED,
             started_at=started_at,
             attempts=attempts,
@@ -198,6 +199,7 @@ class Steps:
                 StepRecord(
                     run_id=self.run_id,
                     name=name,
+                    kind="sleep",
                     status=StepStatus.COMPLETED,
                     started_at=now,
                     completed_at=now,
@@ -210,6 +212,7 @@ class Steps:
             StepRecord(
                 run_id=self.run_id,
                 name=name,
+                kind="sleep",
                 status=StepStatus.SLEEPING,
                 started_at=now,
                 wake_at=wake_at,
@@ -246,12 +249,14 @@ class Steps:
         record = StepRecord(
             run_id=self.run_id,
             name=name,
+            kind="wait",
             status=StepStatus.WAITING,
             started_at=started_at,
             attempts=attempts,
             event=event,
             correlation_key=match,
             event_cursor=cursor,
+            deadline=started_at + limit,
         )
         hit = self._events.find(event, match, cursor)
         if hit is not None:
@@ -308,6 +313,7 @@ class Steps:
                 StepRecord(
                     run_id=self.run_id,
                     name=name,
+                    kind="publish",
                     status=StepStatus.COMPLETED,
                     started_at=now,
                     completed_at=now,
@@ -348,10 +354,12 @@ class Steps:
         record = StepRecord(
             run_id=self.run_id,
             name=name,
+            kind="invoke",
             status=StepStatus.WAITING,
             started_at=started_at,
             attempts=attempts,
             correlation_key=child,
+            deadline=started_at + limit,
         )
         outcome = self._children.outcome(child)
         if outcome is not None and outcome.succeeded:

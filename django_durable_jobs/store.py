@@ -41,6 +41,8 @@ _COLUMNS = (
     "error",
     "error_type",
     "traceback",
+    "kind",
+    "deadline",
 )
 
 
@@ -59,6 +61,8 @@ def _columns(record: Record) -> dict[str, Any]:
         "error": error.message if error else "",
         "error_type": error.type if error else "",
         "traceback": error.traceback if error else "",
+        "kind": record.kind,
+        "deadline": record.deadline,
     }
 
 
@@ -79,6 +83,8 @@ def to_record(row: StepRecord) -> Record:
         correlation_key=row.correlation_key,
         event_cursor=row.event_cursor,
         error=error,
+        kind=row.kind,
+        deadline=row.deadline,
     )
 
 
@@ -97,6 +103,8 @@ _INSERT_TYPES = [
     "text",
     "text",
     "text",
+    "text",
+    "timestamptz",
     "uuid",
     "text",
     "text",

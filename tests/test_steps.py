@@ -320,6 +320,7 @@ def test_wait_returns_event_published_after_the_wait_started(h: Harness) -> None
     assert info.value.resume_at == h.clock.now() + timedelta(seconds=30)  # poll < deadline
     waiting = h.record("wait")
     assert waiting.status is StepStatus.WAITING
+    assert waiting.kind == "wait" and waiting.deadline == waiting.started_at + timedelta(days=7)
     assert waiting.event == "order.paid" and waiting.correlation_key == "42"
 
     h.clock.advance("1h")
@@ -429,6 +430,9 @@ def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
         attempt().invoke("child", "jobs.child", 3, key="x", timeout="1h")
     assert info.value.reason == "child"
     [child] = children.started
+    parked = h.record("child")
+    assert parked.kind == "invoke" and parked.correlation_key == child
+    assert parked.deadline == parked.started_at + timedelta(hours=1)
     assert children.started[child] == ("jobs.child", (3,), {"key": "x"})
     with pytest.raises(Suspension):
         attempt().invoke("child", "jobs.child", 3, key="x", timeout="1h")

@@ -59,6 +59,8 @@ def test_put_get_round_trips_every_field(store: StepStore, run_ids: list[str]) -
         correlation_key="42",
         event_cursor=17,
         attempts=3,
+        kind="wait",
+        deadline=T0 + timedelta(days=7),
     )
     store.put(full)
     assert store.get(run_ids[0], "wait") == full

@@ -1,0 +1,40 @@
+"""Small pieces of HTML the admin shows: status badges and escaped, pretty JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import RunStatus, StepStatus
+from ..trace import pretty_json
+
+#: The CSS class of each status's badge (static/django_durable_jobs/timeline.css).
+#: Spelled out, not derived, so that a new status without a badge fails a test.
+BADGES: dict[str, str] = {
+    RunStatus.QUEUED: "djdj-badge--queued",
+    RunStatus.RUNNING: "djdj-badge--running",
+    RunStatus.SLEEPING: "djdj-badge--sleeping",
+    RunStatus.WAITING: "djdj-badge--waiting",
+    RunStatus.SUCCEEDED: "djdj-badge--succeeded",
+    RunStatus.FAILED: "djdj-badge--failed",
+    RunStatus.CANCELLED: "djdj-badge--cancelled",
+    StepStatus.COMPLETED: "djdj-badge--completed",
+}
+
+
+def badge(status: str) -> SafeString:
+    """A coloured status label; an unknown status gets a plain one."""
+    return format_html(
+        '<span class="djdj-badge {}">{}</span>', BADGES.get(status, "djdj-badge--other"), status
+    )
+
+
+def json_block(value: Any) -> SafeString:
+    """``value`` as indented JSON in a ``<pre>``, escaped (a ``<script>`` stays text)."""
+    return format_html('<pre class="djdj-json">{}</pre>', pretty_json(value))
+
+
+def text_block(text: str) -> SafeString | str:
+    return format_html('<pre class="djdj-text">{}</pre>', text) if text else "—"

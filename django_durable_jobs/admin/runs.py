@@ -1,0 +1,361 @@
+"""The runs admin: a read-only list and run page with the step timeline, and the
+operator's verbs (retry, cancel, wake now, replay from a step) as buttons and list
+actions. The verbs are ``runs.py``'s; this module checks permissions, calls them and
+logs each change in the admin's LogEntry."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from .. import clock, runs, trace
+from ..exceptions import DurableJobsError
+from ..models import RUNNABLE, JobRun, RunStatus
+from .display import badge, json_block, text_block
+
+# ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobRun]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
+#: A full or partial run id (the list shows the first 8 characters).
+_ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,35}")
+
+
+@dataclass(frozen=True)
+class Verb:
+    """One thing an operator can do to a run."""
+
+    name: str
+    label: str
+    #: For messages ("2 runs retried.") and the admin's history ("Retried the run").
+    done: str
+    logged: str
+    call: Callable[[uuid.UUID], JobRun]
+    #: Whether the run page offers it for a run (the verb itself has the last word).
+    offered: Callable[[JobRun], bool]
+
+
+VERBS: dict[str, Verb] = {
+    verb.name: verb
+    for verb in (
+        Verb(
+            "retry",
+            "Retry",
+            "retried",
+            "Retried the run",
+            runs.retry,
+            lambda run: (
+                run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and not run.lease_owner
+            ),
+        ),
+        Verb(
+            "cancel",
+            "Cancel",
+            "cancelled",
+            "Cancelled the run",
+            runs.cancel,
+            lambda run: run.status in (*RUNNABLE, RunStatus.RUNNING),
+        ),
+        Verb("wake", "Wake now", "woken", "Woke the run", runs.wake, lambda run: _wakeable(run)),
+    )
+}
+
+
+def _wakeable(run: JobRun) -> bool:
+    if run.status in (RunStatus.SLEEPING, RunStatus.WAITING):
+        return True
+    # A queued run is worth waking only while it is scheduled for later.
+    return run.status == RunStatus.QUEUED and bool(
+        run.wake_at and run.wake_at > clock.current().now()
+    )
+
+
+class JobRunAdmin(_ModelAdmin):
+    list_display = (
+        "short_id",
+        "status_badge",
+        "job_name",
+        "queue",
+        "attempts",
+        "created_at",
+        "duration",
+        "next_wake",
+    )
+    list_display_links = ("short_id",)
+    list_filter = ("status", "job_name", "queue")
+    search_fields = ("job_name", "idempotency_key")
+    search_help_text = "A run id (or its first characters), a job name or an idempotency key."
+    date_hierarchy = "created_at"
+    list_per_page = 50
+    # "12 results (34,567,890 total)" costs a second COUNT over every run.
+    show_full_result_count = False
+    actions = ("retry_runs", "cancel_runs", "wake_runs")
+    readonly_fields = (
+        "id",
+        "job_name",
+        "status_badge",
+        "queue",
+        "priority",
+        "attempts",
+        "idempotency_key",
+        "parent",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "duration",
+        "wake_at",
+        "lease_owner",
+        "lease_expires_at",
+        "args_json",
+        "kwargs_json",
+        "result_json",
+        "error_code",
+        "error_type",
+        "error_text",
+        "traceback_text",
+    )
+
+    # -- permissions: read-only; operating needs the change permission ---------------
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
+        return False  # nothing is edited in a form: the page is a view
+
+    def has_delete_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
+        return False  # `manage.py jobs purge` deletes finished runs
+
+    def has_operate_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
+        """Retry, cancel, wake and replay: the model's change permission."""
+        return super().has_change_permission(request, obj)
+
+    # -- the list --------------------------------------------------------------------
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        request._durable_jobs_list = True  # type: ignore[attr-defined]
+        return super().changelist_view(request, extra_context)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
+        qs = super().get_queryset(request)
+        if getattr(request, "_durable_jobs_list", False):
+            # Arguments, results and tracebacks can be large and the list shows none.
+            qs = qs.defer("args", "kwargs", "result", "error", "traceback")
+        return qs
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[JobRun], search_term: str
+    ) -> tuple[QuerySet[JobRun], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(job_name__icontains=term) | Q(idempotency_key=term)
+        if _ID_PREFIX.fullmatch(term):
+            match |= Q(id__startswith=term.lower())
+        return queryset.filter(match), False
+
+    @admin.display(description="run", ordering="id")
+    def short_id(self, run: JobRun) -> str:
+        return str(run.id)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, run: JobRun) -> SafeString:
+        return badge(run.status)
+
+    @admin.display(description="attempt")
+    def attempts(self, run: JobRun) -> str:
+        return trace.attempts_text(run.attempt, trace.max_attempts(run.job_name))
+
+    @admin.display(description="took")
+    def duration(self, run: JobRun) -> str:
+        took = trace.run_duration(run, clock.current().now())
+        return "—" if took is None else trace.short_duration(took)
+
+    @admin.display(description="next wake", ordering="wake_at")
+    def next_wake(self, run: JobRun) -> Any:
+        return run.wake_at if run.status in RUNNABLE and run.wake_at else "—"
+
+    # -- the run page ----------------------------------------------------------------
+    def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
+        sets: list[tuple[str | None, dict[str, Any]]] = [
+            (
+                None,
+                {
+                    "fields": (
+                        ("id", "status_badge"),
+                        ("job_name", "queue", "priority"),
+                        ("attempts", "idempotency_key", "parent"),
+                    )
+                },
+            ),
+            (
+                "Times",
+                {
+                    "fields": (
+                        ("created_at", "started_at", "finished_at", "duration"),
+                        ("wake_at", "lease_owner", "lease_expires_at"),
+                    )
+                },
+            ),
+            ("Arguments", {"fields": ("args_json", "kwargs_json")}),
+        ]
+        if obj is not None and obj.status == RunStatus.SUCCEEDED:
+            sets.append(("Result", {"fields": ("result_json",)}))
+        if obj is not None and (obj.error or obj.error_code):
+            sets.append(
+                (
+                    "Error",
+                    {"fields": (("error_code", "error_type"), "error_text", "traceback_text")},
+                )
+            )
+        return sets
+
+    @admin.display(description="args")
+    def args_json(self, run: JobRun) -> SafeString:
+        return json_block(run.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_json(self, run: JobRun) -> SafeString:
+        return json_block(run.kwargs)
+
+    @admin.display(description="result")
+    def result_json(self, run: JobRun) -> SafeString:
+        return json_block(run.result)
+
+    @admin.display(description="error")
+    def error_text(self, run: JobRun) -> SafeString | str:
+        return text_block(run.error)
+
+    @admin.display(description="traceback")
+    def traceback_text(self, run: JobRun) -> SafeString | str:
+        if not run.traceback:
+            return "—"
+        return format_html(
+            '<details class="djdj-traceback"><summary>traceback</summary>'
+            '<pre class="djdj-text">{}</pre></details>',
+            run.traceback,
+        )
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: JobRun | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            can_operate = self.has_operate_permission(request, obj)
+            context.update(
+                trace=trace.load(obj),
+                can_operate=can_operate,
+                run_verbs=[
+                    {"label": verb.label, "url": self._verb_url(obj, verb.name)}
+                    for verb in VERBS.values()
+                    if can_operate and verb.offered(obj)
+                ],
+                replay_url=self._verb_url(obj, "replay")
+                if can_operate and obj.status != RunStatus.RUNNING and not obj.lease_owner
+                else None,
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # -- operating: buttons on the run page ------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "<path:object_id>/operate/<str:verb>/",
+                self.admin_site.admin_view(self.operate_view),
+                name=self._url_name("operate"),
+            ),
+            *super().get_urls(),
+        ]
+
+    def _verb_url(self, run: JobRun, verb: str) -> str:
+        return reverse(
+            f"{self.admin_site.name}:{self._url_name('operate')}",
+            kwargs={"object_id": str(run.pk), "verb": verb},
+        )
+
+    def _url_name(self, view: str) -> str:
+        return f"{self.opts.app_label}_{self.opts.model_name}_{view}"
+
+    def operate_view(self, request: HttpRequest, object_id: str, verb: str) -> HttpResponse:
+        """POST only; the admin site's wrapper has checked staff and CSRF already."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        run = self.get_object(request, unquote(object_id))
+        if run is None or (verb not in VERBS and verb != "replay"):
+            raise Http404("no such run or verb")
+        if not self.has_operate_permission(request, run):
+            raise PermissionDenied
+        if verb == "replay":
+            step = request.POST.get("step", "")
+            self._apply(
+                request,
+                run,
+                lambda pk: runs.replay_from(pk, step),
+                f"Replayed from step {step!r}",
+            )
+        else:
+            chosen = VERBS[verb]
+            self._apply(request, run, chosen.call, chosen.logged)
+        return redirect(f"{self.admin_site.name}:{self._url_name('change')}", str(run.pk))
+
+    def _apply(
+        self,
+        request: HttpRequest,
+        run: JobRun,
+        call: Callable[[uuid.UUID], JobRun],
+        message: str,
+        *,
+        quiet: bool = False,
+    ) -> bool:
+        try:
+            changed = call(run.pk)
+        except DurableJobsError as exc:
+            messages.error(request, str(exc))
+            return False
+        self.log_change(request, changed, message)
+        if not quiet:
+            messages.success(request, f"{message}: {changed}.")
+        return True
+
+    # -- operating: list actions -----------------------------------------------------
+    @admin.action(description="Retry the selected runs", permissions=["operate"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        self._apply_all(request, queryset, VERBS["retry"])
+
+    @admin.action(description="Cancel the selected runs", permissions=["operate"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        self._apply_all(request, queryset, VERBS["cancel"])
+
+    @admin.action(description="Wake the selected runs now", permissions=["operate"])
+    def wake_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        self._apply_all(request, queryset, VERBS["wake"])
+
+    def _apply_all(self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Verb) -> None:
+        done = 0
+        for run in queryset.only("id", "job_name", "status"):
+            done += self._apply(request, run, verb.call, verb.logged, quiet=True)
+        if done:
+            messages.success(request, f"{done} run{'s' * (done != 1)} {verb.done}.")
+
+
+__all__ = ["VERBS", "JobRunAdmin", "Verb"]

@@ -1,0 +1,176 @@
+"""``manage.py jobs``: inspect and operate runs from a terminal.
+
+Argument parsing and printing only: the verbs live in ``runs.py``, the trace in
+``trace.py``. Every expected failure (an unknown run, a run in the wrong status,
+malformed JSON, a bad duration) is one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from django_durable_jobs import conf, runs, trace, trace_text
+from django_durable_jobs.events import publish_event
+from django_durable_jobs.exceptions import DurableJobsError
+from django_durable_jobs.models import FINISHED, JobRun, RunStatus
+
+RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
+
+
+class Command(BaseCommand):
+    help = "Inspect and operate runs: show, list, retry, cancel, wake, replay, publish, purge."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+        show = sub.add_parser("show", help="A run's trace: one line per step.")
+        show.add_argument("run_id", metavar="RUN_ID")
+        show.add_argument("--json", action="store_true", help="Print the trace as JSON.")
+
+        listing = sub.add_parser("list", help="The newest runs.")
+        listing.add_argument(
+            "--status", action="append", choices=RunStatus.values, help="Repeatable."
+        )
+        listing.add_argument("--job", metavar="JOB", help="Only runs of this job.")
+        listing.add_argument("--limit", type=int, default=20, metavar="N", help="Default 20.")
+
+        for verb, text in (
+            ("retry", "Run a failed or cancelled run again (completed steps replay)."),
+            ("cancel", "Cancel a queued, sleeping, waiting or running run."),
+            ("wake", "Make a sleeping, waiting or scheduled run runnable now."),
+        ):
+            sub.add_parser(verb, help=text).add_argument("run_id", metavar="RUN_ID")
+
+        replay = sub.add_parser("replay", help="Forget a step and the steps after it; run again.")
+        replay.add_argument("run_id", metavar="RUN_ID")
+        replay.add_argument("step", metavar="STEP")
+
+        publish = sub.add_parser(
+            "publish", help="Publish an event (wakes the runs waiting for it)."
+        )
+        publish.add_argument("event", metavar="EVENT")
+        publish.add_argument("--key", default=None, metavar="K")
+        publish.add_argument("--payload", default=None, metavar="JSON")
+
+        purge = sub.add_parser("purge", help="Delete finished runs and their steps.")
+        purge.add_argument("--older-than", required=True, metavar="D", help='e.g. "30d".')
+        purge.add_argument(
+            "--status",
+            action="append",
+            choices=list(FINISHED),
+            help="Repeatable. Default: succeeded, failed and cancelled.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        actions: dict[str, Callable[[dict[str, Any]], None]] = {
+            "show": self.show,
+            "list": self.list_runs,
+            "retry": self.verb,
+            "cancel": self.verb,
+            "wake": self.verb,
+            "replay": self.verb,
+            "publish": self.publish,
+            "purge": self.purge,
+        }
+        try:
+            actions[options["action"]](options)
+        except (DurableJobsError, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+
+    # -- reading ---------------------------------------------------------------------
+    def show(self, options: dict[str, Any]) -> None:
+        shown = trace.load(runs.get_run(options["run_id"]))
+        if options["json"]:
+            self.stdout.write(json.dumps(trace_text.as_json(shown), indent=2, ensure_ascii=False))
+            return
+        for line in trace_text.summary_lines(shown):
+            self.stdout.write(line)
+        self.stdout.write("")
+        if not shown.steps:
+            self.stdout.write("no steps recorded yet")
+            return
+        table = trace_text.text_table(
+            trace_text.STEP_HEADERS,
+            [trace_text.step_cells(row) for row in shown.steps],
+            paint=self.paint,
+            status_column=2,
+        )
+        for line in table:
+            self.stdout.write(line)
+
+    def list_runs(self, options: dict[str, Any]) -> None:
+        if options["limit"] < 1:
+            raise CommandError("--limit must be at least 1")
+        found = runs.recent_runs(
+            statuses=options["status"], job=options["job"], limit=options["limit"]
+        )
+        if not found:
+            self.stdout.write("no runs")
+            return
+        for line in trace_text.text_table(
+            RUN_HEADERS, [self.run_cells(run) for run in found], paint=self.paint, status_column=2
+        ):
+            self.stdout.write(line)
+
+    @staticmethod
+    def run_cells(run: JobRun) -> tuple[str, ...]:
+        return (
+            str(run.id),
+            run.job_name,
+            run.status,
+            trace.attempts_text(run.attempt, trace.max_attempts(run.job_name)),
+            run.queue,
+            trace.stamp(run.created_at),
+            trace.stamp(run.wake_at) if run.status not in FINISHED else "",
+            run.error_code,
+        )
+
+    # -- operating -------------------------------------------------------------------
+    def verb(self, options: dict[str, Any]) -> None:
+        action, run_id = options["action"], options["run_id"]
+        if action == "replay":
+            run = runs.replay_from(run_id, options["step"])
+            done = f"replaying from step {options['step']!r}"
+        else:
+            run = {"retry": runs.retry, "cancel": runs.cancel, "wake": runs.wake}[action](run_id)
+            done = {"retry": "retried", "cancel": "cancelled", "wake": "woken"}[action]
+        if action == "cancel" and run.lease_owner:
+            done += f" (its worker {run.lease_owner} stops it at its next step)"
+        self.stdout.write(self.style.SUCCESS(f"run {run.id} {done}: now {run.status}"))
+
+    def publish(self, options: dict[str, Any]) -> None:
+        payload: Any = None
+        if options["payload"] is not None:
+            try:
+                payload = json.loads(options["payload"])
+            except json.JSONDecodeError as exc:
+                raise CommandError(f"--payload is not valid JSON: {exc}") from None
+        # The waiting runs are woken when this transaction commits.
+        with transaction.atomic(using=conf.database()):
+            event = publish_event(options["event"], payload, key=options["key"])
+        key = f" key={event.key}" if event.key is not None else ""
+        self.stdout.write(self.style.SUCCESS(f"published {event.name}{key} as event #{event.id}"))
+
+    def purge(self, options: dict[str, Any]) -> None:
+        count = runs.purge(options["older_than"], options["status"] or FINISHED)
+        self.stdout.write(f"deleted {count} run{'s' * (count != 1)} and their steps")
+
+    # -- output ----------------------------------------------------------------------
+    def paint(self, status: str, text: str) -> str:
+        """Colour a status cell (``self.style`` is plain when stdout is not a terminal)."""
+        styles = {
+            "completed": self.style.SUCCESS,
+            "succeeded": self.style.SUCCESS,
+            "failed": self.style.ERROR,
+            "cancelled": self.style.NOTICE,
+            "sleeping": self.style.WARNING,
+            "waiting": self.style.WARNING,
+            "running": self.style.HTTP_INFO,
+        }
+        style = styles.get(status)
+        return style(text) if style is not None else text
