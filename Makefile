@@ -93,3 +93,33 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench:
 	$(CLEAN_ENV) .venv/py312-dj61/bin/python benchmarks/run.py $(BENCH_ARGS)
+
+# The example project (example_project/; README "Five minutes with the example"), in its
+# own light virtualenv (Django, django-environ, psycopg): nothing to compile. Both targets
+# use the SQLite file example.sqlite3, or the database DATABASE_URL names.
+#   make demo               the onboarding flow end to end with a real worker, then exit 0
+#   make run [SUPERUSER=1]  a worker and runserver together (SUPERUSER=1: admin / admin)
+DEMO_PYTHON ?= python3
+DEMO_VENV := .venv/demo
+DEMO_MANAGE = env -u DJANGO_SETTINGS_MODULE $(DEMO_VENV)/bin/python manage.py
+RUN_ADDR ?= 127.0.0.1:8000
+SUPERUSER ?=
+.PHONY: demo run
+demo: $(DEMO_VENV)/.installed
+	$(DEMO_MANAGE) migrate --noinput
+	$(DEMO_MANAGE) demo
+
+run: $(DEMO_VENV)/.installed
+	$(DEMO_MANAGE) migrate --noinput
+	$(if $(filter 1 yes true,$(SUPERUSER)),$(DEMO_MANAGE) demo_superuser)
+	@echo "== worker + runserver: http://$(RUN_ADDR)/admin/ (Ctrl-C stops both) =="
+	@trap 'kill $$worker 2>/dev/null || true; wait $$worker 2>/dev/null || true' EXIT; \
+	$(DEMO_MANAGE) runjobs & worker=$$!; \
+	$(DEMO_MANAGE) runserver $(RUN_ADDR)
+
+$(DEMO_VENV)/.installed: pyproject.toml
+	@echo "== demo / venv =="
+	test -x $(DEMO_VENV)/bin/python || $(DEMO_PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install $(PIP_FLAGS) -e ".[example]"
+	@$(DEMO_VENV)/bin/python -c 'import django, sys; print("demo: Python %s, Django %s" % (sys.version.split()[0], django.get_version()))'
+	@touch $@

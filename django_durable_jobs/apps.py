@@ -21,9 +21,12 @@ class DurableJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, conf, registry
+        from . import backends, checks, conf, registry
 
         del checks  # registers the system checks on import
         connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
         if conf.get("AUTODISCOVER"):
             registry.autodiscover()
+        # The jobs of django.tasks backends (Django >= 6.0; a no-op before): a worker
+        # must know them although it never enqueues a task itself.
+        backends.install()

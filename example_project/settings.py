@@ -1,11 +1,15 @@
 """Settings for the example project: a playground for the admin and ``runjobs``.
 
 Configuration comes from the environment (and an optional ``.env`` file next to
-``manage.py``), e.g. ``DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_jobs``.
+``manage.py``): ``DATABASE_URL`` (default: the SQLite file ``example.sqlite3``;
+``postgres://postgres@127.0.0.1:5432/durable_jobs`` for PostgreSQL), ``DEMO_SLEEP``
+(how long onboarding lets a customer look around, default ``2s``), ``DEMO_FLAKY``
+(the first attempt to send a receipt fails, default off), ``EMAIL_BACKEND``.
 """
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -26,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_durable_jobs",
+    "example_project.shop",
 ]
 
 MIDDLEWARE = [
@@ -75,4 +80,18 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "INFO"},
 }
 
-DURABLE_JOBS: dict[str, object] = {}
+_email_backend = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+if django.VERSION >= (6, 1):  # mail is configured through MAILERS from Django 6.1 on
+    MAILERS = {"default": {"BACKEND": _email_backend}}
+else:
+    EMAIL_BACKEND = _email_backend
+DEFAULT_FROM_EMAIL = "shop@example.com"
+
+# The shop's onboarding flow (example_project/shop/jobs.py).
+SHOP_LOOK_AROUND = env.str("DEMO_SLEEP", default="2s")
+SHOP_FLAKY_MAIL = env.bool("DEMO_FLAKY", default=False)
+
+DURABLE_JOBS: dict[str, object] = {
+    # SQLite cannot wake a worker (PostgreSQL does, with LISTEN/NOTIFY): poll often.
+    "POLL_INTERVAL": env.str("JOBS_POLL_INTERVAL", default="250ms"),
+}

@@ -8,6 +8,7 @@ tests spawn separate processes that must see the same database.
 import os
 from pathlib import Path
 
+import django
 import environ
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -31,6 +32,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_durable_jobs",
     "tests.testapp",
+    # The example project's shop, tested with django_durable_jobs.testing.
+    "example_project.shop",
 ]
 
 _default_db = environ.Env.db_url_config(
@@ -104,6 +107,20 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
+}
+
+# Django 6.1 configures mail through MAILERS (the test runner makes it locmem anyway).
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+
+# django.tasks (Django >= 6.0; ignored by 5.2): tasks run as durable runs.
+TASKS = {
+    "default": {
+        "BACKEND": "django_durable_jobs.backends.DurableJobsBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"retries": 1, "backoff": "10s"},
+    },
+    "other": {"BACKEND": "django_durable_jobs.backends.DurableJobsBackend", "QUEUES": []},
 }
 
 DURABLE_JOBS: dict[str, object] = {}

@@ -91,4 +91,4 @@ def cancelled_midway(ctx: Any) -> None:
 
 
 # Jobs of other test modules register when this module is autodiscovered.
-from . import event_jobs, worker_jobs  # noqa: E402,F401
+from . import admin_jobs, event_jobs, worker_jobs  # noqa: E402,F401

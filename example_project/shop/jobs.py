@@ -1,0 +1,82 @@
+"""The shop's durable flows: onboarding a customer, and sending an order's receipt.
+
+``onboarding`` welcomes a new customer, lets them look around for a while
+(``DEMO_SLEEP``, "2s" in the demo; days in real life), then waits up to a week
+for their first paid order. A paid order is published as ``order.paid`` by
+``publish_on`` (see ``apps.py``); the run resumes and invokes ``shop.receipt`` as
+a child run. Without an order within the week, it sends a nudge instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import send_mail
+
+from django_durable_jobs import job
+
+from .models import Customer, Order
+
+log = logging.getLogger(__name__)
+
+
+# -- steps: plain functions, each run once per run (their results are stored) ----------
+
+
+def load_customer(customer_id: int) -> dict[str, Any]:
+    customer = Customer.objects.get(pk=customer_id)
+    return {"id": customer.pk, "name": customer.name, "email": customer.email}
+
+
+def send_welcome(customer: dict[str, Any]) -> str:
+    return _mail(customer["email"], "Welcome to the shop", f"Hello {customer['name']}!")
+
+
+def send_nudge(customer: dict[str, Any]) -> str:
+    return _mail(customer["email"], "Still looking?", "Here is 10% off your first order.")
+
+
+def load_order(order_id: int) -> dict[str, Any]:
+    order = Order.objects.select_related("customer").get(pk=order_id)
+    return {"id": order.pk, "total": str(order.total), "email": order.customer.email}
+
+
+def send_receipt(order: dict[str, Any], attempt: int) -> str:
+    if getattr(settings, "SHOP_FLAKY_MAIL", False) and attempt == 1:
+        # DEMO_FLAKY=1: the mail server is down for the first attempt. The run is
+        # retried after a backoff; "load-order" is replayed, not run again.
+        raise ConnectionError("mail server unavailable (DEMO_FLAKY: first attempt fails)")
+    return _mail(order["email"], f"Receipt for order #{order['id']}", f"Paid: {order['total']}")
+
+
+def _mail(to: str, subject: str, body: str) -> str:
+    send_mail(subject, body, None, [to])
+    log.info("mail sent to %s: %s", to, subject)
+    return f"{subject} -> {to}"
+
+
+# -- jobs ------------------------------------------------------------------------------
+
+
+@job(name="shop.receipt", retries=5, backoff="1s")
+def receipt(ctx: Any, order_id: int) -> dict[str, Any]:
+    order = ctx.step.run("load-order", load_order, order_id)
+    sent = ctx.step.run("send-receipt", send_receipt, order, ctx.attempt)
+    return {"order_id": order["id"], "sent": sent}
+
+
+@job(name="shop.onboarding", retries=3, backoff="1s", timeout="10m")
+def onboarding(ctx: Any, customer_id: int) -> dict[str, Any]:
+    customer = ctx.step.run("load-customer", load_customer, customer_id)
+    ctx.step.run("send-welcome", send_welcome, customer)
+    ctx.step.sleep("look-around", getattr(settings, "SHOP_LOOK_AROUND", "3d"))
+    order = ctx.step.wait_for_event(
+        "wait-order", "order.paid", match=str(customer_id), timeout="7d"
+    )
+    if order is None:
+        ctx.step.run("nudge", send_nudge, customer)
+        return {"ordered": False}
+    sent = ctx.step.invoke("receipt", receipt, order["order_id"], timeout="1h")
+    return {"ordered": True, "order_id": order["order_id"], "receipt": sent}

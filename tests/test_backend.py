@@ -1,0 +1,394 @@
+"""The django.tasks backend: tasks become durable runs (Django >= 6.0).
+
+Tasks live in tests/testapp/tasks.py; TASKS in tests/settings.py configures two
+aliases of DurableJobsBackend ("default" with retries=1, "other" with any queue).
+Runs execute inline (django_durable_jobs.testing) except in the one test that
+starts a real ``runjobs`` process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import django
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+
+from django_durable_jobs import InvalidPayload, signals
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from django_durable_jobs.testing import InlineJobs
+from tests.testapp import jobs as testjobs
+
+HAS_TASKS = django.VERSION >= (6, 0)
+needs_tasks = pytest.mark.skipif(not HAS_TASKS, reason="django.tasks needs Django 6.0 or newer")
+
+if HAS_TASKS:
+    from django.tasks import TaskContext, TaskResultStatus, task, task_backends
+    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    from django_durable_jobs.backends import DurableJobsBackend, install, steps
+    from django_durable_jobs.registry import get_job, unregister
+    from tests.testapp import tasks
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(HAS_TASKS, reason="Django 5.2 only: there is no django.tasks to test")
+@pytest.mark.django_db
+def test_on_django_5_the_backend_imports_and_says_it_needs_django_6() -> None:
+    from django_durable_jobs import backends
+
+    assert backends.HAS_TASKS is False
+    with pytest.raises(ImproperlyConfigured, match=r"needs Django 6\.0 or newer"):
+        backends.DurableJobsBackend("default", {})
+
+
+# -- everything below: Django >= 6.0 -------------------------------------------------
+
+
+@pytest.fixture
+def jobs() -> Iterator[InlineJobs]:
+    with InlineJobs() as inline:
+        yield inline
+
+
+@pytest.fixture
+def sent() -> Iterator[list[tuple[str, Any, Any, Any]]]:
+    """(signal, sender, task_result, its status then) of every django.tasks signal sent."""
+    received: list[tuple[str, Any, Any, Any]] = []
+    receivers = {}
+    for name, signal in (
+        ("enqueued", task_enqueued),
+        ("started", task_started),
+        ("finished", task_finished),
+    ):
+
+        def receiver(sender: Any, task_result: Any, _name: str = name, **kwargs: Any) -> None:
+            received.append((_name, sender, task_result, task_result.status))
+
+        receivers[name] = receiver
+        signal.connect(receiver)
+    yield received
+    task_enqueued.disconnect(receivers["enqueued"])
+    task_started.disconnect(receivers["started"])
+    task_finished.disconnect(receivers["finished"])
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_enqueue_writes_a_queued_run_and_sends_task_enqueued(
+    jobs: InlineJobs, sent: list[Any]
+) -> None:
+    result = tasks.add.enqueue(2, b=3)
+    run = JobRun.objects.get(pk=result.id)
+    assert run.job_name == "django.tasks:default" and run.status == RunStatus.QUEUED
+    assert run.kwargs == {
+        "task": "tests.testapp.tasks.add",
+        "args": [2],
+        "kwargs": {"b": 3},
+        "run_after": None,
+    }
+    assert result.status == TaskResultStatus.READY and result.backend == "default"
+    assert result.enqueued_at == run.created_at == jobs.now
+    assert result.started_at is None and result.finished_at is None and result.worker_ids == []
+    assert (result.args, result.kwargs) == ([2], {"b": 3})
+    assert [(name, sender) for name, sender, _, _ in sent] == [("enqueued", DurableJobsBackend)]
+    assert sent[0][2].id == result.id
+    assert testjobs.CALLS["tasks.add"] == 0  # nothing runs before a worker claims it
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_task_runs_as_a_run_and_get_result_matches_it(jobs: InlineJobs, sent: list[Any]) -> None:
+    result = tasks.add.enqueue(2, 3)
+    jobs.advance("1s")
+    fetched = tasks.add.get_result(result.id)
+    run = JobRun.objects.get(pk=result.id)
+    assert run.status == RunStatus.SUCCEEDED and run.result == 5
+    assert fetched.status == TaskResultStatus.SUCCESSFUL and fetched.return_value == 5
+    assert fetched.started_at == run.started_at == jobs.now
+    assert fetched.finished_at == run.finished_at == jobs.now
+    assert fetched.last_attempted_at == jobs.now
+    assert fetched.worker_ids == ["inline-test-worker"] and fetched.attempts == 1
+    assert fetched.errors == []
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+    names = [(name, status) for name, _, _, status in sent]
+    assert names == [
+        ("enqueued", TaskResultStatus.READY),
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.SUCCESSFUL),
+    ]
+    assert sent[1][2].worker_ids == ["inline-test-worker"]
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_queue_priority_and_run_after_carry_over_to_the_run(jobs: InlineJobs) -> None:
+    later = jobs.now + timedelta(minutes=5)
+    result = tasks.send_email.using(run_after=later).enqueue("ada@example.com")
+    run = JobRun.objects.get(pk=result.id)
+    assert (run.queue, run.priority, run.wake_at) == ("emails", 10, later)
+    assert result.task.queue_name == "emails" and result.task.run_after == later
+    assert jobs.drain() == 0  # deferred: not runnable yet
+    jobs.advance("5m")
+    fetched = tasks.send_email.get_result(result.id)
+    assert fetched.return_value == "hi -> ada@example.com"
+    assert fetched.task.run_after == later and fetched.task.priority == 10
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_higher_priority_runs_first(jobs: InlineJobs) -> None:
+    low = tasks.add.enqueue(1, 1)
+    high = tasks.add.using(priority=50).enqueue(2, 2)
+    jobs.drain()
+    # Worker steps are written as each run starts: their ids give the execution order.
+    order = StepRecord.objects.filter(name="django.tasks:worker:1").order_by("id")
+    assert [str(step.run_id) for step in order] == [high.id, low.id]
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_failing_task_is_retried_then_fails_with_its_errors(
+    jobs: InlineJobs, sent: list[Any]
+) -> None:
+    result = tasks.fails.enqueue("bad input")
+    jobs.drain()
+    retrying = tasks.fails.get_result(result.id)
+    assert retrying.status == TaskResultStatus.READY  # ready to be executed again
+    assert [error.exception_class for error in retrying.errors] == [ValueError]
+    assert "bad input" in retrying.errors[0].traceback
+    jobs.advance("10s")  # the backoff (OPTIONS: retries=1, backoff=10s)
+    failed = tasks.fails.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED and failed.finished_at == jobs.now
+    assert failed.errors[0].exception_class_path == "builtins.ValueError"
+    assert failed.worker_ids == ["inline-test-worker"] * 2 and failed.attempts == 2
+    assert testjobs.CALLS["tasks.fails"] == 2
+    with pytest.raises(ValueError, match="Task failed"):
+        failed.return_value  # noqa: B018
+    signals = [(name, status) for name, _, _, status in sent]
+    assert signals == [
+        ("enqueued", TaskResultStatus.READY),
+        ("started", TaskResultStatus.RUNNING),
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+    ]
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_task_with_context_uses_durable_steps(jobs: InlineJobs, sent: list[Any]) -> None:
+    result = tasks.durable.enqueue(7)
+    jobs.drain()
+    sleeping = tasks.durable.get_result(result.id)
+    assert JobRun.objects.get(pk=result.id).status == RunStatus.SLEEPING
+    assert sleeping.status == TaskResultStatus.RUNNING
+    jobs.advance("1h")
+    done = tasks.durable.get_result(result.id)
+    assert done.return_value == {
+        "charged": "charge-7",
+        "confirmed": "confirm-7",
+        "attempt": 1,
+        "result_id": result.id,
+    }
+    assert testjobs.CALLS["charge-7"] == 1  # replayed after the sleep, not run again
+    run = JobRun.objects.get(pk=result.id)
+    assert [step.name for step in jobs.steps(run)] == [
+        "django.tasks:worker:1",
+        "charge",
+        "settle",
+        "confirm",
+    ]
+    # One attempt: started once, although it executed twice (before and after the sleep).
+    assert [name for name, _, _, _ in sent] == ["enqueued", "started", "finished"]
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_retried_task_replays_its_completed_steps(jobs: InlineJobs) -> None:
+    result = tasks.flaky.enqueue()
+    jobs.drain()
+    jobs.advance("10s")
+    done = tasks.flaky.get_result(result.id)
+    assert done.return_value == 2 and done.attempts == 2
+    assert testjobs.CALLS["flaky-before"] == 1
+    assert done.errors == []  # errors describe the failure of a failed or retrying run
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_return_value_that_is_not_json_fails_the_run(jobs: InlineJobs) -> None:
+    result = tasks.not_json.enqueue()
+    jobs.drain()
+    failed = tasks.not_json.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class_path.endswith("StepOutputInvalid")
+    assert JobRun.objects.get(pk=result.id).error_code == "X_STEP_OUTPUT_INVALID"
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_cancelled_run_is_a_failed_task(jobs: InlineJobs, sent: list[Any]) -> None:
+    result = tasks.add.enqueue(1, 2)
+    JobRun.objects.filter(pk=result.id).update(status=RunStatus.CANCELLED, error_code="X")
+    run = JobRun.objects.get(pk=result.id)
+    signals.run_cancelled.send(sender=JobRun, run=run)  # as runs.cancel does
+    cancelled = tasks.add.get_result(result.id)
+    assert cancelled.status == TaskResultStatus.FAILED and cancelled.is_finished
+    assert cancelled.errors[0].exception_class_path.endswith("RunCancelled")
+    assert [(name, status) for name, _, _, status in sent] == [
+        ("enqueued", TaskResultStatus.READY),
+        ("finished", TaskResultStatus.FAILED),
+    ]
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_task_whose_module_is_gone_fails_with_job_unknown(jobs: InlineJobs) -> None:
+    result = tasks.add.enqueue(1, 2)
+    run = JobRun.objects.get(pk=result.id)
+    JobRun.objects.filter(pk=run.pk).update(kwargs={**run.kwargs, "task": "tests.testapp.gone"})
+    jobs.drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_UNKNOWN"
+    assert "tests.testapp.gone" in run.error and "cannot be imported" in run.error
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_each_alias_has_its_own_job_and_results(jobs: InlineJobs) -> None:
+    result = tasks.elsewhere.enqueue()
+    run = JobRun.objects.get(pk=result.id)
+    assert run.job_name == "django.tasks:other" and run.queue == "anything"
+    assert result.backend == "other"
+    jobs.drain()
+    assert tasks.elsewhere.get_result(result.id).return_value == "other backend"
+    with pytest.raises(TaskResultDoesNotExist):  # a run of another alias
+        task_backends["default"].get_result(result.id)
+
+
+@needs_tasks
+@pytest.mark.django_db
+@pytest.mark.parametrize("result_id", ["not-a-uuid", str(uuid.uuid4()), ""])
+def test_get_result_of_an_unknown_id_raises(result_id: str) -> None:
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(result_id)
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_get_result_of_a_plain_job_run_raises() -> None:
+    from tests.testapp.jobs import noop
+
+    run = noop.enqueue()
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(str(run.id))
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_arguments_must_be_json_and_nothing_is_written() -> None:
+    with pytest.raises(InvalidPayload, match=r"task 'tests\.testapp\.tasks\.add'"):
+        tasks.add.enqueue({1, 2}, 3)  # type: ignore[arg-type]
+    assert not JobRun.objects.exists()
+
+
+@needs_tasks
+def test_validate_task_follows_django() -> None:
+    async def coroutine() -> None:
+        return None
+
+    def no_context(order_id: int) -> None:
+        return None
+
+    with pytest.raises(InvalidTask, match="not valid"):
+        tasks.add.using(queue_name="nope")
+    with pytest.raises(InvalidTask, match="priority"):
+        tasks.add.using(priority=101)
+    with pytest.raises(InvalidTask, match="module level"):
+        task(no_context)
+    with pytest.raises(InvalidTask, match="aware"):
+        tasks.add.using(run_after=django.utils.timezone.now().replace(tzinfo=None))
+    with pytest.raises(InvalidTask, match="longer than 100"):
+        tasks.elsewhere.using(queue_name="q" * 101)
+    backend = task_backends["default"]
+    assert backend.supports_defer and backend.supports_priority and backend.supports_get_result
+    assert not backend.supports_async_task  # tasks run in the worker's main thread
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_task_that_cannot_be_imported_by_its_path_is_refused() -> None:
+    from tests.testapp.jobs import effect
+
+    with pytest.raises(InvalidTask, match="cannot be imported by that path"):
+        task(effect).enqueue("x")  # tests.testapp.jobs.effect is the function, not the Task
+    assert not JobRun.objects.exists()
+
+
+@needs_tasks
+def test_options_are_the_job_policy_and_unknown_options_fail() -> None:
+    assert get_job("django.tasks:default").retries == 1
+    assert get_job("django.tasks:other").retries is None  # DURABLE_JOBS["RETRIES"]
+    with pytest.raises(InvalidTaskBackend, match="unknown option"):
+        DurableJobsBackend("broken", {"OPTIONS": {"retry": 3}})
+
+
+@needs_tasks
+def test_steps_of_a_plain_context_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="takes_context=True"):
+        steps(TaskContext(task_result=None))  # type: ignore[arg-type]
+
+
+@needs_tasks
+def test_install_registers_the_job_of_every_alias() -> None:
+    unregister("django.tasks:other")
+    install()
+    assert get_job("django.tasks:other").fn.__name__ == "run_task"
+
+
+@needs_tasks
+def test_check_says_when_the_app_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.apps import apps
+
+    backend = task_backends["default"]
+    assert backend.check() == []
+    monkeypatch.setattr(apps, "is_installed", lambda name: False)
+    assert [message.id for message in backend.check()] == ["django_durable_jobs.E040"]
+
+
+@needs_tasks
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_process_executes_an_enqueued_task() -> None:
+    result = tasks.send_email.enqueue("grace@example.com", subject="welcome")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DURABLE_JOBS_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "runjobs", "--burst", "--worker-id", "task-worker"],
+        cwd=REPO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    fetched = tasks.send_email.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL, done.stderr
+    assert fetched.return_value == "welcome -> grace@example.com"
+    assert fetched.worker_ids == ["task-worker"]

@@ -1,0 +1,62 @@
+"""django.tasks tasks for tests/test_backend.py (Django >= 6.0 only: not autodiscovered)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.tasks import TaskContext, task
+
+from django_durable_jobs.backends import DurableTaskContext, steps
+
+from .jobs import CALLS, effect
+
+
+@task
+def add(a: int, b: int) -> int:
+    CALLS["tasks.add"] += 1
+    return a + b
+
+
+@task(queue_name="emails", priority=10)
+def send_email(to: str, *, subject: str = "hi") -> str:
+    CALLS["tasks.send_email"] += 1
+    return f"{subject} -> {to}"
+
+
+@task
+def fails(message: str) -> None:
+    CALLS["tasks.fails"] += 1
+    raise ValueError(message)
+
+
+@task(takes_context=True)
+def durable(context: TaskContext[Any, Any], order_id: int) -> dict[str, Any]:
+    step = steps(context)  # typed: the context is a DurableTaskContext
+    assert isinstance(context, DurableTaskContext)
+    charged = step.run("charge", effect, f"charge-{order_id}", context.run_id)
+    step.sleep("settle", "1h")
+    confirmed = context.step.run("confirm", effect, f"confirm-{order_id}", context.run_id)
+    return {
+        "charged": charged,
+        "confirmed": confirmed,
+        "attempt": context.attempt,
+        "result_id": context.task_result.id,
+    }
+
+
+@task(takes_context=True)
+def flaky(context: TaskContext[Any, Any]) -> int:
+    steps(context).run("before", effect, "flaky-before")
+    if context.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return context.attempt
+
+
+@task(backend="other", queue_name="anything")
+def elsewhere() -> str:
+    return "other backend"
+
+
+@task
+def not_json() -> object:
+    return {1, 2}
