@@ -71,24 +71,41 @@ class Worker:
         self._pending: Pending | None = None
 
     # -- signals ---------------------------------------------------------------
+    # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
+    # supervisor forwards SIGUSR1 (drain) and SIGUSR2 (abandon) instead, so a child
+    # that also got the signal directly (Ctrl-C reaches the whole process group,
+    # systemd signals the whole cgroup) does not count one stop request twice.
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_drain)
+        signal.signal(signal.SIGUSR2, self._on_abandon)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals == 1:
-            log.info(
-                "worker %s: stopping (signal %s): finishing the run in hand",
-                self.options.worker_id,
-                signal.Signals(signum).name,
-            )
-            self.stop()
-            drain = self.options.drain_timeout.total_seconds()
-            timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGTERM))
-            timer.daemon = True
-            timer.start()
+            self._drain(signal.Signals(signum).name)
+        else:
+            self._abandon()
+
+    def _on_drain(self, signum: int, frame: FrameType | None) -> None:
+        self._drain("SIGUSR1 from the supervisor")
+
+    def _on_abandon(self, signum: int, frame: FrameType | None) -> None:
+        self._abandon()
+
+    def _drain(self, why: str) -> None:
+        if self.stopping.is_set():
             return
+        log.info("worker %s: stopping (%s): finishing the run in hand", self.options.worker_id, why)
+        self.stop()
+        drain = self.options.drain_timeout.total_seconds()
+        timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGUSR2))
+        timer.daemon = True
+        timer.start()
+
+    def _abandon(self) -> None:
+        self.stopping.set()
         if self._in_hand is not None:
             raise StopNow()
 
@@ -332,9 +349,10 @@ class _Supervisor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
         self.stopping = True
+        forward = signal.SIGUSR1 if self.signals == 1 else signal.SIGUSR2
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, forward)
 
     def _spawn(self, slot: int) -> None:
         connections.close_all()  # never share a connection across fork

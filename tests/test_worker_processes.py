@@ -307,7 +307,7 @@ def test_sigterm_finishes_the_run_in_hand_and_exits_0(workers: Workers) -> None:
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED and run.attempt == 1 and run.result == 2.0
     assert effects(run) == {"sleeper-started": 1, "sleeper-done": 1}
-    assert "stopping (signal SIGTERM)" in worker.log()
+    assert "stopping (SIGTERM)" in worker.log()
 
 
 def test_sigterm_past_the_drain_timeout_releases_the_run(workers: Workers) -> None:
@@ -326,6 +326,25 @@ def test_sigterm_past_the_drain_timeout_releases_the_run(workers: Workers) -> No
     assert run.lease_owner == "" and run.lease_expires_at is None
     assert effects(run) == {"sleeper-started": 1}
     assert not StepRecord.objects.filter(run=run, status=StepStatus.COMPLETED).exists()
+
+
+def test_sigterm_to_the_whole_process_group_drains_once(workers: Workers) -> None:
+    # systemd (KillMode=control-group) and Ctrl-C signal every process: each child gets
+    # SIGTERM directly and again, as SIGUSR1, from its supervisor. That is one stop.
+    worker = workers.start("group", "--concurrency", "2", "--drain-timeout", "20s")
+    workers.wait_started(worker, processes=2)
+    run = worker_jobs.sleeper.enqueue(2)
+    wait_until(
+        lambda: effects(run)["sleeper-started"] >= 1,
+        timeout=30,
+        what="the step to start",
+        workers=[worker],
+    )
+    os.killpg(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(timeout=25) == 0
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED  # drained, not released
+    assert effects(run) == {"sleeper-started": 1, "sleeper-done": 1}
 
 
 # -- job timeout ------------------------------------------------------------------------------
