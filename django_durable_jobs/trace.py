@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils import timezone
-
 from . import clock
+from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
 from .models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from .registry import all_jobs
 
-#: Outputs longer than this (as pretty JSON) are cut in the admin and the terminal.
-JSON_LIMIT = 20_000
+__all__ = ["JSON_LIMIT", "clip", "pretty_json", "short_duration", "stamp"]
 
 
 @dataclass(frozen=True)
@@ -299,47 +297,3 @@ class _Axis:
         return tuple(
             Tick(100 * i / count, "+" + short_duration(span * i / count)) for i in range(count + 1)
         )
-
-
-def short_duration(value: timedelta) -> str:
-    """A duration for people, at most two units: ``"250ms"``, ``"1.5s"``, ``"3m20s"``,
-    ``"1h30m"``, ``"3d4h"``."""
-    seconds = value.total_seconds()
-    if seconds < 0:
-        return "-" + short_duration(-value)
-    if seconds < 1:
-        return f"{round(seconds * 1000)}ms"
-    if seconds < 10:
-        return f"{seconds:.1f}s".replace(".0s", "s")
-    whole = round(seconds)
-    for big, big_size, small, small_size in (
-        ("d", 86_400, "h", 3_600),
-        ("h", 3_600, "m", 60),
-        ("m", 60, "s", 1),
-    ):
-        if whole >= big_size:
-            count, rest = divmod(whole, big_size)
-            part = rest // small_size
-            return f"{count}{big}{part}{small}" if part else f"{count}{big}"
-    return f"{whole}s"
-
-
-def stamp(when: datetime | None) -> str:
-    """A time in the current time zone, to the second."""
-    if when is None:
-        return ""
-    return timezone.localtime(when).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def pretty_json(value: Any, *, limit: int = JSON_LIMIT) -> str:
-    """Indented JSON, cut after ``limit`` characters (the caller escapes it)."""
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
-    if len(text) > limit:
-        text = f"{text[:limit]}\n… ({len(text) - limit} more characters)"
-    return text
-
-
-def clip(text: str, most: int) -> str:
-    """``text`` on one line, cut to ``most`` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= most else text[: most - 1] + "…"
