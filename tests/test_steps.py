@@ -15,6 +15,7 @@ from django_durable_jobs.exceptions import (
     StepOutputInvalid,
     Suspension,
 )
+from django_durable_jobs.memory import MemoryChildRuns
 from django_durable_jobs.steps import (
     MemoryEventLog,
     MemoryStepStore,
@@ -33,6 +34,7 @@ class Harness:
         self.store = MemoryStepStore()
         self.events = MemoryEventLog(self.clock)
         self.limits = StepLimits(event_poll=timedelta(seconds=30))
+        self.children = MemoryChildRuns()
 
     def attempt(self, run_id: str = "run-1") -> Steps:
         return Steps(
@@ -42,6 +44,7 @@ class Harness:
             events=self.events,
             clock=self.clock,
             limits=self.limits,
+            children=self.children,
             guard=TimeGuard(use_signals=False),
         )
 
@@ -409,22 +412,10 @@ def test_publish_is_a_step_published_once(h: Harness) -> None:
 
 
 def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
-    from django_durable_jobs.memory import MemoryChildRuns
     from django_durable_jobs.records import ChildOutcome
 
-    children = MemoryChildRuns()
-
-    def attempt() -> Steps:
-        return Steps(
-            run_id="run-1",
-            job_name="demo",
-            store=h.store,
-            events=h.events,
-            clock=h.clock,
-            limits=h.limits,
-            children=children,
-            guard=TimeGuard(use_signals=False),
-        )
+    children = h.children
+    attempt = h.attempt
 
     with pytest.raises(Suspension) as info:
         attempt().invoke("child", "jobs.child", 3, key="x", timeout="1h")
@@ -444,23 +435,11 @@ def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
 
 def test_invoke_failure_and_timeout(h: Harness) -> None:
     from django_durable_jobs.exceptions import ChildRunFailed
-    from django_durable_jobs.memory import MemoryChildRuns
     from django_durable_jobs.records import ChildOutcome
     from django_durable_jobs.serialization import ErrorInfo
 
-    children = MemoryChildRuns()
-
-    def attempt() -> Steps:
-        return Steps(
-            run_id="run-1",
-            job_name="demo",
-            store=h.store,
-            events=h.events,
-            clock=h.clock,
-            limits=h.limits,
-            children=children,
-            guard=TimeGuard(use_signals=False),
-        )
+    children = h.children
+    attempt = h.attempt
 
     with pytest.raises(Suspension):
         attempt().invoke("bad", "jobs.child")
