@@ -289,7 +289,9 @@ def test_list_actions(admin_client: Client, clock: FakeClock) -> None:
     queued = [JobRunFactory.create(status=RunStatus.QUEUED) for _ in range(2)]
     assert "2 runs cancelled." in run_action(admin_client, "cancel_runs", queued).content.decode()
     sleeping = JobRunFactory.create(status=RunStatus.SLEEPING, wake_at=T0 + timedelta(days=1))
-    StepRecordFactory.create(run=sleeping, status=StepStatus.SLEEPING, wake_at=sleeping.wake_at)
+    StepRecordFactory.create(
+        run=sleeping, kind="sleep", status=StepStatus.SLEEPING, wake_at=sleeping.wake_at
+    )
     run_action(admin_client, "wake_runs", [sleeping])
     sleeping.refresh_from_db()
     assert sleeping.wake_at == clock.now()

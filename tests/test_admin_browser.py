@@ -91,13 +91,14 @@ def demo_run() -> JobRun:
         {"name": "sync-crm", "status": StepStatus.FAILED, "started_at": at(95.2),
          "completed_at": None, "attempts": 3, "output": None, "error_type": "ConnectionError",
          "error": "crm.example.com timed out after 10s", "traceback": TRACEBACK},
-        {"name": "sleep:1h", "started_at": at(96), "completed_at": at(3700),
+        {"name": "sleep:1h", "kind": "sleep", "started_at": at(96), "completed_at": at(3700),
          "wake_at": at(3696), "output": None},
-        {"name": "cool-off", "status": StepStatus.SLEEPING, "started_at": at(3700),
-         "completed_at": None, "wake_at": at(7200), "output": None},
-        {"name": "wait-order", "status": StepStatus.WAITING, "started_at": at(3800),
-         "completed_at": None, "event": "order.paid", "correlation_key": "42",
-         "event_cursor": 17, "wake_at": at(3930), "output": None},
+        {"name": "cool-off", "kind": "sleep", "status": StepStatus.SLEEPING,
+         "started_at": at(3700), "completed_at": None, "wake_at": at(7200), "output": None},
+        {"name": "wait-order", "kind": "wait", "status": StepStatus.WAITING,
+         "started_at": at(3800), "completed_at": None, "event": "order.paid",
+         "correlation_key": "42", "event_cursor": 17, "wake_at": at(3930),
+         "deadline": at(3800 + 7 * 86400), "output": None},
     ]  # fmt: skip
     for values in steps:
         StepRecordFactory.create(run=run, **values)
