@@ -36,3 +36,11 @@ def bench_lat(ctx: Any, t0: float) -> None:
     dt = time.time() - float(t0)
     with open(os.environ[LAT_FILE_ENV], "a") as f:
         f.write(f"{dt}\n")
+
+
+@job(name="bench.wake")
+def bench_wake(ctx: Any, key: str) -> float:
+    """Park until ``bench.go`` with ``key`` is published, then record when the next step
+    started (wall time, same machine as the publisher): that is the run's result."""
+    ctx.step.wait_for_event("w", "bench.go", match=key, timeout="1h")
+    return float(ctx.step.run("mark", time.time))

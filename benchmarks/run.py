@@ -44,6 +44,7 @@ PEER_OUT = Path(os.environ.get("PEERBENCH_OUT", str(PEER_DIR / "results"))).expa
 PEER_SCRIPTS = Path(os.environ.get("PEERBENCH_SCRIPTS", str(REPO.parent / "shared" / "bench")))
 WORK = Path(os.environ.get("BENCH_WORK_DIR", str(REPO / ".tmp" / "bench")))
 LAT_JOBS = int(os.environ.get("LAT_JOBS", "20"))
+WAKE_EVENTS = int(os.environ.get("WAKE_EVENTS", "200"))
 EXPLAIN_ROWS = 100_000
 
 COLUMNS = (
@@ -218,10 +219,20 @@ def enqueue_in_one_transaction(n: int, job: Any, *args: Any) -> float:
 
 
 def has_enqueue_many() -> bool:
-    import django_durable_jobs
-    from django_durable_jobs import runs
+    from django_durable_jobs.registry import JobDefinition
 
-    return hasattr(django_durable_jobs, "enqueue_many") or hasattr(runs, "enqueue_many")
+    return hasattr(JobDefinition, "enqueue_many")
+
+
+def enqueue_many(n: int, job: Any) -> float:
+    """``job.enqueue_many`` of ``n`` argument-less calls (batched INSERTs, one transaction)."""
+    calls: list[tuple[Any, ...]] = [()] * n
+    t = time.perf_counter()
+    created = job.enqueue_many(calls)
+    rate = n / (time.perf_counter() - t)
+    if len(created) != n:
+        raise RuntimeError(f"enqueue_many returned {len(created)} runs for {n} calls")
+    return rate
 
 
 def measure_latency(n: int) -> tuple[float, str, list[str]]:
@@ -254,6 +265,129 @@ def measure_latency(n: int) -> tuple[float, str, list[str]]:
     return statistics.median(values), mode.group(1) if mode else "?", log_problems(log)
 
 
+def pct(values: Sequence[float], q: int) -> float:
+    """The ``q``-th percentile (inclusive method: p100 is the max)."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def wait_status(run_id: Any, wanted: str, timeout: float, log: Path) -> Any:
+    """Poll the database until the run has status ``wanted``; the ``JobRun``."""
+    from django_durable_jobs.models import JobRun
+
+    deadline = time.time() + timeout
+    while True:
+        run = JobRun.objects.only("status", "result", "error").get(pk=run_id)
+        if run.status == wanted:
+            return run
+        if run.status in ("failed", "cancelled"):
+            raise RuntimeError(f"wake run {run_id} {run.status}: {run.error}; see {log}")
+        if time.time() > deadline:
+            raise RuntimeError(f"wake run {run_id} not {wanted} after {timeout}s; see {log}")
+        time.sleep(0.002)
+
+
+@dataclass
+class Wakeup:
+    events: int
+    mode: str
+    latency_ms: list[float]  # publish_event commit -> the 'mark' step started
+    claimed_ms: list[float]  # commit -> the wait step completed (woken, claimed, replayed)
+    publish_ms: list[float]  # commit -> the atomic() block returned (on_commit wake-up)
+    problems: list[str]
+
+
+def measure_wakeup(events: int) -> Wakeup:
+    """Commit of ``publish_event`` -> the waiting run's next step, on an idle worker."""
+    from django.db import transaction
+
+    from benchmarks.jobs import bench_wake
+    from django_durable_jobs import publish_event
+    from django_durable_jobs.models import StepRecord
+
+    say(f"ours: event wake-up latency, {events} events to runs parked in wait_for_event")
+    truncate()
+    log = WORK / "worker_wakeup.log"
+    proc = start_worker([], log)
+    latency: list[float] = []
+    claimed: list[float] = []
+    published: list[float] = []
+    commits: list[float] = []
+    try:
+        deadline = time.time() + 30
+        while "wake=" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"wake-up worker did not start; see {log}")
+            time.sleep(0.05)
+        time.sleep(1.5)  # its first (empty) claim, then it LISTENs
+        for i in range(events):
+            key = f"wake-{i}"
+            run = bench_wake.enqueue(key)
+            wait_status(run.pk, "waiting", 30, log)
+            # The worker is idle again (LISTEN, 1 s poll): publish at a random phase.
+            time.sleep(random.uniform(0.05, 0.25))
+            with transaction.atomic():
+                # Registered before publish_event's own on_commit (wake_waiters + NOTIFY),
+                # so it runs first: t0 is the moment COMMIT returned.
+                transaction.on_commit(lambda: commits.append(time.time()))
+                publish_event("bench.go", key=key)
+            returned = time.time()
+            t0 = commits[i]
+            done = wait_status(run.pk, "succeeded", 30, log)
+            latency.append((float(done.result) - t0) * 1000)
+            published.append((returned - t0) * 1000)
+            wait_step = StepRecord.objects.get(run_id=run.pk, name="w")
+            if wait_step.completed_at is not None:
+                claimed.append((wait_step.completed_at.timestamp() - t0) * 1000)
+    finally:
+        stop_worker(proc)
+    truncate()
+    mode = re.search(r"wake=(\S+)", log.read_text(errors="replace"))
+    return Wakeup(
+        events, mode.group(1) if mode else "?", latency, claimed, published, log_problems(log)
+    )
+
+
+def wakeup_report(w: Wakeup) -> list[str]:
+    from django.conf import settings
+
+    conf = settings.DURABLE_JOBS
+    lat = w.latency_ms
+    p50, p99 = pct(lat, 50), pct(lat, 99)
+    met = p50 < 20 and p99 < 100
+    rows = [
+        ("commit -> next step starts", lat),
+        ("  of which commit -> wait step done", w.claimed_ms),
+        ("publish txn: commit -> atomic() returns", w.publish_ms),
+    ]
+    width = max(len(r[0]) for r in rows)
+    out = [
+        f"Event wake-up latency: {w.events} events, each to one run parked in "
+        "step.wait_for_event (bench.wake), idle `runjobs` "
+        f"(wake={w.mode}, POLL_INTERVAL {conf.get('POLL_INTERVAL', '1s')}, "
+        f"EVENT_POLL {conf.get('EVENT_POLL', '30s')})",
+        f"  {'ms':{width}s} |    p50 |    p99 |    max",
+        f"  {'-' * width}-+--------+--------+-------",
+    ]
+    for title, values in rows:
+        if values:
+            out.append(
+                f"  {title:{width}s} | {pct(values, 50):6.1f} | {pct(values, 99):6.1f} "
+                f"| {max(values):6.1f}"
+            )
+    out += [
+        f"  goal: p50 < 20 ms, p99 < 100 ms -> {'met' if met else 'NOT met'} "
+        f"(p50 {p50:.1f} ms, p99 {p99:.1f} ms)",
+        "  seed's design, for contrast: a waiting run stayed parked until its EVENT_POLL "
+        "re-check, up to 30 s (about 15 s on average)",
+        "  t0 = time.time() when the publishing transaction's COMMIT returned (first "
+        "on_commit callback); 'next step starts' = the wall time ctx.step.run('mark', "
+        "time.time) recorded in the worker (same machine)",
+    ]
+    return out
+
+
 def measure_ours(n: int, nb: int) -> tuple[Row, list[str]]:
     from django.core.management import call_command
 
@@ -273,7 +407,7 @@ def measure_ours(n: int, nb: int) -> tuple[Row, list[str]]:
     problems += one.problems
     truncate()
     say("ours: the same with 1 worker serving one queue (runjobs --burst --queue default)")
-    enqueue_in_one_transaction(n, bench_noop)
+    in_one_txn = enqueue_in_one_transaction(n, bench_noop)
     one_queue = process(["--queue", "default"], n, "noop_1_queue")
     problems += one_queue.problems
     row.notes.append(
@@ -282,12 +416,17 @@ def measure_ours(n: int, nb: int) -> tuple[Row, list[str]]:
     )
     truncate()
 
-    bulk_note = "N enqueue() calls in one transaction.atomic()"
     if has_enqueue_many():
-        bulk_note += " (enqueue_many exists now: teach run.py to measure it)"
-    say(f"ours: enqueue {n} no-op runs in one transaction")
-    row.values["bulk"] = enqueue_in_one_transaction(n, bench_noop)
-    row.notes.append(f"bulk = {bulk_note}")
+        say(f"ours: enqueue {n} no-op runs with one enqueue_many() call")
+        row.values["bulk"] = enqueue_many(n, bench_noop)
+        row.notes.append(
+            f"bulk = bench_noop.enqueue_many() of N calls (INSERTs of 1000 rows, one "
+            f"transaction); N enqueue() in one transaction.atomic(): {in_one_txn:,.0f} /s"
+        )
+    else:
+        say(f"ours: enqueue {n} no-op runs in one transaction")
+        row.values["bulk"] = enqueue_in_one_transaction(n, bench_noop)
+        row.notes.append("bulk = N enqueue() calls in one transaction.atomic() (no enqueue_many)")
     say("ours: process them with 2 workers (runjobs --burst --concurrency 2)")
     two = process(["--concurrency", "2"], n, "noop_2")
     row.values["w2"] = two.rate
@@ -368,6 +507,8 @@ def measure_round_trips() -> list[str]:
     from benchmarks.jobs import bench_noop, bench_ten_steps
     from django_durable_jobs import claims
     from django_durable_jobs.execution import execute
+    from django_durable_jobs.models import JobRun
+    from django_durable_jobs.worker import Worker, WorkerOptions
 
     say("ours: database round trips per durable step (in-process claim + execute)")
     truncate()
@@ -378,7 +519,8 @@ def measure_round_trips() -> list[str]:
         bench_noop.enqueue()
     results["enqueue"] = (len(q), wire, [x["sql"] for x in q.captured_queries])
 
-    for label, job in (("noop", bench_noop), ("ten_steps", bench_ten_steps)):
+    # Twice: statements are PREPAREd once per connection; the second pass is the steady state.
+    for label, job in [("noop", bench_noop), ("ten_steps", bench_ten_steps)] * 2:
         truncate()
         job.enqueue()
         owner = f"bench-rt-{label}"
@@ -390,12 +532,37 @@ def measure_round_trips() -> list[str]:
             executed = execute(claimed[0], owner=owner)
         assert executed.status == "succeeded" and executed.recorded, executed
         results[label] = (len(q), wire, [x["sql"] for x in q.captured_queries])
+
+    # The worker's own loop: it writes a run's outcome with its next claim (one statement
+    # on PostgreSQL), so the steady state is what one run_once() sends after the first.
+    truncate()
+    jobs = (bench_noop, bench_noop, bench_ten_steps, bench_noop, bench_ten_steps)
+    for job in jobs:
+        job.enqueue()
+    worker = Worker(WorkerOptions(burst=True, worker_id="bench-rt-worker"))
+    try:
+        for _ in range(3):  # warm up: reap expired leases, PREPARE the statements
+            worker.run_once()
+        for label in ("worker_noop", "worker_ten_steps"):
+            with CaptureQueriesContext(connection) as q, libpq_trace() as wire:
+                worked = worker.run_once()  # the previous outcome + claim + run this one
+            assert worked, label
+            results[label] = (len(q), wire, [x["sql"] for x in q.captured_queries])
+        while worker.run_once():
+            pass
+        worker.flush()
+    finally:
+        beat = getattr(worker, "_beat", None)
+        if beat is not None:
+            beat.stop()
+    done = JobRun.objects.filter(status="succeeded").count()
+    assert done == len(jobs), f"worker round trips: {done} of {len(jobs)} runs succeeded"
     truncate()
 
     def line(what: str, key: str) -> str:
         stmts, wire, _ = results[key]
         return (
-            f"  {what:44s} {stmts:3d} statements  {wire['round_trips']:3d} round trips  "
+            f"  {what:48s} {stmts:3d} statements  {wire['round_trips']:3d} round trips  "
             f"{wire['transactions']:3d} transactions"
         )
 
@@ -406,6 +573,8 @@ def measure_round_trips() -> list[str]:
     out.append(line("claims.claim() one run", "claim_ten_steps"))
     out.append(line("execution.execute() bench.noop", "noop"))
     out.append(line("execution.execute() bench.ten_steps (10 steps)", "ten_steps"))
+    out.append(line("worker run_once(): outcome+claim+bench.noop", "worker_noop"))
+    out.append(line("worker run_once(): outcome+claim+ten_steps", "worker_ten_steps"))
     per_step = ten[0] / 10
     marginal = (ten[0] - noop[0]) / 10
     wire_marginal = (ten[1]["round_trips"] - noop[1]["round_trips"]) / 10
@@ -415,14 +584,21 @@ def measure_round_trips() -> list[str]:
         f"step {marginal:.1f} statement(s), {wire_marginal:.1f} round trip(s)"
     )
     out.append(
-        f"  => per no-op run in a worker: {claim_rt + noop[1]['round_trips']} round trips "
+        f"  => claim + execute() of a no-op run: {claim_rt + noop[1]['round_trips']} round trips "
         f"(claim {claim_rt} + execute {noop[1]['round_trips']}), "
         f"{results['claim_ten_steps'][1]['transactions'] + noop[1]['transactions']} transactions"
+    )
+    wn, wt = results["worker_noop"][1], results["worker_ten_steps"][1]
+    out.append(
+        f"  => per no-op run in a worker's loop (steady state): {wn['round_trips']} round "
+        f"trip(s), {wn['transactions']} transaction(s); a ten-step run: {wt['round_trips']} "
+        f"round trips ({(wt['round_trips'] - wn['round_trips']) / 10:.1f} per step)"
     )
     for key, title in (
         ("enqueue", "enqueue"),
         ("claim_ten_steps", "claim"),
         ("ten_steps", "execute(ten_steps)"),
+        ("worker_noop", "worker run_once() (no-op)"),
     ):
         out.append(f"  statements of {title}:")
         for sql, count in Counter(shape(s) for s in results[key][2]).items():
@@ -433,12 +609,20 @@ def measure_round_trips() -> list[str]:
 # ---------------------------------------------------------------- the claim's plan
 
 
-def claim_statement(queues: list[str] | None) -> tuple[str, list[str]]:
+@dataclass(frozen=True)
+class ClaimSql:
+    run: str  # what was sent (EXPLAIN-able: a statement, or EXECUTE of a prepared one)
+    text: str  # the SQL to show: the statement, or the prepared statement's body
+    sent: list[str]  # every statement of the claim
+
+
+def claim_statement(queues: list[str] | None) -> ClaimSql:
     """The statement ``claims.claim`` sends to pick runs, captured from a real call.
 
     Whatever form the claim takes (a SELECT ... FOR UPDATE SKIP LOCKED then an UPDATE,
-    or one UPDATE ... FROM (SELECT ... SKIP LOCKED) statement), the statement holding
-    ``SKIP LOCKED`` is the one that looks for work. The call is rolled back.
+    one UPDATE ... FROM (SELECT ... SKIP LOCKED) statement, or an ``EXECUTE`` of such a
+    statement prepared on the connection), the statement holding ``SKIP LOCKED`` is the
+    one that looks for work. The call is rolled back (a PREPARE is not: it is per session).
     """
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
@@ -451,10 +635,19 @@ def claim_statement(queues: list[str] | None) -> tuple[str, list[str]]:
             "bench-explain", now=timezone.now(), lease=timedelta(seconds=60), queues=queues
         )
         transaction.set_rollback(True)
-    sent = [q["sql"] for q in captured.captured_queries if "SAVEPOINT" not in q["sql"].upper()]
+    # A PREPARE (once per connection and statement) is not part of the steady state.
+    sent = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "SAVEPOINT" not in q["sql"].upper() and not re.match(r"\s*PREPARE\b", q["sql"], re.I)
+    ]
     for sql in sent:
         if "SKIP LOCKED" in sql.upper():
-            return sql, sent
+            return ClaimSql(sql, sql, sent)
+        if m := re.match(r"\s*EXECUTE\s+(\w+)", sql, re.IGNORECASE):
+            body = scalar("SELECT statement FROM pg_prepared_statements WHERE name = %s", [m[1]])
+            if body and "SKIP LOCKED" in body.upper():
+                return ClaimSql(sql, body, sent)
     raise RuntimeError(f"no SKIP LOCKED statement among the claim's statements: {sent}")
 
 
@@ -468,7 +661,7 @@ def explain(
     times: list[float] = []
     plan: list[str] = []
     for _ in range(repeat):
-        sql, _sent = claim_statement(queues)
+        sql = claim_statement(queues).run
         with transaction.atomic(), connection.cursor() as cursor:
             if before:
                 cursor.execute(before)
@@ -537,12 +730,20 @@ def measure_explain() -> list[str]:
     table = JobRun._meta.db_table
     run_sql(f"ANALYZE {table}")
     out: list[str] = []
-    sql, sent = claim_statement(None)
+    claim = claim_statement(None)
     out.append(
-        f"The claim: claims.claim() sends {len(sent)} statement(s) per claim; the one that "
-        "picks runs (limit 1, all queues, as a default worker calls it):"
+        f"The claim: claims.claim() sends {len(claim.sent)} statement(s) per claim; the one "
+        "that picks runs (limit 1, all queues, as a default worker calls it):"
     )
-    out.extend("  " + ln for ln in sql.strip().splitlines())
+    if claim.run != claim.text:
+        out.append(f"  sent as: {claim.run}")
+        out.append("  a statement prepared on the connection (pg_prepared_statements):")
+    out.extend("  " + ln for ln in claim.text.strip().splitlines())
+    if claim.run != claim.text:
+        out.append(
+            "  (EXPLAIN ... EXECUTE below: the plan PostgreSQL picks for the prepared "
+            "statement, custom or generic)"
+        )
     out.append("")
 
     def show(title: str, queues: list[str] | None, before: str | None = None) -> float:
@@ -789,7 +990,7 @@ def ratios(ours: Row, peers: Sequence[Row]) -> list[str]:
     return out
 
 
-def environment(n: int, nb: int) -> list[str]:
+def environment(n: int, nb: int, wake_events: int) -> list[str]:
     import django
 
     version = scalar("SHOW server_version")
@@ -812,7 +1013,8 @@ def environment(n: int, nb: int) -> list[str]:
         f"django-durable-jobs {ours} benchmark, {time.strftime('%Y-%m-%d %H:%M')} on "
         f"{platform.node()}: {os.cpu_count()} CPUs, PostgreSQL {version}, "
         f"Python {platform.python_version()}, Django {django.get_version()}",
-        f"N={n} no-op jobs, NB={nb} ten-step runs, {LAT_JOBS} latency samples; "
+        f"N={n} no-op jobs, NB={nb} ten-step runs, {LAT_JOBS} latency samples, "
+        f"{wake_events} events for the wake-up latency; "
         "one run each (peers with RUNS=1). Numbers are machine-specific: compare ratios.",
     ]
 
@@ -842,9 +1044,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     django.setup()
 
     ours, problems = measure_ours(n, nb)
+    wakeup = measure_wakeup(50 if args.quick else WAKE_EVENTS)
+    problems += wakeup.problems
     round_trips = measure_round_trips()
     plans = measure_explain()
-    header = environment(n, nb)
+    header = environment(n, nb, wakeup.events)
 
     peer_rows: list[Row] = []
     extras: list[str] = []
@@ -886,6 +1090,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("Ratios, ours / peer (>1: ours is better; for latency <1 is better):")
     print("\n".join(ratios(ours, peer_rows)) if peer_rows else "  (no peers run)")
+    print()
+    print("\n".join(wakeup_report(wakeup)))
     print()
     print("\n".join(plans))
     print()
