@@ -17,7 +17,6 @@ from .registry import JobOptions, jobs_on_event
 from .runs import enqueue_job
 from .serialization import check_payload
 from .store import OrmChildRuns, OrmEventLog
-from .wakeup import notify
 
 
 def publish_event(event: str, payload: Any = None, *, key: str | None = None) -> Event:
@@ -119,18 +118,12 @@ def wake_waiters(event: Event) -> int:
         )
         .filter(Q(correlation_key__isnull=True) | Q(correlation_key=event.key))
     )
-    woken = (
+    # Idle workers are told by the row trigger of migration 0005 (PostgreSQL).
+    return (
         JobRun.objects.using(using)
         .filter(Exists(waiting), status=RunStatus.WAITING)
         .update(wake_at=clock.current().now())
     )
-    if woken:
-        notify_all()
-    return woken
-
-
-def notify_all() -> None:
-    notify("*")
 
 
 def recheck_after_park(run_id: Any, record: StepRecordValue, now: datetime) -> None:
@@ -158,9 +151,6 @@ def recheck_after_park(run_id: Any, record: StepRecordValue, now: datetime) -> N
 
 def wake_parent(parent_id: Any, now: datetime) -> None:
     """A child run finished: its parent, waiting in ``step.invoke``, runs now."""
-    if (
-        JobRun.objects.using(conf.database())
-        .filter(pk=parent_id, status=RunStatus.WAITING)
-        .update(wake_at=now)
-    ):
-        notify_all()
+    JobRun.objects.using(conf.database()).filter(pk=parent_id, status=RunStatus.WAITING).update(
+        wake_at=now
+    )

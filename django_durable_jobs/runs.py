@@ -17,7 +17,6 @@ from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, get_job
 from .serialization import NotStorable, check_payload, roundtrip
-from .wakeup import notify
 
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:
@@ -81,6 +80,7 @@ def enqueue_many_job(
     if options.idempotency_key is not None:
         raise ValueError("enqueue_many does not take an idempotency_key; use enqueue()")
     now = clock.current().now()
+    wake_at = _wake_at(options.run_after, now)
     runs = []
     for index, call in enumerate(calls):
         if isinstance(call, tuple):
@@ -100,9 +100,12 @@ def enqueue_many_job(
                 args=args,
                 kwargs=kwargs,
                 created_at=now,
-                wake_at=_wake_at(options.run_after, now),
+                wake_at=wake_at,
             )
         )
+    # A microsecond apart and none later than asked, so workers take them in order.
+    for index, run in enumerate(runs):
+        run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
     created = JobRun.objects.using(conf.database()).bulk_create(runs, batch_size=batch_size)
     for run in created:
         signals.run_enqueued.send(sender=JobRun, run=run)
@@ -213,7 +216,6 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         run = _changed_or_refuse(
             pk, changed, "retry", "only failed or cancelled runs can be retried"
         )
-        notify(run.queue)
     return run
 
 
@@ -238,7 +240,6 @@ def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         StepRecord.objects.using(using).filter(run_id=pk, status=StepStatus.SLEEPING).update(
             wake_at=now
         )
-        notify(run.queue)
     return run
 
 
@@ -264,7 +265,6 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
                 + (", ".join(map(repr, known)) or "(none)")
             )
         steps.filter(id__gte=first).delete()
-        notify(run.queue)
     return run
 
 

@@ -23,15 +23,6 @@ class Waker(Protocol):
     def close(self) -> None: ...
 
 
-def notify(queue: str) -> None:
-    """Tell listening workers that ``queue`` has work, when the caller's transaction
-    commits (NOTIFY is transactional: a rollback sends nothing)."""
-    connection = connections[conf.database()]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
-
-
 class PollingWaker:
     mode = "polling"
 

@@ -110,3 +110,32 @@ def test_heartbeat_notices_cancellation(clock: FakeClock) -> None:
     assert stop is not None and getattr(stop, "code", "") == "X_RUN_CANCELLED"
     beat.hold("w", claimed.pk)  # a new hold starts clean
     assert beat.interruption() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_becoming_runnable_notifies_listeners() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    import psycopg
+    from django.utils import timezone
+
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k not in {"cursor_factory", "context"}
+    }
+    run = jobs.noop.using(run_after=timedelta(hours=1)).enqueue()
+    with psycopg.connect(autocommit=True, **params) as listener:
+        listener.execute("LISTEN durable_jobs")
+        JobRun.objects.filter(pk=run.pk).update(wake_at=timezone.now() + timedelta(hours=2))
+        assert list(listener.notifies(timeout=0.2, stop_after=1)) == []  # still later
+        JobRun.objects.filter(pk=run.pk).update(status="waiting", wake_at=timezone.now())
+        got = list(listener.notifies(timeout=5, stop_after=1))
+        assert [n.payload for n in got] == ["woken"]
+
+
+@pytest.mark.django_db
+def test_enqueue_many_runs_are_claimed_in_the_order_given(clock: FakeClock) -> None:
+    jobs.add.enqueue_many([(i, 0) for i in range(6)])
+    claimed = claim("w", now=clock.now(), lease=LEASE, limit=6)
+    assert [run.args[0] for run in claimed] == list(range(6))
