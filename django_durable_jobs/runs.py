@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import clock, conf, signals
+from . import claims_pg, clock, conf, signals
 from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
@@ -106,7 +106,12 @@ def enqueue_many_job(
     # A microsecond apart and none later than asked, so workers take them in order.
     for index, run in enumerate(runs):
         run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
-    created = JobRun.objects.using(conf.database()).bulk_create(runs, batch_size=batch_size)
+    using = conf.database()
+    if runs and claims_pg.available(using):
+        claims_pg.insert_runs(using, runs, batch_size)
+        created = runs
+    else:
+        created = JobRun.objects.using(using).bulk_create(runs, batch_size=batch_size)
     for run in created:
         signals.run_enqueued.send(sender=JobRun, run=run)
     return created
