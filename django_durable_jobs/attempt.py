@@ -16,7 +16,7 @@ from .durations import format_duration
 from .exceptions import DurableJobsError, JobTimeoutError, StepOutputInvalid, Suspension
 from .serialization import ErrorInfo, NotStorable, roundtrip
 from .steps import Steps
-from .timeouts import TimeGuard
+from .timeouts import Overrun, TimeGuard
 
 _jobs_logger = logging.getLogger("django_durable_jobs.jobs")
 
@@ -99,6 +99,8 @@ def run_attempt(
         with guard.limit(timeout.total_seconds() if timeout else None, timed_out):
             value = fn(ctx, *args, **kwargs)
         return Succeeded(_storable_result(ctx, value, max_result_bytes))
+    except Overrun as overrun:  # a timeout the job tried to swallow
+        return Failed(ErrorInfo.of(overrun.error), retryable=False)
     except Suspension as suspension:
         return Suspended(suspension.step, suspension.resume_at, suspension.reason)
     except Exception as exc:

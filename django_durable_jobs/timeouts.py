@@ -23,10 +23,27 @@ from types import FrameType
 ErrorFactory = Callable[[], BaseException]
 
 
+#: After a limit fired, how long the code may take to unwind before it is stopped
+#: with ``Overrun``, which ``except Exception`` cannot swallow.
+GRACE = 1.0
+
+
+class Overrun(BaseException):
+    """A limit fired and the code went on (it caught the error): stop it for good.
+
+    ``error`` is the exception the limit raised first, e.g. ``JobTimeoutError``.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass
 class _Limit:
     deadline: float  # time.monotonic()
     error: ErrorFactory
+    fired: bool = False
 
 
 class TimeGuard:
@@ -90,6 +107,12 @@ class TimeGuard:
         if time.monotonic() < first.deadline:  # woken early: re-arm
             self._arm()
             return
-        # Fire once: the exception unwinds through the limit's own block.
-        first.deadline = float("inf")
+        if first.fired:  # the error was caught and the code carried on
+            first.deadline = float("inf")
+            raise Overrun(first.error())
+        # The error unwinds through the limit's own block, which removes the limit;
+        # code that swallows it is stopped with Overrun after GRACE.
+        first.fired = True
+        first.deadline = time.monotonic() + GRACE
+        self._arm()
         raise first.error()

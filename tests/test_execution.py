@@ -207,3 +207,13 @@ def test_backoff_schedule() -> None:
     assert backoff_delay("1h", 30, cap=cap, rng=rng) <= cap
     assert backoff_delay(0, 3, cap=cap) == timedelta(0)
     assert backoff_delay(lambda attempt: attempt * 10, 3, cap=cap) == timedelta(seconds=30)
+
+
+def test_a_job_that_swallows_its_timeout_is_stopped(clock: FakeClock) -> None:
+    run = jobs.stubborn.enqueue()
+    [claimed] = claim("w", now=clock.now(), lease=timedelta(minutes=1))
+    executed = execute(claimed, clock=clock, owner="w")  # real SIGALRM timer
+    assert isinstance(executed.outcome, Failed) and not executed.outcome.retryable
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_TIMEOUT"
+    assert jobs.CALLS["stubborn-swallowed"] == 1

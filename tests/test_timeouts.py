@@ -311,3 +311,24 @@ def test_off_the_main_thread_signals_are_not_used() -> None:
     thread.start()
     thread.join()
     assert seen == [False]
+
+
+def test_code_that_swallows_the_error_is_stopped_with_overrun(guard: TimeGuard) -> None:
+    from django_durable_jobs.timeouts import Overrun
+
+    caught: list[BaseException] = []
+
+    def stubborn() -> None:
+        with guard.limit(SHORT, expired("slow")):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # a broad except keeps the loop going
+                try:
+                    time.sleep(10)
+                except Exception as exc:
+                    caught.append(exc)
+
+    with pytest.raises(Overrun) as info:
+        stubborn()
+    assert [type(exc) for exc in caught] == [Expired]  # the first firing was catchable
+    assert isinstance(info.value.error, Expired) and info.value.error.label == "slow"
+    assert not alarm_armed()

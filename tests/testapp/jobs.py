@@ -90,5 +90,18 @@ def cancelled_midway(ctx: Any) -> None:
     ctx.step.run("three", effect, "c-three", ctx.run_id)
 
 
+@job(name="tests.stubborn", timeout="300ms", retries=3)
+def stubborn(ctx: Any) -> str:
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(10)
+        except Exception:  # swallows the timeout; it is stopped anyway
+            CALLS["stubborn-swallowed"] += 1
+    return "escaped"
+
+
 # Jobs of other test modules register when this module is autodiscovered.
 from . import admin_jobs, event_jobs, worker_jobs  # noqa: E402,F401
