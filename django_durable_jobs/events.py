@@ -7,11 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef
 from django.dispatch import Signal
 
 from . import clock, conf, signals
-from .models import Event, JobRun, RunStatus, StepRecord, StepStatus
+from .models import Event, JobRun, RunStatus, StepRecord
 from .records import StepRecord as StepRecordValue
 from .registry import JobOptions, jobs_on_event
 from .runs import enqueue_job
@@ -110,13 +110,8 @@ def wake_waiters(event: Event) -> int:
     using = conf.database()
     waiting = (
         StepRecord.objects.using(using)
-        .filter(
-            run=OuterRef("pk"),
-            status=StepStatus.WAITING,
-            event=event.name,
-            event_cursor__lt=event.id,
-        )
-        .filter(Q(correlation_key__isnull=True) | Q(correlation_key=event.key))
+        .waiting_for(event.name, event.key)
+        .filter(run=OuterRef("pk"), event_cursor__lt=event.id)
     )
     # Idle workers are told by the row trigger of migration 0005 (PostgreSQL).
     return (

@@ -54,9 +54,6 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
         """Running runs whose worker stopped renewing its lease."""
         return self.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
 
-    def finished(self) -> JobRunQuerySet:
-        return self.filter(status__in=FINISHED)
-
 
 class JobRun(models.Model):
     """One execution of a job, across all its attempts and suspensions."""
