@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
-from .durations import Duration, parse_duration
+from .durations import Duration, after, parse_duration
 
 
 class Clock(Protocol):
@@ -40,7 +40,7 @@ class FakeClock:
         return self._now
 
     def advance(self, by: Duration) -> datetime:
-        self._now += parse_duration(by)
+        self._now = after(self._now, parse_duration(by), by)
         return self._now
 
     def set(self, when: datetime) -> None:

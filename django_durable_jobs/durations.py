@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from .exceptions import InvalidDuration
 
@@ -65,6 +65,31 @@ def _parse(value: object) -> timedelta:
             total += _UNITS[unit] * float(number)
         return total
     raise _invalid(value, "expected a timedelta, a number of seconds or a string")
+
+
+def after(start: datetime, duration: timedelta, value: object = None) -> datetime:
+    """``start + duration``, or ``InvalidDuration`` naming ``value`` (the duration as the
+    user wrote it) when that lies beyond the calendar (year 9999).
+
+    >>> after(datetime(2026, 1, 1), timedelta(days=1))
+    datetime.datetime(2026, 1, 2, 0, 0)
+    """
+    try:
+        return start + duration
+    except OverflowError:
+        raise _invalid(
+            duration if value is None else value, "it ends after the year 9999"
+        ) from None
+
+
+def before(start: datetime, duration: timedelta, value: object = None) -> datetime:
+    """``start - duration``, or ``InvalidDuration`` when that lies before the year 1."""
+    try:
+        return start - duration
+    except OverflowError:
+        raise _invalid(
+            duration if value is None else value, "it reaches before the year 1"
+        ) from None
 
 
 def format_duration(value: timedelta) -> str:

@@ -11,11 +11,12 @@ from django.db.models import Exists, OuterRef
 from django.dispatch import Signal
 
 from . import clock, conf, signals
+from .exceptions import InvalidName
 from .models import Event, JobRun, RunStatus, StepRecord
 from .records import StepRecord as StepRecordValue
 from .registry import JobOptions, jobs_on_event
 from .runs import enqueue_job
-from .serialization import check_payload
+from .serialization import check_payload, unstorable
 from .store import OrmChildRuns, OrmEventLog
 
 
@@ -28,6 +29,8 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     _event_name(event)
     if key is not None and (not isinstance(key, str) or len(key) > 255):
         raise TypeError(f"event {event!r}: key must be a string of <= 255 chars, got {key!r}")
+    if key is not None and (why := unstorable(key)) is not None:
+        raise InvalidName(f"event {event!r}: key {key!r} cannot be stored: {why}")
     clean = check_payload(
         payload, what=f"event {event!r}: the payload", limit=int(conf.get("MAX_PAYLOAD_BYTES"))
     )
@@ -97,7 +100,9 @@ def _label(sender: Any) -> str:
 
 def _event_name(event: object) -> str:
     if not isinstance(event, str) or not event or len(event) > 200:
-        raise ValueError(f"event names are non-empty strings of <= 200 chars, got {event!r}")
+        raise InvalidName(f"event names are non-empty strings of <= 200 chars, got {event!r}")
+    if (why := unstorable(event)) is not None:
+        raise InvalidName(f"event name {event!r} cannot be stored: {why}")
     return event
 
 

@@ -65,6 +65,14 @@ class InvalidDuration(DurableJobsError, ValueError):
     retryable = False
 
 
+class InvalidName(DurableJobsError, ValueError):
+    """A step name, event name or key that cannot be stored: empty, too long, or with a
+    character no database column takes (NUL, a lone surrogate)."""
+
+    code = "X_NAME_INVALID"
+    retryable = False
+
+
 class RunCancelled(DurableJobsError):
     """The run was cancelled while it executed; it stops at its next step."""
 

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from .durations import Duration, parse_duration
-from .exceptions import InvalidDuration, UnknownJob
+from .exceptions import InvalidDuration, InvalidName, UnknownJob
+from .serialization import unstorable
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -20,12 +21,24 @@ _registry: dict[str, JobDefinition] = {}
 
 @dataclass(frozen=True, kw_only=True)
 class JobOptions:
-    """How one enqueue differs from the job's defaults (``job.using(...)``)."""
+    """How one enqueue differs from the job's defaults (``job.using(...)``).
+
+    Checked when made, by the rules ``@job`` applies to the same options; a duration
+    ``run_after`` (``"5m"``) is kept as a ``timedelta`` from the enqueue.
+    """
 
     queue: str | None = None
     priority: int | None = None
-    run_after: timedelta | datetime | None = None
+    run_after: Duration | datetime | None = None
     idempotency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue is not None:
+            _text(self.queue, "queue", where="using()")
+        if self.priority is not None:
+            _priority(self.priority, where="using()")
+        if self.run_after is not None and not isinstance(self.run_after, datetime):
+            object.__setattr__(self, "run_after", _run_after(self.run_after))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,10 +78,13 @@ class JobDefinition:
         *,
         queue: str | None = None,
         priority: int | None = None,
-        run_after: timedelta | datetime | None = None,
+        run_after: Duration | datetime | None = None,
         idempotency_key: str | None = None,
     ) -> JobCall:
-        """Override options for one enqueue: ``job.using(queue="mail").enqueue(...)``."""
+        """Override options for one enqueue: ``job.using(queue="mail").enqueue(...)``.
+
+        ``run_after`` is an aware datetime or a duration from the enqueue (``"5m"``).
+        """
         return JobCall(
             self,
             JobOptions(
@@ -141,7 +157,7 @@ def job(
             name=_origin(function) if name is None else _text(name, "name", longest=200),
             fn=function,
             queue=_text(queue, "queue"),
-            priority=_integer(priority, "priority"),
+            priority=_priority(priority),
             retries=None if retries is None else _integer(retries, "retries", minimum=0),
             backoff=_backoff(backoff),
             timeout=_positive(timeout, "timeout"),
@@ -203,12 +219,37 @@ def _origin(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def _text(value: object, what: str, longest: int = 100) -> str:
+def _text(value: object, what: str, longest: int = 100, where: str = "@job") -> str:
     if not isinstance(value, str) or not value or len(value) > longest:
         raise ValueError(
-            f"@job {what} must be a non-empty string of at most {longest} characters, got {value!r}"
+            f"{where} {what} must be a non-empty string of at most {longest} characters, "
+            f"got {value!r}"
         )
+    if (why := unstorable(value)) is not None:
+        raise InvalidName(f"{where} {what} {value!r} cannot be stored: {why}")
     return value
+
+
+#: The range of the ``priority`` column (a 32-bit integer on every database).
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _priority(value: object, where: str = "@job") -> int:
+    lowest, highest = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where} priority must be an int, got {value!r}")
+    if not lowest <= value <= highest:
+        raise ValueError(f"{where} priority must be between {lowest} and {highest}, got {value!r}")
+    return value
+
+
+def _run_after(value: object) -> timedelta:
+    try:
+        return parse_duration(value)
+    except InvalidDuration as exc:
+        raise InvalidDuration(
+            f"using() run_after must be an aware datetime or a duration: {exc}"
+        ) from None
 
 
 def _integer(value: object, what: str, minimum: int | None = None) -> int:

@@ -8,15 +8,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from . import claims_pg, clock, conf, signals
-from .durations import Duration, parse_duration
-from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
+from .durations import Duration, after, before, parse_duration
+from .exceptions import (
+    InvalidDuration,
+    InvalidName,
+    InvalidPayload,
+    PayloadTooLarge,
+    RunCancelled,
+    RunNotFound,
+    RunStateError,
+    StepNotFound,
+)
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, get_job
-from .serialization import NotStorable, check_payload, roundtrip
+from .serialization import MAX_DEPTH, NotStorable, check_payload, roundtrip, unstorable
 
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:
@@ -122,7 +132,10 @@ def _checked_arguments(
 ) -> tuple[list[Any], dict[str, Any]]:
     limit = int(conf.get("MAX_PAYLOAD_BYTES"))
     try:  # the common case in one encoding; the slow path only names the culprit
-        clean_args, clean_kwargs = roundtrip([list(args), dict(kwargs)], limit=limit)
+        # Two levels of wrapping: each argument may still nest MAX_DEPTH levels.
+        clean_args, clean_kwargs = roundtrip(
+            [list(args), dict(kwargs)], limit=limit, max_depth=MAX_DEPTH + 2
+        )
         return clean_args, clean_kwargs
     except NotStorable:
         pass
@@ -130,9 +143,12 @@ def _checked_arguments(
         check_payload(value, what=f"job {job_name!r}: {where}argument {index}", limit=limit)
     for name, value in kwargs.items():
         check_payload(value, what=f"job {job_name!r}: {where}argument {name!r}", limit=limit)
-    check_payload(
-        [list(args), dict(kwargs)], what=f"job {job_name!r}: {where}the arguments", limit=limit
-    )
+    what = f"job {job_name!r}: {where}the arguments"
+    try:
+        roundtrip([list(args), dict(kwargs)], limit=limit, max_depth=MAX_DEPTH + 2)
+    except NotStorable as exc:
+        error = PayloadTooLarge if exc.too_large else InvalidPayload
+        raise error(f"{what} cannot be stored as JSON: {exc}") from None
     raise AssertionError("unreachable: the arguments failed to encode once")  # pragma: no cover
 
 
@@ -141,17 +157,24 @@ def _key(value: object) -> str | None:
         return None
     if not isinstance(value, str) or not value or len(value) > 255:
         raise ValueError(f"idempotency_key must be a non-empty string of <= 255 chars: {value!r}")
+    if (why := unstorable(value)) is not None:
+        raise InvalidName(f"idempotency_key {value!r} cannot be stored: {why}")
     return value
 
 
-def _wake_at(run_after: timedelta | datetime | None, now: datetime) -> datetime:
+def _wake_at(run_after: Duration | datetime | None, now: datetime) -> datetime:
     if run_after is None:
         return now
-    if isinstance(run_after, timedelta):
-        return now + run_after
-    if timezone.is_naive(run_after):
-        raise ValueError(f"run_after must be an aware datetime, got naive {run_after!r}")
-    return run_after
+    if isinstance(run_after, datetime):
+        if timezone.is_aware(run_after):
+            return run_after
+        if settings.USE_TZ:
+            raise ValueError(f"run_after must be an aware datetime, got naive {run_after!r}")
+        return timezone.make_aware(run_after)  # USE_TZ=False: local time, as Django means it
+    try:
+        return after(now, parse_duration(run_after), run_after)
+    except InvalidDuration as exc:
+        raise InvalidDuration(f"run_after: {exc}") from None
 
 
 # -- operating runs ---------------------------------------------------------------
@@ -286,7 +309,7 @@ def purge(
     >>> purge("30d")  # doctest: +SKIP
     """
     wanted = _finished_statuses(statuses)
-    cutoff = (now or clock.current().now()) - parse_duration(older_than)
+    cutoff = before(now or clock.current().now(), parse_duration(older_than), older_than)
     using, total = conf.database(), 0
     runs = JobRun.objects.using(using)
     while True:

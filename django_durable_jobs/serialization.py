@@ -1,7 +1,8 @@
 """Strict JSON in and out, and errors turned into storable records.
 
-Strict means what PostgreSQL's ``jsonb`` and a reader in any language accept: no
-NaN or Infinity, no NUL character, and a size limit.
+Strict means what PostgreSQL's ``jsonb``, MariaDB's ``JSON`` and a reader in any
+language accept: no NaN or Infinity, no NUL character, no lone surrogate, at most
+``MAX_DEPTH`` levels of nesting, and a size limit.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ from typing import Any
 
 from .exceptions import DurableJobsError, InvalidPayload, PayloadTooLarge
 
+#: How deeply a stored value may nest. MariaDB's JSON columns refuse 32 levels, and a
+#: value stored as one of a run's arguments gains a level; far deeper values would also
+#: make the worker's decoder hit Python's recursion limit.
+MAX_DEPTH = 30
+
 
 class NotStorable(ValueError):
     """Why a value cannot be stored; the caller turns it into its own error code."""
@@ -22,30 +28,51 @@ class NotStorable(ValueError):
         self.too_large = too_large
 
 
-def dumps(value: Any, *, limit: int | None = None) -> str:
+def dumps(value: Any, *, limit: int | None = None, max_depth: int = MAX_DEPTH) -> str:
     """Encode ``value`` as compact strict JSON, or raise ``NotStorable`` saying why."""
+    too_deep = f"it is nested more than {max_depth} levels deep"
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError as exc:  # nested deeper than the interpreter's stack allows
+        raise NotStorable(too_deep) from exc
     except ValueError as exc:  # NaN / Infinity / circular reference
         raise NotStorable(str(exc)) from exc
     except TypeError as exc:  # not a JSON type
         raise NotStorable(str(exc)) from exc
     if "\\u0000" in text and _has_nul(value):
         raise NotStorable("it contains a NUL character (\\x00)")
-    if limit is not None:
+    try:
         size = len(text.encode())
-        if size > limit:
-            raise NotStorable(f"it is {size} bytes, over the limit of {limit}", too_large=True)
+    except UnicodeEncodeError as exc:  # a lone surrogate: no database can store it
+        raise NotStorable(
+            f"it contains a lone surrogate ({text[exc.start]!r}), which is not valid Unicode"
+        ) from None
+    # Counting brackets is cheap and settles almost every value without a walk.
+    if text.count("[") + text.count("{") > max_depth and _depth(value) > max_depth:
+        raise NotStorable(too_deep)
+    if limit is not None and size > limit:
+        raise NotStorable(f"it is {size} bytes, over the limit of {limit}", too_large=True)
     return text
+
+
+def unstorable(text: str) -> str | None:
+    """Why ``text`` cannot go into a text column of every database, or ``None``."""
+    if "\x00" in text:
+        return "it contains a NUL character (\\x00)"
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return f"it contains a lone surrogate ({text[exc.start]!r})"
+    return None
 
 
 def loads(text: str) -> Any:
     return json.loads(text)
 
 
-def roundtrip(value: Any, *, limit: int | None = None) -> Any:
+def roundtrip(value: Any, *, limit: int | None = None, max_depth: int = MAX_DEPTH) -> Any:
     """What a stored ``value`` reads back as (a tuple becomes a list, keys strings)."""
-    return loads(dumps(value, limit=limit))
+    return loads(dumps(value, limit=limit, max_depth=max_depth))
 
 
 def check_payload(value: Any, *, what: str, limit: int) -> Any:
@@ -58,6 +85,17 @@ def check_payload(value: Any, *, what: str, limit: int) -> Any:
     except NotStorable as exc:
         error = PayloadTooLarge if exc.too_large else InvalidPayload
         raise error(f"{what} cannot be stored as JSON: {exc}") from None
+
+
+def _depth(value: Any) -> int:
+    """How many levels of lists and dicts ``value`` nests (a scalar is 0); no recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        items = current.values() if isinstance(current, dict) else current
+        stack.extend((item, level + 1) for item in items if isinstance(item, list | tuple | dict))
+    return deepest if isinstance(value, list | tuple | dict) else 0
 
 
 def _has_nul(value: Any) -> bool:

@@ -20,9 +20,10 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .clock import Clock, SystemClock, aware
-from .durations import Duration, format_duration, parse_duration
+from .durations import Duration, after, format_duration, parse_duration
 from .exceptions import (
     ChildRunFailed,
+    InvalidName,
     JobTimeoutError,
     StepDuplicateError,
     StepOutputInvalid,
@@ -38,7 +39,7 @@ from .records import (
     StepStatus,
     StepStore,
 )
-from .serialization import ErrorInfo, NotStorable, roundtrip
+from .serialization import ErrorInfo, NotStorable, roundtrip, unstorable
 from .timeouts import TimeGuard
 
 __all__ = [
@@ -175,7 +176,7 @@ class Steps:
         else:
             name = str(name_or_duration)
         delta = parse_duration(duration)
-        self._sleep(name, lambda now: now + delta)
+        self._sleep(name, lambda now: after(now, delta, duration))
 
     def sleep_until(self, name: str, when: datetime) -> None:
         """Suspend until ``when`` (an aware datetime)."""
@@ -237,6 +238,11 @@ class Steps:
         limit = parse_duration(timeout)
         if match is not None and not isinstance(match, str):
             raise TypeError(f"wait_for_event({name!r}): match must be a str, got {match!r}")
+        for what, text in (("event", event), ("match", match)):
+            if isinstance(text, str) and (why := unstorable(text)) is not None:
+                raise InvalidName(
+                    f"wait_for_event({name!r}): {what} {text!r} cannot be stored: {why}"
+                )
         existing = self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
@@ -256,7 +262,7 @@ class Steps:
             event=event,
             correlation_key=match,
             event_cursor=cursor,
-            deadline=started_at + limit,
+            deadline=self._deadline(existing, now, limit, timeout),
         )
         hit = self._events.find(event, match, cursor)
         if hit is not None:
@@ -270,10 +276,10 @@ class Steps:
                 )
             )
             return hit.payload
-        deadline = record.started_at + limit
+        deadline = record.deadline or now
         if now >= deadline:
             return self._wait_timed_out(record, limit, required, now)
-        resume_at = min(deadline, now + self._limits.event_poll)
+        resume_at = min(deadline, after(now, self._limits.event_poll))
         self._save(replace(record, wake_at=resume_at))
         raise Suspension(name, resume_at, "event")
 
@@ -344,22 +350,17 @@ class Steps:
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
         now = self._clock.now()
-        if existing is None or existing.correlation_key is None:
-            with self._guard.shield():
-                child = self._children.start(self.run_id, name, job, args, kwargs)
-            started_at, attempts = now, 1
-        else:
-            child, started_at = existing.correlation_key, existing.started_at
-            attempts = existing.attempts + 1
+        deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
+        child = self._child(name, existing, job, args, kwargs)
         record = StepRecord(
             run_id=self.run_id,
             name=name,
             kind="invoke",
             status=StepStatus.WAITING,
-            started_at=started_at,
-            attempts=attempts,
+            started_at=existing.started_at if existing else now,
+            attempts=(existing.attempts if existing else 0) + 1,
             correlation_key=child,
-            deadline=started_at + limit,
+            deadline=deadline,
         )
         outcome = self._children.outcome(child)
         if outcome is not None and outcome.succeeded:
@@ -376,7 +377,6 @@ class Steps:
             )
             self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))
             raise error
-        deadline = started_at + limit
         if now >= deadline:
             timed_out = JobTimeoutError(
                 f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
@@ -384,17 +384,45 @@ class Steps:
             )
             self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(timed_out)))
             raise timed_out
-        resume_at = min(deadline, now + self._limits.event_poll)
+        resume_at = min(deadline, after(now, self._limits.event_poll))
         self._save(replace(record, wake_at=resume_at))
         raise Suspension(name, resume_at, "child")
+
+    def _child(
+        self, name: str, existing: StepRecord | None, job: Any, args: Any, kwargs: Any
+    ) -> str:
+        """The child run this invoke waits for: the recorded one, or a new one when there
+        is none yet or a retry follows a child that failed (its key was released)."""
+        assert self._children is not None
+        child = existing.correlation_key if existing is not None else None
+        if child is not None and existing is not None and existing.status is StepStatus.FAILED:
+            previous = self._children.outcome(child)
+            if previous is not None and not previous.succeeded:
+                child = None
+        if child is None:
+            with self._guard.shield():
+                child = self._children.start(self.run_id, name, job, args, kwargs)
+        return child
+
+    @staticmethod
+    def _deadline(
+        existing: StepRecord | None, now: datetime, limit: timedelta, timeout: Duration
+    ) -> datetime:
+        """When a wait or an invoke gives up: recorded once, when its window opens. A
+        record without one (a retry cleared it) opens a fresh window now."""
+        if existing is not None and existing.deadline is not None:
+            return existing.deadline
+        return after(now, limit, timeout)
 
     # -- helpers -----------------------------------------------------------
     def _begin(self, name: str) -> StepRecord | None:
         if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
-            raise ValueError(
+            raise InvalidName(
                 f"job {self.job_name!r}: step names are non-empty strings of at most "
                 f"{MAX_STEP_NAME} characters, got {name!r}"
             )
+        if (why := unstorable(name)) is not None:
+            raise InvalidName(f"job {self.job_name!r}: step name {name!r} cannot be stored: {why}")
         if self._interrupt is not None and (stop := self._interrupt()) is not None:
             raise stop
         if name in self._used:

@@ -10,6 +10,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_durable_jobs import conf
 from django_durable_jobs.durations import parse_duration
 from django_durable_jobs.exceptions import InvalidDuration
+from django_durable_jobs.models import JobRun
+from django_durable_jobs.serialization import unstorable
 from django_durable_jobs.worker import WorkerOptions, run_workers
 
 
@@ -69,6 +71,12 @@ class Command(BaseCommand):
             drain = parse_duration(options["drain_timeout"])
         except InvalidDuration as exc:
             raise CommandError(str(exc)) from None
+        if not poll:  # an idle worker would query the database in a busy loop
+            raise CommandError(
+                f"--poll-interval must be longer than zero, got {options['poll_interval']!r}"
+            )
+        if options["worker_id"] is not None:
+            _check_worker_id(options["worker_id"])
         _configure_logging(int(options["verbosity"]))
         values: dict[str, Any] = {
             "queues": options["queues"],
@@ -78,11 +86,22 @@ class Command(BaseCommand):
             "poll_interval": poll,
             "drain_timeout": drain,
         }
-        if options["worker_id"]:
+        if options["worker_id"] is not None:
             values["worker_id"] = options["worker_id"]
         code = run_workers(WorkerOptions(**values))
         if code:
             raise SystemExit(code)
+
+
+def _check_worker_id(worker_id: str) -> None:
+    """Refuse at start what the lease column cannot hold, rather than fail every claim."""
+    longest = JobRun._meta.get_field("lease_owner").max_length or 0
+    if not worker_id or len(worker_id) > longest:
+        raise CommandError(
+            f"--worker-id must be 1 to {longest} characters, got {len(worker_id)}: {worker_id!r}"
+        )
+    if (why := unstorable(worker_id)) is not None:
+        raise CommandError(f"--worker-id {worker_id!r} cannot be stored: {why}")
 
 
 def _configure_logging(verbosity: int) -> None:
