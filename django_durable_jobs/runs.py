@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import claims_pg, clock, conf, signals
+from . import children, claims_pg, clock, conf, signals
 from .durations import Duration, after, before, parse_duration
 from .exceptions import (
     InvalidDuration,
@@ -200,7 +200,9 @@ _AGAIN: dict[str, Any] = {
 
 def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     """Stop a run. A queued, sleeping or waiting run is cancelled at once; a running
-    one is marked cancelled and stops at its next step (``X_RUN_CANCELLED``).
+    one is marked cancelled and stops at its next step (``X_RUN_CANCELLED``). Its
+    unfinished child runs are cancelled with it, and a parent waiting for it in
+    ``step.invoke`` is woken at once (and fails with ``X_CHILD_FAILED``).
 
     >>> cancel("3f2a9c1e-0000-4000-8000-000000000000")  # doctest: +SKIP
     """
@@ -226,7 +228,14 @@ def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         run = _changed_or_refuse(
             pk, changed, "cancel", "only queued, sleeping, waiting or running runs can be cancelled"
         )
+        # A waiting parent learns now, not at its next poll; children die with the run.
+        children.wake_parent(run.parent_id, now)
+        below = children.cancel_descendants(
+            pk, {**stopped, "error": f"cancelled along with run {pk}"}
+        )
     signals.run_cancelled.send(sender=JobRun, run=run)
+    for child in JobRun.objects.using(using).filter(pk__in=below, status=RunStatus.CANCELLED):
+        signals.run_cancelled.send(sender=JobRun, run=child)
     return run
 
 
@@ -244,6 +253,8 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         run = _changed_or_refuse(
             pk, changed, "retry", "only failed or cancelled runs can be retried"
         )
+        children.release_failed(pk)
+        children.fresh_windows(pk)
     return run
 
 
@@ -293,6 +304,8 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
                 + (", ".join(map(repr, known)) or "(none)")
             )
         steps.filter(id__gte=first).delete()
+        children.release_forgotten(pk)
+        children.fresh_windows(pk)
     return run
 
 

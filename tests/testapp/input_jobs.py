@@ -52,3 +52,9 @@ def bad_name(ctx: Any, where: str) -> None:
         ctx.step.wait_for_event("wait", "order\x00paid")
     else:
         ctx.step.publish("announce", "order.paid", key="k\x00")
+
+
+@job(name="tests.inputs.grandparent", retries=0)
+def grandparent(ctx: Any, value: int) -> Any:
+    """Three generations for cancelling a whole family (tests/test_children_verbs.py)."""
+    return ctx.step.invoke("call-parent", "tests.parent", value, timeout="1h")

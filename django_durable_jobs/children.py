@@ -1,0 +1,115 @@
+"""What the operator's verbs (``runs.py``) do to a run's child runs and to its parent.
+
+A child run started by ``step.invoke`` carries the idempotency key
+``invoke:<parent>:<step>``, so a parent that replays the step finds the same child
+instead of starting a second one. When the operator asks for the step to run again
+(``retry`` after the child failed, ``replay_from`` that forgets the step) the key
+must let go of the old child, or the step would attach to it and fail again at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from . import conf
+from .models import (
+    FINISHED,
+    RUNNABLE,
+    JobRun,
+    JobRunQuerySet,
+    RunStatus,
+    StepRecord,
+    StepRecordQuerySet,
+    StepStatus,
+)
+
+
+def release_failed(parent: uuid.UUID) -> int:
+    """``retry``: the children that failed or were cancelled give up their keys, so the
+    steps that invoked them start new children. Unfinished children stay attached."""
+    return (
+        _runs()
+        .filter(parent_id=parent, status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
+        .exclude(idempotency_key=None)
+        .update(idempotency_key=None)
+    )
+
+
+def release_forgotten(parent: uuid.UUID) -> int:
+    """``replay_from``: every child not invoked by a step the run still remembers gives
+    up its key (call it after the forgotten steps are deleted)."""
+    kept = (
+        _steps()
+        .filter(run_id=parent, kind="invoke")
+        .exclude(correlation_key=None)
+        .values_list("correlation_key", flat=True)
+    )
+    return (
+        _runs()
+        .filter(parent_id=parent)
+        .exclude(pk__in=[pk for key in kept if (pk := _uuid(key)) is not None])
+        .exclude(idempotency_key=None)
+        .update(idempotency_key=None)
+    )
+
+
+def fresh_windows(run: uuid.UUID) -> int:
+    """``retry`` and ``replay_from``: waits and invokes that did not complete forget their
+    deadline; the engine opens a new window (the step's timeout from now) when it meets
+    them, instead of failing again at once because the old one has passed."""
+    return (
+        _steps()
+        .filter(run_id=run, kind__in=("wait", "invoke"))
+        .exclude(status=StepStatus.COMPLETED)
+        .update(deadline=None)
+    )
+
+
+def wake_parent(parent: uuid.UUID | None, now: datetime) -> int:
+    """A child finished or was cancelled: its parent, waiting in ``step.invoke``, runs now."""
+    if parent is None:
+        return 0
+    return _runs().filter(pk=parent, status=RunStatus.WAITING).update(wake_at=now)
+
+
+def cancel_descendants(root: uuid.UUID, stopped: dict[str, Any]) -> list[uuid.UUID]:
+    """Cancel every unfinished run below ``root`` (children, their children, ...) with
+    the column values ``stopped``; returns their ids. Like ``runs.cancel``: a run in a
+    worker's hands keeps its lease and is stopped by that worker at its next step."""
+    cancelled: list[uuid.UUID] = []
+    level = [root]
+    while level:
+        below = list(_runs().filter(parent_id__in=level).values_list("pk", "status"))
+        unfinished = [pk for pk, status in below if status not in FINISHED]
+        rows = _runs().filter(pk__in=unfinished)
+        rows.filter(status__in=RUNNABLE).update(**stopped, lease_owner="", lease_expires_at=None)
+        rows.filter(status=RunStatus.RUNNING).update(**stopped)
+        cancelled.extend(unfinished)
+        level = [pk for pk, _ in below]
+    return cancelled
+
+
+def _uuid(value: str | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def _runs() -> JobRunQuerySet:
+    return JobRun.objects.using(conf.database())
+
+
+def _steps() -> StepRecordQuerySet:
+    return StepRecord.objects.using(conf.database())
+
+
+__all__ = [
+    "cancel_descendants",
+    "fresh_windows",
+    "release_failed",
+    "release_forgotten",
+    "wake_parent",
+]
