@@ -14,10 +14,11 @@ from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 from django.db import connections, transaction
-from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Value, When
+from django.db.models import Case, F, PositiveIntegerField, Value, When
 from django.db.models.functions import Coalesce
 
 from . import claims_pg, conf
+from .fields import InstantField
 from .models import RUNNABLE, JobRun, RunStatus
 
 
@@ -63,7 +64,7 @@ def claim(
                 output_field=PositiveIntegerField(),
             ),
             status=RunStatus.RUNNING,
-            started_at=Coalesce(F("started_at"), Value(now), output_field=DateTimeField()),
+            started_at=Coalesce(F("started_at"), Value(now, output_field=InstantField())),
             lease_owner=owner,
             lease_expires_at=now + lease,
         )

@@ -9,6 +9,8 @@ from datetime import datetime
 from django.db import models
 from django.db.models import Q
 
+from .fields import InstantField
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued", "queued"
@@ -73,13 +75,13 @@ class JobRun(models.Model):
     attempt = models.PositiveIntegerField(default=0)
     # NULL, not "": runs without a key must not collide in the unique constraint.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
-    created_at = models.DateTimeField()
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = InstantField()
+    started_at = InstantField(null=True, blank=True)
+    finished_at = InstantField(null=True, blank=True)
     #: When a queued, sleeping or waiting run becomes runnable.
-    wake_at = models.DateTimeField(null=True, blank=True)
+    wake_at = InstantField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True, default="")
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = InstantField(null=True, blank=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
@@ -146,9 +148,9 @@ class StepRecord(models.Model):
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=16, choices=StepStatus.choices)
     output = models.JSONField(null=True, blank=True)
-    started_at = models.DateTimeField()
-    completed_at = models.DateTimeField(null=True, blank=True)
-    wake_at = models.DateTimeField(null=True, blank=True)
+    started_at = InstantField()
+    completed_at = InstantField(null=True, blank=True)
+    wake_at = InstantField(null=True, blank=True)
     event = models.CharField(max_length=200, blank=True, default="")
     # NULL means "any key"; "" is a key like any other.
     correlation_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
@@ -156,7 +158,7 @@ class StepRecord(models.Model):
     #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
     kind = models.CharField(max_length=16, default="run")
     #: When a wait or an invoke gives up.
-    deadline = models.DateTimeField(null=True, blank=True)
+    deadline = InstantField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
     error_type = models.CharField(max_length=200, blank=True, default="")
@@ -204,7 +206,7 @@ class Event(models.Model):
     name = models.CharField(max_length=200)
     key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL: no key
     payload = models.JSONField(null=True, blank=True)
-    published_at = models.DateTimeField()
+    published_at = InstantField()
 
     objects = EventQuerySet.as_manager()
 

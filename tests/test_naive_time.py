@@ -1,0 +1,121 @@
+"""A project with ``USE_TZ = False`` (issue 9, item 12): Django's supported setting.
+
+Django then stores naive local times (``TIME_ZONE``) and SQLite and MySQL refuse
+aware datetimes, while the app's clock is aware. Runs must enqueue, claim, sleep,
+wait and finish all the same, the columns holding local time as Django means it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+from django.utils import timezone
+
+from django_durable_jobs import runs
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.events import publish_event
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from tests.conftest import Driver
+from tests.testapp import jobs
+from tests.testapp.admin_jobs import napper, waiter
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def naive(settings: Any) -> None:
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Paris"
+
+
+@pytest.mark.django_db
+def test_a_flow_runs_with_use_tz_false(naive: None, driver: Driver, clock: FakeClock) -> None:
+    clock.set(datetime(2026, 7, 1, 10, 0, tzinfo=UTC))  # 12:00 in Paris
+    run = jobs.onboarding.enqueue(7)
+    driver.drain()
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.SLEEPING
+    clock.advance("3d")
+    driver.drain()
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING
+    clock.advance("7d")
+    driver.drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.result == {"ordered": False, "email": "u7@example.com", "order": None}
+    # Read back as aware instants; stored as Paris time, as Django means USE_TZ=False.
+    assert run.created_at == datetime(2026, 7, 1, 10, 0, tzinfo=UTC)
+    assert JobRun.objects.filter(pk=run.pk, created_at=datetime(2026, 7, 1, 12, 0)).exists()
+    sleep = StepRecord.objects.get(run=run, name="sleep:3d")
+    assert sleep.wake_at == datetime(2026, 7, 4, 10, 0, tzinfo=UTC)
+
+
+@pytest.mark.django_db
+def test_a_naive_run_after_is_local_time(naive: None, clock: FakeClock) -> None:
+    run = jobs.noop.using(run_after=datetime(2026, 3, 1, 9, 30)).enqueue()
+    run.refresh_from_db()
+    assert run.wake_at == datetime(2026, 3, 1, 8, 30, tzinfo=UTC)
+    later = jobs.noop.using(run_after="1h").enqueue()
+    later.refresh_from_db()
+    assert later.wake_at is not None and timezone.is_aware(later.wake_at)
+    assert later.wake_at == clock.now() + timedelta(hours=1)
+
+
+def runjobs_burst() -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings_naive",
+        "DURABLE_JOBS_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "django", "runjobs", "--burst", "--poll-interval", "0.1s"],
+        cwd=REPO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_drains_runs_with_use_tz_false(naive: None) -> None:
+    done = jobs.three_steps.enqueue(1)
+    napping = napper.enqueue()
+    waiting = waiter.enqueue("42")
+    burst = runjobs_burst()
+    assert burst.returncode == 0, burst.stderr
+    assert JobRun.objects.get(pk=done.pk).status == RunStatus.SUCCEEDED
+    assert JobRun.objects.get(pk=napping.pk).status == RunStatus.SLEEPING
+    assert JobRun.objects.get(pk=waiting.pk).status == RunStatus.WAITING
+    runs.wake(napping.pk)
+    publish_event("order.paid", {"order": 1}, key="42")  # commits: wakes the waiter
+    burst = runjobs_burst()
+    assert burst.returncode == 0, burst.stderr
+    for run in (done, napping, waiting):
+        run.refresh_from_db()
+        assert run.status == RunStatus.SUCCEEDED, (run.job_name, run.error)
+    assert waiting.result == {"order": 1}
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_runs_with_use_tz_false(
+    naive: None, driver: Driver, clock: FakeClock, admin_client: Any
+) -> None:
+    run = napper.enqueue()
+    driver.drain()
+    listing = admin_client.get(reverse("admin:django_durable_jobs_jobrun_changelist"))
+    assert listing.status_code == 200
+    year = admin_client.get(
+        reverse("admin:django_durable_jobs_jobrun_changelist"), {"created_at__year": "2026"}
+    )
+    assert year.status_code == 200 and str(run.pk)[:8] in year.content.decode()
+    page = admin_client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk]))
+    assert page.status_code == 200 and "sleep:3d" in page.content.decode()
