@@ -61,6 +61,8 @@ T = TypeVar("T")
 logger = logging.getLogger("django_durable_jobs.steps")
 
 MAX_STEP_NAME = 200
+MAX_EVENT_NAME = 200
+MAX_KEY = 255
 DEFAULT_WAIT_TIMEOUT = timedelta(hours=24)
 DEFAULT_EVENT_POLL = timedelta(seconds=30)
 
@@ -238,8 +240,15 @@ class Steps:
         limit = parse_duration(timeout)
         if match is not None and not isinstance(match, str):
             raise TypeError(f"wait_for_event({name!r}): match must be a str, got {match!r}")
+        if not isinstance(event, str) or not event or len(event) > MAX_EVENT_NAME:
+            raise InvalidName(
+                f"wait_for_event({name!r}): event names are non-empty strings of at most "
+                f"{MAX_EVENT_NAME} characters, got {event!r}"
+            )
+        if match is not None and len(match) > MAX_KEY:
+            raise InvalidName(f"wait_for_event({name!r}): match is over {MAX_KEY} characters")
         for what, text in (("event", event), ("match", match)):
-            if isinstance(text, str) and (why := unstorable(text)) is not None:
+            if text is not None and (why := unstorable(text)) is not None:
                 raise InvalidName(
                     f"wait_for_event({name!r}): {what} {text!r} cannot be stored: {why}"
                 )

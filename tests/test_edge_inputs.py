@@ -183,6 +183,21 @@ def test_unstorable_names_in_a_job_fail_the_run_without_a_retry(driver: Driver, 
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("event", "match"), [("e" * 201, None), ("", None), ("order.paid", "k" * 256)]
+)
+def test_a_wait_for_a_name_or_key_the_columns_cannot_hold_is_name_invalid(
+    event: str, match: str | None
+) -> None:
+    from django_durable_jobs.memory import MemoryEventLog, MemoryStepStore
+    from django_durable_jobs.steps import Steps
+
+    steps = Steps(run_id="r", job_name="j", store=MemoryStepStore(), events=MemoryEventLog())
+    with pytest.raises(InvalidName):
+        steps.wait_for_event("wait", event, match=match)
+
+
+@pytest.mark.django_db
 def test_an_unstorable_idempotency_key_is_name_invalid() -> None:
     with pytest.raises(InvalidName):
         jobs.noop.using(idempotency_key="k\x00").enqueue()
