@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.expressions import Combinable
 from django.utils import timezone
 
+_ST = TypeVar("_ST", contravariant=True)
+_GT = TypeVar("_GT", covariant=True)
 
-class InstantField(models.DateTimeField):  # type: ignore[type-arg]
+if TYPE_CHECKING:
+    _DateTimeField = models.DateTimeField
+else:
+
+    class _DateTimeField(models.DateTimeField):
+        """Subscriptable, as django-stubs makes Django's fields for the type checker."""
+
+        def __class_getitem__(cls, params: Any) -> type:
+            return cls
+
+
+class InstantField(_DateTimeField[_ST, _GT]):
     """A ``DateTimeField`` that speaks aware datetimes to Python whatever ``USE_TZ`` says.
 
     Leases, wake times and deadlines are instants, computed from an aware clock. With
@@ -21,11 +33,6 @@ class InstantField(models.DateTimeField):  # type: ignore[type-arg]
     the way in and reads a naive one back as local time: the project's setting decides
     the column's contents, the app's code never sees a naive datetime.
     """
-
-    # What django-stubs reads to type the attribute, as for a DateTimeField.
-    _pyi_private_set_type: str | datetime | Combinable
-    _pyi_private_get_type: datetime
-    _pyi_lookup_exact_type: str | datetime
 
     def get_db_prep_value(
         self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
