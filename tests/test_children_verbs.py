@@ -9,17 +9,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 from django_durable_jobs import runs, signals
 from django_durable_jobs.claims import claim
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.events import publish_event
+from django_durable_jobs.exceptions import JobTimeoutError, Suspension
+from django_durable_jobs.memory import MemoryEventLog, MemoryStepStore
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.steps import Steps
 from tests.conftest import Driver
 from tests.testapp import jobs
 from tests.testapp.event_jobs import parent, waiter
@@ -66,16 +71,24 @@ def test_retry_after_the_child_failed_runs_a_new_child(driver: Driver) -> None:
     assert step.correlation_key == str(new.pk) and step.status == StepStatus.COMPLETED
 
 
-@pytest.mark.parametrize("how", ["runs", "command"])
-def test_replay_from_an_invoke_step_runs_the_child_again(driver: Driver, how: str) -> None:
+@pytest.mark.parametrize("how", ["runs", "command", "admin"])
+def test_replay_from_an_invoke_step_runs_the_child_again(
+    driver: Driver, how: str, admin_client: Any
+) -> None:
     run = parent.enqueue(3)
     driver.drain()
     assert refreshed(run).status == RunStatus.SUCCEEDED
     driver.clock.advance("1m")
     if how == "runs":
         runs.replay_from(run.pk, "call-child")
-    else:
+    elif how == "command":
         call_command("jobs", "replay", str(run.pk), "call-child")
+    else:
+        url = reverse(
+            "admin:django_durable_jobs_jobrun_operate",
+            kwargs={"object_id": run.pk, "verb": "replay"},
+        )
+        assert admin_client.post(url, {"step": "call-child"}).status_code == 302
     driver.drain()
     assert refreshed(run).status == RunStatus.SUCCEEDED
     first, second = children_of(run)
@@ -240,3 +253,33 @@ def test_cancelling_a_parent_leaves_finished_children_alone(driver: Driver) -> N
     JobRun.objects.filter(pk=middle.pk).update(status=RunStatus.SUCCEEDED)
     runs.cancel(run.pk)
     assert refreshed(middle).status == RunStatus.SUCCEEDED
+
+
+def test_the_engine_keeps_a_recorded_deadline_and_opens_a_fresh_one_when_cleared() -> None:
+    clock = FakeClock()
+    store, events = MemoryStepStore(), MemoryEventLog(clock)
+
+    def wait() -> None:
+        steps = Steps(run_id="r", job_name="j", store=store, events=events, clock=clock)
+        steps.wait_for_event("wait", "e", timeout="1h", required=True)
+
+    with pytest.raises(Suspension):
+        wait()
+    first = store.get("r", "wait")
+    assert first is not None and first.deadline == clock.now() + timedelta(hours=1)
+    clock.advance("30m")
+    with pytest.raises(Suspension):
+        wait()
+    later = store.get("r", "wait")
+    assert later is not None and later.deadline == first.deadline  # not counted from now
+    clock.advance("1h")
+    with pytest.raises(JobTimeoutError):
+        wait()
+    timed_out = store.get("r", "wait")
+    assert timed_out is not None
+    store.put(replace(timed_out, deadline=None))  # what runs.retry does
+    with pytest.raises(Suspension):
+        wait()
+    again = store.get("r", "wait")
+    assert again is not None and again.deadline == clock.now() + timedelta(hours=1)
+    assert again.started_at == first.started_at and again.event_cursor == first.event_cursor
