@@ -27,14 +27,20 @@ from .models import (
 
 
 def release_failed(parent: uuid.UUID) -> int:
-    """``retry``: the children that failed or were cancelled give up their keys, so the
-    steps that invoked them start new children. Unfinished children stay attached."""
-    return (
+    """``retry``: the children that failed or were cancelled give up their keys and the
+    steps that invoked them forget them, so those steps start new children (also after
+    the parent was cancelled with its children). Unfinished children stay attached."""
+    failed = list(
         _runs()
         .filter(parent_id=parent, status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
-        .exclude(idempotency_key=None)
-        .update(idempotency_key=None)
+        .values_list("pk", flat=True)
     )
+    if not failed:
+        return 0
+    _steps().filter(
+        run_id=parent, kind="invoke", correlation_key__in=[str(pk) for pk in failed]
+    ).exclude(status=StepStatus.COMPLETED).update(correlation_key=None)
+    return _runs().filter(pk__in=failed).update(idempotency_key=None)
 
 
 def release_forgotten(parent: uuid.UUID) -> int:

@@ -400,14 +400,10 @@ class Steps:
     def _child(
         self, name: str, existing: StepRecord | None, job: Any, args: Any, kwargs: Any
     ) -> str:
-        """The child run this invoke waits for: the recorded one, or a new one when there
-        is none yet or a retry follows a child that failed (its key was released)."""
+        """The child run this invoke waits for: the recorded one, or a new one when none
+        is recorded (a first start, or an operator's retry let go of a failed child)."""
         assert self._children is not None
         child = existing.correlation_key if existing is not None else None
-        if child is not None and existing is not None and existing.status is StepStatus.FAILED:
-            previous = self._children.outcome(child)
-            if previous is not None and not previous.succeeded:
-                child = None
         if child is None:
             with self._guard.shield():
                 child = self._children.start(self.run_id, name, job, args, kwargs)

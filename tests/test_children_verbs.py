@@ -110,6 +110,24 @@ def test_replay_of_a_failed_parent_from_its_invoke_step_runs_the_child_again(
     ]
 
 
+def test_retry_of_a_parent_cancelled_with_its_child_runs_a_new_child(
+    driver: Driver, clock: FakeClock
+) -> None:
+    run = parent.using(queue="parents").enqueue(4)
+    driver.step(run)
+    runs.cancel(run.pk)
+    (old,) = children_of(run)
+    assert refreshed(old).status == RunStatus.CANCELLED
+    clock.advance("1m")
+    runs.retry(run.pk)
+    driver.drain()
+    assert refreshed(run).status == RunStatus.SUCCEEDED, run.error
+    assert [child.status for child in children_of(run)] == [
+        RunStatus.CANCELLED,
+        RunStatus.SUCCEEDED,
+    ]
+
+
 def test_replay_from_a_later_step_keeps_the_child(driver: Driver) -> None:
     run = parent.enqueue(2)
     driver.drain()
