@@ -143,6 +143,16 @@ def test_unstorable_step_outputs_fail_the_run_without_a_retry(driver: Driver, ki
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("kind", ["surrogate", "deep"])
+def test_an_unstorable_return_value_fails_the_run_without_a_retry(
+    driver: Driver, kind: str
+) -> None:
+    run = failed_once(driver, input_jobs.returns.enqueue(kind))
+    assert run.error_code == "X_STEP_OUTPUT_INVALID"
+    assert "return value" in run.error
+
+
+@pytest.mark.django_db
 def test_the_deepest_storable_value_is_stored_on_this_database(driver: Driver) -> None:
     # MariaDB refuses JSON nested 32 levels deep; MAX_DEPTH keeps every column below it.
     value = input_jobs.nested(MAX_DEPTH)

@@ -37,6 +37,11 @@ def output(ctx: Any, kind: str) -> Any:
     return ctx.step.run("make", lambda: values[kind])
 
 
+@job(name="tests.inputs.returns", retries=3)
+def returns(ctx: Any, kind: str) -> Any:
+    return {"surrogate": "\udfff", "deep": nested(5000)}[kind]
+
+
 @job(name="tests.inputs.echo", retries=0)
 def echo(ctx: Any, value: Any) -> Any:
     return ctx.step.run("echo", lambda: value)
