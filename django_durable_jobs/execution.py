@@ -14,17 +14,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from django.db import DataError
+
 from . import conf, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
-from .exceptions import AttemptsExhausted, RunCancelled, UnknownJob
+from .exceptions import AttemptsExhausted, RunCancelled, StepOutputInvalid, UnknownJob
 from .models import JobRun, RunStatus
 from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
-from .serialization import ErrorInfo
+from .serialization import ErrorInfo, ascii_text
 from .steps import StepLimits, Steps
 from .store import OrmChildRuns, OrmEventLog, OrmStepStore
 from .timeouts import TimeGuard
@@ -52,9 +54,25 @@ class Pending:
     #: The step a suspended run parked in (re-checked once the run is parked).
     parked: StepRecordValue | None = None
 
+    #: True once reduced to its always-storable form (``shorten``).
+    short: bool = False
+
+    @property
+    def fused(self) -> bool:
+        """Whether the outcome fits the PostgreSQL statement that also claims."""
+        return set(self.changes) <= _FUSED
+
     def outcome_values(self) -> dict[str, Any]:
         """Every column an outcome writes: the changes, the rest as claimed."""
         return {name: self.changes.get(name, getattr(self.run, name)) for name in OUTCOME_COLUMNS}
+
+
+_FUSED = {*OUTCOME_COLUMNS, "lease_owner", "lease_expires_at"}
+#: What a database raises for a value it can never store (a NUL on PostgreSQL, a text
+#: over its column, a lone surrogate the driver cannot encode): retrying cannot help.
+UNSTORABLE = (DataError, ValueError)
+#: The longest error text the short form of an outcome keeps.
+SHORT_ERROR = 2000
 
 
 def execute(
@@ -222,6 +240,31 @@ def write(pending: Pending, owner: str | None) -> bool:
     if owner is not None:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
     return bool(rows.update(**pending.changes))
+
+
+def shorten(pending: Pending, problem: BaseException) -> Pending:
+    """``pending`` as the database always stores it: ASCII error texts of bounded size,
+    no traceback, no result. A success whose result was refused fails, not retried
+    (``X_STEP_OUTPUT_INVALID``): nothing is silently lost."""
+    changes = dict(pending.changes)
+    why = f"the database refused the outcome: {type(problem).__name__}: {problem}"
+    if changes.get("status") == RunStatus.SUCCEEDED:
+        changes.update(
+            status=RunStatus.FAILED,
+            error_code=StepOutputInvalid.code,
+            error=f"the return value cannot be stored ({why})",
+            error_type=f"{StepOutputInvalid.__module__}.{StepOutputInvalid.__qualname__}",
+        )
+    elif "error" in changes:
+        changes["error"] = f"{changes['error']} [recorded in short: {why}]"
+    for name, limit in (("error", SHORT_ERROR), ("error_type", 200), ("error_code", 40)):
+        if name in changes:
+            changes[name] = ascii_text(str(changes[name]), limit)
+    if "traceback" in changes:
+        changes["traceback"] = ""
+    if "result" in changes:
+        changes["result"] = None
+    return replace(pending, changes=changes, short=True)
 
 
 def _settle_cancelled(run: JobRun, owner: str) -> bool:

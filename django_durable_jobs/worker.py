@@ -19,17 +19,18 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import FrameType
 from uuid import UUID
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
 from . import claims_pg, conf
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
 from .exceptions import RunCancelled
-from .execution import Executed, Pending, run_to_stop, settle, write
+from .execution import UNSTORABLE, Executed, Pending, run_to_stop, settle, shorten, write
+from .health import close_broken_connections, keep_healthy
 from .models import JobRun, RunStatus
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
@@ -132,14 +133,11 @@ class Worker:
                     break
                 try:
                     worked = self.run_once()
-                    # Like Django's request cycle: drop connections that broke or aged out.
-                    close_old_connections()
+                    keep_healthy(conf.database())
                 except DatabaseError as exc:
                     # A restarted database or a dropped connection: reconnect and carry on.
                     log.warning("worker %s: database error (%s); retrying", self._owner, exc)
-                    close_old_connections()
-                    for connection in connections.all():
-                        connection.close_if_unusable_or_obsolete()
+                    close_broken_connections()
                     self.stopping.wait(min(self.options.poll_interval.total_seconds(), 1.0))
                     continue
                 if worked:
@@ -167,31 +165,95 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
-        pending, pending_owner = self._pending, self._owner
-        self._owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
-        using = conf.database()
-        if claims_pg.available(using):
-            finish = None
-            if pending is not None:
-                finish = claims_pg.Finish(pending.run.pk, pending_owner, pending.outcome_values())
-            runs, recorded = claims_pg.claim(
-                using, self._owner, now, self.lease, _queues(self.options.queues), 1, finish
-            )
-        else:
-            recorded = pending is not None and write(pending, pending_owner)
-            runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
-        self._pending = None
-        if pending is not None:
-            _log_outcome(pending.run, settle(pending, recorded, pending_owner))
+        pending = self._pending
+        owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
+        runs = self._record_and_claim(pending, owner, now)
         if runs:
             self._execute(runs[0])
         return bool(runs) or pending is not None
 
+    def _record_and_claim(self, pending: Pending | None, owner: str, now: datetime) -> list[JobRun]:
+        """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
+        for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
+        raises, the outcome stays pending under the owner that still holds its lease."""
+        using = conf.database()
+        if pending is not None and not (claims_pg.available(using) and pending.fused):
+            self._record(pending)
+            pending = None
+        if claims_pg.available(using):
+            finish = None
+            if pending is not None:
+                finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
+            try:
+                runs, recorded = claims_pg.claim(
+                    using, owner, now, self.lease, _queues(self.options.queues), 1, finish
+                )
+            except UNSTORABLE as exc:
+                if pending is None:
+                    raise
+                # The next iteration writes the outcome in short, with the claim.
+                self._pending = self._shorten(pending, exc)
+                return []
+        else:
+            runs = claim(owner, now=now, lease=self.lease, queues=self.options.queues)
+            recorded = False  # pending was None here: recorded on its own above
+        previous, self._owner, self._pending = self._owner, owner, None
+        if pending is not None:
+            _log_outcome(pending.run, settle(pending, recorded, previous))
+        return runs
+
+    def _record(self, pending: Pending) -> None:
+        """Write ``pending`` on its own (not with a claim) and settle it."""
+        shortened: Pending | None = pending
+        while shortened is not None:
+            try:
+                recorded = write(shortened, self._owner)
+            except UNSTORABLE as exc:
+                shortened = self._pending = self._shorten(shortened, exc)
+                continue
+            self._pending = None
+            _log_outcome(shortened.run, settle(shortened, recorded, self._owner))
+            return
+
+    def _shorten(self, pending: Pending, problem: BaseException) -> Pending | None:
+        """An outcome the database refused (not a lost connection: retrying the same
+        write can never succeed) in its always-storable short form; None if that was
+        refused too, so the worker moves on and the lease decides."""
+        if pending.short:
+            log.error(
+                "run not recorded: run=%s even its short outcome was refused (%s); the run "
+                "is taken over once its lease expires",
+                pending.run.id,
+                problem,
+            )
+            return None
+        log.error(
+            "run outcome refused by the database: run=%s (%s: %s); recording it in short",
+            pending.run.id,
+            type(problem).__name__,
+            problem,
+        )
+        return shorten(pending, problem)
+
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            _log_outcome(pending.run, settle(pending, write(pending, self._owner), self._owner))
+        for tries_left in (2, 1, 0):
+            if self._pending is None:
+                return
+            try:
+                self._record(self._pending)
+            except DatabaseError as exc:
+                if not tries_left:
+                    log.error(
+                        "run not recorded: run=%s (%s); it is taken over once its lease expires",
+                        self._pending.run.id,
+                        exc,
+                    )
+                    self._pending = None
+                    return
+                log.warning("worker %s: database error (%s); retrying", self._owner, exc)
+                close_broken_connections()
+                time.sleep(1.0)
 
     def _heartbeat(self) -> _Heartbeat:
         if self._beat is None:
