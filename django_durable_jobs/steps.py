@@ -147,7 +147,8 @@ class Steps:
                 value = fn(*args, **kwargs)
             self._check_took(name, began)
             output = self._storable(name, value)
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # The step failed, also when it called sys.exit(): the attempt records it.
             self._save(replace(record, error=ErrorInfo.of(exc)))
             raise
         # Persist BEFORE returning: a crash one line later must not re-run this step.

@@ -1,0 +1,98 @@
+"""The worker's holes from issue 9 with real ``runjobs`` processes: job code that exits
+(item 5), a supervisor killed alone (item 6), poison pills (item 7).
+
+Same harness as tests/test_worker_processes.py: short leases, waits that poll the
+database until generous deadlines (they only keep a broken worker from hanging the
+suite), worker output printed when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from tests.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
+    Workers,
+    effects,
+    status_of,
+    wait_until,
+    workers,
+)
+from tests.testapp import hole_jobs, worker_jobs
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+FINISHED = {RunStatus.SUCCEEDED, RunStatus.FAILED}
+
+
+# -- item 5: SystemExit, exit() and KeyboardInterrupt raised by job code ------------------
+
+
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_job_code_that_exits_fails_its_run_and_the_worker_keeps_serving(
+    workers: Workers, concurrency: str
+) -> None:
+    worker = workers.start("exits", "--concurrency", concurrency)
+    hows = ["sys.exit", "exit", "keyboard-interrupt", "step"]
+    runs = {how: hole_jobs.exits.enqueue(how) for how in hows}
+    for how, run in runs.items():
+        wait_until(
+            lambda run=run: status_of(run) in FINISHED,  # type: ignore[misc]
+            timeout=60,
+            what=f"the {how} run to finish",
+            workers=[worker],
+        )
+    after = worker_jobs.logged.enqueue(7)
+    wait_until(
+        lambda: status_of(after) in FINISHED,
+        timeout=60,
+        what="a run after them",
+        workers=[worker],
+    )
+    assert worker.alive()
+    expected = {
+        "sys.exit": "builtins.SystemExit",
+        "exit": "builtins.SystemExit",
+        "keyboard-interrupt": "builtins.KeyboardInterrupt",
+        "step": "builtins.SystemExit",
+    }
+    for how, run in runs.items():
+        run.refresh_from_db()
+        # Before: the worker process died with the job; the run sat "running" for a lease.
+        assert (run.status, run.attempt, run.error_type) == (
+            RunStatus.FAILED,
+            1,
+            expected[how],
+        ), how
+        assert run.error_type.split(".")[1] in run.traceback and "hole_jobs.py" in run.traceback
+        assert effects(run) == {f"exits-{how}": 1}
+    assert runs["sys.exit"].error == "3"
+    step = StepRecord.objects.get(run=runs["step"], name="quit")
+    assert (step.status, step.error_type, step.error) == (
+        StepStatus.FAILED,
+        "builtins.SystemExit",
+        "4",
+    )
+    assert JobRun.objects.get(pk=after.pk).status == RunStatus.SUCCEEDED
+    assert worker.terminate() == 0  # exits 0 when asked to, and only then
+    assert "crashed" not in worker.log() and "exited with" not in worker.log()
+
+
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_the_operators_ctrl_c_still_stops_the_worker(workers: Workers, concurrency: str) -> None:
+    worker = workers.start("ctrl-c", "--concurrency", concurrency, "--drain-timeout", "20s")
+    workers.wait_started(worker, processes=int(concurrency))
+    run = hole_jobs.nap.enqueue(2)
+    wait_until(
+        lambda: effects(run)["napping"] >= 1,
+        timeout=60,
+        what="the step to start",
+        workers=[worker],
+    )
+    os.killpg(worker.proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    assert worker.proc.wait(timeout=30) == 0
+    run.refresh_from_db()
+    assert (run.status, run.result) == (RunStatus.SUCCEEDED, 2.0)  # drained, not failed
