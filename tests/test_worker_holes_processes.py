@@ -33,7 +33,8 @@ FINISHED = {RunStatus.SUCCEEDED, RunStatus.FAILED}
 
 @pytest.mark.parametrize("concurrency", ["1", "2"])
 def test_job_code_that_exits_fails_its_run_and_the_worker_keeps_serving(
-    workers: Workers, concurrency: str
+    workers: Workers,  # noqa: F811 - the fixture imported above
+    concurrency: str,
 ) -> None:
     worker = workers.start("exits", "--concurrency", concurrency)
     hows = ["sys.exit", "exit", "keyboard-interrupt", "step"]
@@ -82,7 +83,10 @@ def test_job_code_that_exits_fails_its_run_and_the_worker_keeps_serving(
 
 
 @pytest.mark.parametrize("concurrency", ["1", "2"])
-def test_the_operators_ctrl_c_still_stops_the_worker(workers: Workers, concurrency: str) -> None:
+def test_the_operators_ctrl_c_still_stops_the_worker(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+    concurrency: str,
+) -> None:
     worker = workers.start("ctrl-c", "--concurrency", concurrency, "--drain-timeout", "20s")
     workers.wait_started(worker, processes=int(concurrency))
     run = hole_jobs.nap.enqueue(2)
