@@ -32,6 +32,7 @@ from .exceptions import RunCancelled
 from .execution import UNSTORABLE, Executed, Pending, run_to_stop, settle, shorten, write
 from .health import close_broken_connections, keep_healthy
 from .models import JobRun, RunStatus
+from .orphans import stop_with_parent
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 
@@ -70,6 +71,7 @@ class Worker:
         self._next_reap = 0.0
         self._beat: _Heartbeat | None = None
         self._pending: Pending | None = None
+        self._guard: TimeGuard | None = None
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -93,6 +95,12 @@ class Worker:
         self._drain("SIGUSR1 from the supervisor")
 
     def _on_abandon(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping.is_set():
+            log.warning(
+                "worker %s: stopping at once (SIGUSR2: a second stop, or the supervisor is "
+                "gone): giving back the run in hand",
+                self.options.worker_id,
+            )
         self._abandon()
 
     def _drain(self, why: str) -> None:
@@ -106,9 +114,10 @@ class Worker:
         timer.start()
 
     def _abandon(self) -> None:
-        self.stopping.set()
-        if self._in_hand is not None:
-            raise StopNow()
+        self.stop()
+        if self._in_hand is not None and self._guard is not None:
+            # Not in the middle of a step's write: that would leave the connection torn.
+            self._guard.interrupt(StopNow())
 
     def stop(self) -> None:
         self.stopping.set()
@@ -269,7 +278,7 @@ class Worker:
             run.attempt,
             run.claimed_from,
         )
-        self._in_hand = run
+        self._in_hand, self._guard = run, TimeGuard()
         beat = self._heartbeat()
         beat.hold(self._owner, run.id)
         try:
@@ -277,7 +286,7 @@ class Worker:
                 run,
                 clock=self.clock,
                 owner=self._owner,
-                guard=TimeGuard(),
+                guard=self._guard,
                 interrupt=beat.interruption,
             )
         except StopNow:
@@ -288,7 +297,7 @@ class Worker:
             self.stopping.set()
             return
         finally:
-            self._in_hand = None
+            self._in_hand = self._guard = None
             beat.drop()
         self.executed += 1
 
@@ -418,10 +427,13 @@ class _Supervisor:
 
     def _spawn(self, slot: int) -> None:
         connections.close_all()  # never share a connection across fork
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child
             code = 1
             try:
+                # Orphaned, it stops at once and gives its run back (see orphans.py).
+                stop_with_parent(supervisor, signal.SIGUSR2)
                 child = WorkerOptions(
                     **{
                         **self.options.__dict__,

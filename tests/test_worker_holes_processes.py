@@ -8,8 +8,10 @@ suite), worker output printed when a test fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 
 import pytest
 
@@ -19,6 +21,7 @@ from tests.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
     effects,
     status_of,
     wait_until,
+    worker_pids,
     workers,
 )
 from tests.testapp import hole_jobs, worker_jobs
@@ -100,3 +103,56 @@ def test_the_operators_ctrl_c_still_stops_the_worker(
     assert worker.proc.wait(timeout=30) == 0
     run.refresh_from_db()
     assert (run.status, run.result) == (RunStatus.SUCCEEDED, 2.0)  # drained, not failed
+
+
+# -- item 6: a supervisor killed alone ---------------------------------------------------
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie no one reaped counts: it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+
+def test_children_of_a_killed_supervisor_give_their_runs_back_and_exit(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+) -> None:
+    supervisor = workers.start("sup", "--concurrency", "2")
+    workers.wait_started(supervisor, processes=2)
+    children = worker_pids([supervisor]) - {supervisor.pid}
+    assert len(children) == 2, supervisor.log()
+    run = hole_jobs.nap.enqueue(60)
+    wait_until(
+        lambda: effects(run)["napping"] >= 1,
+        timeout=60,
+        what="a child to start the step",
+        workers=[supervisor],
+    )
+    killed_at = time.monotonic()
+    os.kill(supervisor.pid, signal.SIGKILL)  # the supervisor alone, not its group
+    assert supervisor.proc.wait(timeout=30) == -signal.SIGKILL
+    # Before: both children went on claiming runs, as orphans, for as long as they lived.
+    try:
+        wait_until(
+            lambda: all(_gone(pid) for pid in children),
+            timeout=30,
+            what="the orphaned children to exit",
+        )
+    finally:
+        for pid in children:  # the fixture cannot reach them once their supervisor is gone
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    print(f"\n[orphans] children gone {time.monotonic() - killed_at:.2f}s after the supervisor")
+    run.refresh_from_db()
+    # Given back as claimed: runnable again at once, no attempt used.
+    assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
+    assert "supervisor is gone" in supervisor.log()
