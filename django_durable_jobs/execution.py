@@ -22,12 +22,12 @@ from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
 from .exceptions import AttemptsExhausted, RunCancelled, StepOutputInvalid, UnknownJob
-from .models import JobRun, RunStatus
+from .models import JobRun, RunStatus, StepRecord, StepStatus
 from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
 from .serialization import ErrorInfo, ascii_text
-from .steps import StepLimits, Steps
+from .steps import STEP_LOST, StepLimits, Steps
 from .store import OrmChildRuns, OrmEventLog, OrmStepStore
 from .timeouts import TimeGuard
 
@@ -112,11 +112,7 @@ def run_to_stop(
         return _pending(run, None, outcome, clock.now(), rng)
     if run.attempt > max_attempts(definition):
         # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
-        exhausted = AttemptsExhausted(
-            f"job {run.job_name!r} run {run.id}: all {max_attempts(definition)} attempts are "
-            "used up (its workers stopped renewing the lease, e.g. they were killed)"
-        )
-        return _pending(run, definition, Failed(ErrorInfo.of(exhausted), False), clock.now(), rng)
+        return _exhausted(run, definition, clock.now(), rng)
     guard = guard or TimeGuard()
     using = conf.database()
     steps = Steps(
@@ -134,6 +130,9 @@ def run_to_stop(
         guard=guard,
         records=[] if run.claimed_fresh else None,
         interrupt=interrupt,
+        # A retry may follow a worker that died inside a step: if this one dies too, the
+        # step is named. The first attempt keeps one write per step.
+        mark_starts=run.attempt > 1,
     )
     ctx = JobContext(
         step=steps,
@@ -157,6 +156,29 @@ def run_to_stop(
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
         pending = replace(pending, parked=parked)
     return pending
+
+
+def _exhausted(
+    run: JobRun, definition: JobDefinition, now: datetime, rng: random.Random | None
+) -> Pending:
+    """The claim counted one attempt too many: fail, naming where the workers died."""
+    most = max_attempts(definition)
+    exhausted = AttemptsExhausted(
+        f"job {run.job_name!r} run {run.id}: all {most} attempts are used up: its workers "
+        f"stopped renewing the lease (killed, crashed or cut off) {_where_lost(run)}"
+    )
+    pending = _pending(run, definition, Failed(ErrorInfo.of(exhausted), False), now, rng)
+    # The attempt this claim counted never started.
+    return replace(pending, changes={**pending.changes, "attempt": most})
+
+
+def _where_lost(run: JobRun) -> str:
+    steps = StepRecord.objects.using(conf.database()).filter(run=run).order_by("-id")
+    lost = steps.filter(error_type=STEP_LOST).values_list("name", flat=True).first()
+    if lost is not None:
+        return f"while it executed step {lost!r}"
+    done = steps.filter(status=StepStatus.COMPLETED).values_list("name", flat=True).first()
+    return f"after step {done!r}" if done is not None else "before its first step completed"
 
 
 def max_attempts(definition: JobDefinition | None) -> int:

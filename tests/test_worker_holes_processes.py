@@ -156,3 +156,39 @@ def test_children_of_a_killed_supervisor_give_their_runs_back_and_exit(
     # Given back as claimed: runnable again at once, no attempt used.
     assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
     assert "supervisor is gone" in supervisor.log()
+
+
+# -- item 7: poison pills ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["os._exit", "segfault"])
+def test_a_step_that_kills_its_worker_is_named_when_attempts_run_out(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+    how: str,
+) -> None:
+    # A supervisor replaces each child the poison kills; retries=2: three attempts.
+    supervisor = workers.start("sup", "--concurrency", "2")
+    run = hole_jobs.poison.enqueue(how)
+    wait_until(
+        lambda: status_of(run) in FINISHED,
+        timeout=120,
+        what="the poisoned run to run out of attempts",
+        workers=[supervisor],
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_ATTEMPTS_EXHAUSTED"
+    # Before: "... its workers stopped renewing the lease", no step, and attempt "4 / 3".
+    assert "while it executed step 'swallow-poison'" in run.error, run.error
+    assert run.attempt == 3
+    assert effects(run) == {"before": 1, "poison": 3}
+    steps = {step.name: step for step in StepRecord.objects.filter(run=run)}
+    assert (steps["before"].status, steps["before"].attempts) == (StepStatus.COMPLETED, 1)
+    lost = steps["swallow-poison"]
+    # Its start is recorded from the first retry on (the first attempt writes once per step).
+    assert (lost.status, lost.error_type, lost.attempts) == (
+        StepStatus.FAILED,
+        "django_durable_jobs.StepLost",
+        2,
+    )
+    assert "worker died inside it" in lost.error
+    assert supervisor.terminate() == 0
