@@ -29,10 +29,11 @@ from . import claims_pg, conf
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
 from .exceptions import RunCancelled
-from .execution import UNSTORABLE, Executed, Pending, run_to_stop, settle, shorten, write
+from .execution import UNSTORABLE, Pending, run_to_stop, settle
 from .health import close_broken_connections, keep_healthy
 from .models import JobRun, RunStatus
 from .orphans import stop_with_parent
+from .recording import log_outcome, record, record_patiently, refused
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 
@@ -187,8 +188,8 @@ class Worker:
         raises, the outcome stays pending under the owner that still holds its lease."""
         using = conf.database()
         if pending is not None and not (claims_pg.available(using) and pending.fused):
-            self._record(pending)
-            pending = None
+            record(pending, self._owner)
+            pending = self._pending = None
         if claims_pg.available(using):
             finish = None
             if pending is not None:
@@ -201,68 +202,22 @@ class Worker:
                 if pending is None:
                     raise
                 # The next iteration writes the outcome in short, with the claim.
-                self._pending = self._shorten(pending, exc)
+                self._pending = refused(pending, exc)
                 return []
         else:
             runs = claim(owner, now=now, lease=self.lease, queues=self.options.queues)
             recorded = False  # pending was None here: recorded on its own above
         previous, self._owner, self._pending = self._owner, owner, None
         if pending is not None:
-            _log_outcome(pending.run, settle(pending, recorded, previous))
+            log_outcome(pending.run, settle(pending, recorded, previous))
         return runs
 
-    def _record(self, pending: Pending) -> None:
-        """Write ``pending`` on its own (not with a claim) and settle it."""
-        shortened: Pending | None = pending
-        while shortened is not None:
-            try:
-                recorded = write(shortened, self._owner)
-            except UNSTORABLE as exc:
-                shortened = self._pending = self._shorten(shortened, exc)
-                continue
-            self._pending = None
-            _log_outcome(shortened.run, settle(shortened, recorded, self._owner))
-            return
-
-    def _shorten(self, pending: Pending, problem: BaseException) -> Pending | None:
-        """An outcome the database refused (not a lost connection: retrying the same
-        write can never succeed) in its always-storable short form; None if that was
-        refused too, so the worker moves on and the lease decides."""
-        if pending.short:
-            log.error(
-                "run not recorded: run=%s even its short outcome was refused (%s); the run "
-                "is taken over once its lease expires",
-                pending.run.id,
-                problem,
-            )
-            return None
-        log.error(
-            "run outcome refused by the database: run=%s (%s: %s); recording it in short",
-            pending.run.id,
-            type(problem).__name__,
-            problem,
-        )
-        return shorten(pending, problem)
-
     def flush(self) -> None:
-        """Record the outcome still held (before the worker stops or idles)."""
-        for tries_left in (2, 1, 0):
-            if self._pending is None:
-                return
-            try:
-                self._record(self._pending)
-            except DatabaseError as exc:
-                if not tries_left:
-                    log.error(
-                        "run not recorded: run=%s (%s); it is taken over once its lease expires",
-                        self._pending.run.id,
-                        exc,
-                    )
-                    self._pending = None
-                    return
-                log.warning("worker %s: database error (%s); retrying", self._owner, exc)
-                close_broken_connections()
-                time.sleep(1.0)
+        """Record the outcome still held (before the worker stops or idles); a database
+        that stays away for a few seconds leaves the run to its lease."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            record_patiently(pending, self._owner)
 
     def _heartbeat(self) -> _Heartbeat:
         if self._beat is None:
@@ -304,34 +259,6 @@ class Worker:
 
 def _queues(queues: Sequence[str] | None) -> list[str] | None:
     return None if queues is None else list(queues)
-
-
-def _log_outcome(run: JobRun, executed: Executed) -> None:
-    if not executed.recorded:
-        log.warning(
-            "run not recorded: run=%s lease lost; outcome %s",
-            run.id,
-            type(executed.outcome).__name__,
-        )
-    elif executed.status in {"sleeping", "waiting"}:
-        log.info(
-            "run suspended: run=%s status=%s wake_at=%s",
-            run.id,
-            executed.status,
-            run.wake_at.isoformat() if run.wake_at else None,
-        )
-    elif executed.status == "succeeded":
-        log.info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
-    else:
-        log.warning(
-            "run failed: run=%s job=%s attempt=%s code=%s status=%s error=%s",
-            run.id,
-            run.job_name,
-            run.attempt,
-            run.error_code or "-",
-            executed.status,
-            run.error,
-        )
 
 
 class _Heartbeat(threading.Thread):
