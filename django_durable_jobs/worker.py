@@ -245,10 +245,12 @@ class Worker:
                 interrupt=beat.interruption,
             )
         except StopNow:
-            released = release(run, self._owner, now=self.clock.now())
-            log.warning(
-                "run released: run=%s by a second stop signal (released=%s)", run.id, released
-            )
+            try:
+                released = release(run, self._owner, now=self.clock.now())
+            except DatabaseError:  # the stop cut job code's query: once more, afresh
+                close_broken_connections()
+                released = release(run, self._owner, now=self.clock.now())
+            log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
             self.stopping.set()
             return
         finally:
