@@ -15,6 +15,8 @@ from django.db.backends.signals import connection_created
 
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.records import StepStatus as RecordStatus
+from django_durable_jobs.steps import STEP_LOST, MemoryEventLog, MemoryStepStore, Steps
 from django_durable_jobs.worker import Worker, WorkerOptions
 from tests.testapp import hole_jobs, jobs
 from tests.testapp.models import Effect
@@ -149,3 +151,28 @@ def test_with_conn_max_age_0_the_worker_keeps_its_connection_between_runs(
     # Before: one connection per run (Django's request rule applied to every run).
     assert opened == ["default"]
     assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 5
+
+
+# -- item 7: a retry records each step's start before its function runs ------------------
+
+
+def test_with_mark_starts_a_step_is_recorded_before_its_function_runs() -> None:
+    store, events = MemoryStepStore(), MemoryEventLog()
+    seen: list[Any] = []
+
+    def look() -> str:
+        seen.append(store.get("r1", "resize"))
+        return "done"
+
+    steps = Steps(run_id="r1", job_name="demo", store=store, events=events, mark_starts=True)
+    assert steps.run("resize", look) == "done"
+    [during] = seen
+    assert during is not None and during.status is RecordStatus.FAILED
+    assert during.error is not None and during.error.type == STEP_LOST
+    assert "'resize' started (its attempt 1)" in during.error.message
+    after = store.get("r1", "resize")
+    assert after is not None and after.status is RecordStatus.COMPLETED and after.error is None
+    # Without it (a first attempt), nothing is written before the function returns.
+    quiet = Steps(run_id="r2", job_name="demo", store=store, events=events)
+    quiet.run("resize", lambda: seen.append(store.get("r2", "resize")))
+    assert seen[-1] is None
