@@ -167,14 +167,16 @@ class Processed:
     problems: list[str]
 
 
-def process(args: Sequence[str], expected: int, label: str) -> Processed:
+def process(
+    args: Sequence[str], expected: int, label: str, env: dict[str, str] | None = None
+) -> Processed:
     """Run ``runjobs --burst`` with ``args`` until it exits; jobs/s from the DB timestamps."""
     from django.db.models import Count, Max, Min, Q
 
     from django_durable_jobs.models import JobRun
 
     log = WORK / f"worker_{label}.log"
-    proc = start_worker(["--burst", *args], log)
+    proc = start_worker(["--burst", *args], log, env)
     try:
         code = proc.wait(timeout=max(300.0, expected / 5))
     except subprocess.TimeoutExpired:
@@ -405,6 +407,15 @@ def measure_ours(n: int, nb: int) -> tuple[Row, list[str]]:
     one = process([], n, "noop_1")
     row.values["w1"] = one.rate
     problems += one.problems
+    truncate()
+    say("ours: the same with Django's default CONN_MAX_AGE = 0 (BENCH_CONN_MAX_AGE=0)")
+    enqueue_in_one_transaction(n, bench_noop)
+    default_age = process([], n, "noop_1_conn_max_age_0", {"BENCH_CONN_MAX_AGE": "0"})
+    problems += default_age.problems
+    row.notes.append(
+        f"1 worker with CONN_MAX_AGE=0 (Django's default): {default_age.rate:,.0f} jobs/s "
+        f"(the table's figure: CONN_MAX_AGE=None)"
+    )
     truncate()
     say("ours: the same with 1 worker serving one queue (runjobs --burst --queue default)")
     in_one_txn = enqueue_in_one_transaction(n, bench_noop)

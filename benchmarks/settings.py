@@ -29,7 +29,10 @@ DATABASES = {
         "PORT": int(os.environ.get("BENCH_PG_PORT", "5432")),
         # Persistent connections: a worker keeps one connection for its whole life
         # (the peers are measured the same way: django-tasks-db with CONN_MAX_AGE=600).
-        "CONN_MAX_AGE": None,
+        # BENCH_CONN_MAX_AGE=0 is Django's default, which a worker must not pay for.
+        "CONN_MAX_AGE": (
+            int(os.environ["BENCH_CONN_MAX_AGE"]) if os.environ.get("BENCH_CONN_MAX_AGE") else None
+        ),
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -20,6 +20,10 @@ from .timeouts import Overrun, TimeGuard
 
 _jobs_logger = logging.getLogger("django_durable_jobs.jobs")
 
+#: What job code may raise to leave that a bare ``except Exception`` does not catch; a
+#: job's own failure, never a stop of the process that executes it.
+JOB_EXITS = (SystemExit, KeyboardInterrupt)
+
 
 @dataclass(frozen=True, kw_only=True)
 class JobContext:
@@ -106,6 +110,10 @@ def run_attempt(
     except Exception as exc:
         retryable = not (isinstance(exc, DurableJobsError) and not exc.retryable)
         return Failed(ErrorInfo.of(exc), retryable)
+    except JOB_EXITS as exc:
+        # sys.exit(), exit() or KeyboardInterrupt raised by job code ends this attempt,
+        # not the worker: the operator's Ctrl-C reaches the worker's own signal handler.
+        return Failed(ErrorInfo.of(exc), retryable=True)
 
 
 def _storable_result(ctx: JobContext, value: Any, limit: int | None) -> Any:
