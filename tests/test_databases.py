@@ -7,11 +7,12 @@ PostgreSQL and SQLite too, which is the point: one behaviour everywhere.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import job, publish_event
@@ -141,7 +142,7 @@ def explain(sql: str) -> list[dict[str, Any]]:
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 
-@pytest.mark.mariadb(reason="the claim's SELECT ... FOR UPDATE SKIP LOCKED plan on MariaDB")
+@pytest.mark.mariadb(reason="the plan of the claim's statements on MariaDB")
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("queues", "index"),
@@ -170,8 +171,44 @@ def test_the_claim_reads_runnable_runs_through_an_index(
         jobs.noop.using(queue=queue).enqueue()
     with CaptureQueriesContext(connection) as queries:
         assert len(claim("w", now=now, lease=LEASE, queues=queues)) == 1
-    [select] = [query["sql"] for query in queries if "SKIP LOCKED" in query["sql"]]
-    [plan] = explain(select)
+    shortlist, lock = [q["sql"] for q in queries if q["sql"].startswith("SELECT")][:2]
+    [plan] = explain(shortlist)
     assert plan["key"] == index, plan
     # Neither the finished runs nor the sleeping ones are read.
     assert plan["type"] == "range" and int(plan["rows"]) < 10, plan
+    [plan] = explain(lock)
+    assert "SKIP LOCKED" in lock and plan["key"] == "PRIMARY", plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_in_progress_leaves_the_other_runs_to_a_concurrent_claim(
+    clock: FakeClock,
+) -> None:
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite serialises writers: no claim runs beside another")
+    runs = {jobs.noop.enqueue().pk for _ in range(5)}
+    held, done = threading.Event(), threading.Event()
+    got: dict[str, list[JobRun]] = {}
+
+    def first() -> None:
+        try:
+            # The first claim's locks stay held, as they are while it writes.
+            with transaction.atomic():
+                got["first"] = claim("first", now=clock.now(), lease=LEASE)
+                held.set()
+                done.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert held.wait(10)
+        got["second"] = claim("second", now=clock.now(), lease=LEASE)
+    finally:
+        done.set()
+        thread.join()
+    first_ids = {run.pk for run in got["first"]}
+    second_ids = {run.pk for run in got["second"]}
+    assert len(first_ids) == 1 and len(second_ids) == 1  # not "nothing to claim"
+    assert first_ids != second_ids and first_ids | second_ids <= runs
