@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from .durations import Duration, parse_duration
-from .exceptions import InvalidDuration, UnknownJob
+from .exceptions import InvalidDuration, InvalidPayload, UnknownJob
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -197,6 +198,35 @@ def autodiscover() -> None:
     from django.utils.module_loading import autodiscover_modules
 
     autodiscover_modules("jobs")
+
+
+def check_arguments(
+    definition: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], where: str = ""
+) -> None:
+    """Refuse arguments the job's function cannot be called with, at enqueue rather than
+    on every attempt in the worker: ``InvalidPayload`` naming the job, the parameter and
+    the signature."""
+    try:
+        signature = inspect.signature(definition.fn)
+    except (TypeError, ValueError):  # a callable without a readable signature
+        return
+    params = signature.parameters.values()
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    # bind() reports a missing parameter before an unknown one; the typo comes first.
+    unknown = [] if takes_any else [k for k in kwargs if k not in signature.parameters]
+    try:
+        if unknown:
+            raise TypeError(f"got an unexpected keyword argument {unknown[0]!r}")
+        signature.bind(None, *args, **kwargs)  # None stands for ctx
+    except TypeError as exc:
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in params],
+            return_annotation=signature.empty,
+        )
+        raise InvalidPayload(
+            f"job {definition.name!r}: {where}{exc}; the job is "
+            f"{getattr(definition.fn, '__name__', definition.name)}{bare}"
+        ) from None
 
 
 def _origin(fn: Callable[..., Any]) -> str:

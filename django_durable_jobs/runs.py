@@ -15,7 +15,7 @@ from . import claims_pg, clock, conf, signals
 from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
-from .registry import JobDefinition, JobOptions, get_job
+from .registry import JobDefinition, JobOptions, check_arguments, get_job
 from .serialization import NotStorable, check_payload, roundtrip
 
 
@@ -42,7 +42,7 @@ def enqueue_job(
     returned and nothing is written (also under concurrent enqueues: the unique
     constraint decides).
     """
-    clean_args, clean_kwargs = _checked_arguments(job.name, args, kwargs)
+    clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
     now = now or clock.current().now()
     run = JobRun(
         job_name=job.name,
@@ -84,9 +84,9 @@ def enqueue_many_job(
     runs = []
     for index, call in enumerate(calls):
         if isinstance(call, tuple):
-            args, kwargs = _checked_arguments(job.name, call, {}, where=f"call {index}: ")
+            args, kwargs = _checked_arguments(job, call, {}, where=f"call {index}: ")
         elif isinstance(call, Mapping):
-            args, kwargs = _checked_arguments(job.name, (), call, where=f"call {index}: ")
+            args, kwargs = _checked_arguments(job, (), call, where=f"call {index}: ")
         else:
             raise TypeError(
                 f"job {job.name!r}: enqueue_many call {index} must be a dict of keyword "
@@ -118,14 +118,17 @@ def enqueue_many_job(
 
 
 def _checked_arguments(
-    job_name: str, args: Sequence[Any], kwargs: Mapping[str, Any], *, where: str = ""
+    job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], *, where: str = ""
 ) -> tuple[list[Any], dict[str, Any]]:
+    job_name = job.name
     limit = int(conf.get("MAX_PAYLOAD_BYTES"))
     try:  # the common case in one encoding; the slow path only names the culprit
         clean_args, clean_kwargs = roundtrip([list(args), dict(kwargs)], limit=limit)
-        return clean_args, clean_kwargs
     except NotStorable:
         pass
+    else:
+        check_arguments(job, args, kwargs, where)
+        return clean_args, clean_kwargs
     for index, value in enumerate(args):
         check_payload(value, what=f"job {job_name!r}: {where}argument {index}", limit=limit)
     for name, value in kwargs.items():
