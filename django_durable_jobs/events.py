@@ -15,10 +15,12 @@ from .models import Event, JobRun, RunStatus, StepRecord
 from .records import StepRecord as StepRecordValue
 from .registry import JobOptions, jobs_on_event
 from .runs import enqueue_job
+from .schema import needs_tables
 from .serialization import check_payload
 from .store import OrmChildRuns, OrmEventLog
 
 
+@needs_tables
 def publish_event(event: str, payload: Any = None, *, key: str | None = None) -> Event:
     """Publish ``event`` in the caller's transaction; waiting runs that match wake
     when it commits (a rollback publishes nothing and wakes nothing).

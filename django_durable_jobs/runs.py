@@ -16,6 +16,7 @@ from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, check_arguments, get_job
+from .schema import needs_tables
 from .serialization import NotStorable, check_payload, roundtrip
 
 
@@ -27,6 +28,7 @@ def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:
     return enqueue_job(get_job(job_name), args, kwargs, JobOptions())
 
 
+@needs_tables
 def enqueue_job(
     job: JobDefinition,
     args: Sequence[Any],
@@ -68,6 +70,7 @@ def enqueue_job(
 Call = Mapping[str, Any] | tuple[Any, ...]
 
 
+@needs_tables
 def enqueue_many_job(
     job: JobDefinition, calls: Iterable[Call], options: JobOptions, *, batch_size: int = 1000
 ) -> list[JobRun]:
