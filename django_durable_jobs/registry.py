@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -170,13 +171,16 @@ def register_job(definition: JobDefinition) -> JobDefinition:
 
 
 def get_job(name: str) -> JobDefinition:
-    """The job registered as ``name``, or ``UnknownJob`` listing close matches."""
+    """The job registered as ``name``, or ``UnknownJob`` listing close matches and
+    which modules this process imported jobs from."""
     try:
         return _registry[name]
     except KeyError:
         close = difflib.get_close_matches(name, _registry, n=3)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise UnknownJob(f"no job is registered as {name!r}{hint}") from None
+        raise UnknownJob(
+            f"no job is registered as {name!r}{hint}; {where_jobs_come_from()}"
+        ) from None
 
 
 def jobs_on_event(event: str) -> list[JobDefinition]:
@@ -193,11 +197,41 @@ def unregister(name: str) -> None:
     _registry.pop(name, None)
 
 
-def autodiscover() -> None:
-    """Import every installed app's ``jobs`` module (like ``admin.autodiscover``)."""
-    from django.utils.module_loading import autodiscover_modules
+#: The modules autodiscovery imported, or None before it ran (or with it turned off).
+_discovered: list[str] | None = None
 
-    autodiscover_modules("jobs")
+
+def autodiscover() -> list[str]:
+    """Import every installed app's ``jobs`` module (like ``admin.autodiscover``), or the
+    module names ``DURABLE_JOBS["JOB_MODULES"]`` lists; returns the modules imported."""
+    global _discovered
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    from . import conf
+
+    found = []
+    for app in apps.get_app_configs():
+        for module in conf.get("JOB_MODULES"):
+            if module_has_submodule(app.module, module):
+                importlib.import_module(f"{app.name}.{module}")
+                found.append(f"{app.name}.{module}")
+    _discovered = found
+    return found
+
+
+def where_jobs_come_from() -> str:
+    """Where this process looked for jobs, for people: the start-up banner, UnknownJob."""
+    from . import conf
+
+    if _discovered is None:
+        return 'jobs were not autodiscovered (DURABLE_JOBS["AUTODISCOVER"] is off)'
+    names = " or ".join(f"{module}.py" for module in conf.get("JOB_MODULES"))
+    found = ", ".join(_discovered) or "none"
+    return (
+        f"jobs are imported from each installed app's {names} (found: {found}); "
+        'define it there, or add its module name to DURABLE_JOBS["JOB_MODULES"]'
+    )
 
 
 def check_arguments(

@@ -265,3 +265,10 @@ def test_conf_duration_rejects_a_bad_value() -> None:
 def test_conf_get_unknown_key_is_a_key_error() -> None:
     with pytest.raises(KeyError):
         conf.get("NOT_A_SETTING")
+
+
+@pytest.mark.parametrize("value", ["tasks", ["jobs", 3], ["my jobs"], None])
+def test_job_modules_must_be_a_list_of_module_names(value: Any) -> None:
+    (error,) = _check({"JOB_MODULES": value})
+    assert error.id == "django_durable_jobs.E031"
+    assert not _check({"JOB_MODULES": ["jobs", "tasks", "background.jobs"]})

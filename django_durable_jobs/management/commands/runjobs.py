@@ -6,12 +6,11 @@ import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from django_durable_jobs import conf
 from django_durable_jobs.durations import parse_duration
 from django_durable_jobs.exceptions import InvalidDuration
-from django_durable_jobs.schema import unapplied_migrations
+from django_durable_jobs.startup import log_jobs, refuse_unmigrated
 from django_durable_jobs.worker import WorkerOptions, run_workers
 
 
@@ -72,7 +71,8 @@ class Command(BaseCommand):
         except InvalidDuration as exc:
             raise CommandError(str(exc)) from None
         _configure_logging(int(options["verbosity"]))
-        _refuse_unmigrated()
+        refuse_unmigrated()
+        log_jobs()
         values: dict[str, Any] = {
             "queues": options["queues"],
             "concurrency": options["concurrency"],
@@ -86,23 +86,6 @@ class Command(BaseCommand):
         code = run_workers(WorkerOptions(**values))
         if code:
             raise SystemExit(code)
-
-
-def _refuse_unmigrated() -> None:
-    """Stop at once, saying what to do, rather than retrying "no such table" forever."""
-    using = conf.database()
-    try:
-        missing = unapplied_migrations(using)
-    except DatabaseError as exc:  # unreachable now: the loop retries until it is back
-        logging.getLogger("django_durable_jobs.worker").warning(
-            "cannot check the migrations of database %r (%s); starting anyway", using, exc
-        )
-        return
-    if missing:
-        raise CommandError(
-            f"django_durable_jobs has {len(missing)} unapplied migration(s) on database "
-            f"{using!r} ({', '.join(missing)}): run `python manage.py migrate` first"
-        )
 
 
 def _configure_logging(verbosity: int) -> None:
