@@ -16,6 +16,7 @@ from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, check_arguments, get_job
+from .run_ids import resolve as _pk
 from .schema import needs_tables
 from .serialization import NotStorable, check_payload, roundtrip
 
@@ -324,15 +325,6 @@ def recent_runs(
     if job:
         runs = runs.filter(job_name=job)
     return list(runs.defer("args", "kwargs", "result", "traceback")[:limit])
-
-
-def _pk(run_id: RunId) -> uuid.UUID:
-    if isinstance(run_id, uuid.UUID):
-        return run_id
-    try:
-        return uuid.UUID(str(run_id).strip())
-    except ValueError:
-        raise RunNotFound(f"{run_id!r} is not a run id (run ids are UUIDs)") from None
 
 
 def _rows(pk: uuid.UUID) -> JobRunQuerySet:

@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString
 from .. import clock, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
+from ..run_ids import MIN_PREFIX
 from .display import badge, json_block, text_block
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
@@ -34,6 +35,8 @@ else:
 
 #: A full or partial run id (the list shows the first 8 characters).
 _ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,35}")
+#: Too short to search as a run id.
+_ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,4}")
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,13 @@ class JobRunAdmin(_ModelAdmin):
         match = Q(job_name__icontains=term) | Q(idempotency_key=term)
         if _ID_PREFIX.fullmatch(term):
             match |= Q(id__startswith=term.lower())
+        elif _ID_START.fullmatch(term) and not queryset.filter(match).exists():
+            # Silence here reads as "no such run": say why it was not searched as an id.
+            messages.info(
+                request,
+                f"No run matches {term!r}. To find a run by its id, type at least "
+                f"{MIN_PREFIX} of its first characters.",
+            )
         return queryset.filter(match), False
 
     @admin.display(description="run", ordering="id")
