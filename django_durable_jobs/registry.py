@@ -153,9 +153,20 @@ def job(
             if concurrency is None
             else _integer(concurrency, "concurrency", minimum=1),
         )
+        if definition.on_event is not None:  # at import, not in the publisher's save
+            _takes_a_payload(definition)
         return register_job(definition)
 
     return register(fn) if fn is not None else register
+
+
+def _takes_a_payload(definition: JobDefinition) -> None:
+    try:
+        check_arguments(definition, ({},), {})
+    except InvalidPayload as exc:
+        raise TypeError(
+            f"@job(on_event={definition.on_event!r}) is called as fn(ctx, payload): {exc}"
+        ) from None
 
 
 def register_job(definition: JobDefinition) -> JobDefinition:

@@ -76,3 +76,13 @@ def test_invalid_payload_is_a_type_error_as_django_tasks_documents() -> None:
     with pytest.raises(TypeError):  # code written for django.tasks catches it
         add.enqueue({1, 2}, 3)
     assert issubclass(PayloadTooLarge, InvalidPayload)
+
+
+def test_an_on_event_job_that_cannot_take_the_payload_fails_at_import() -> None:
+    from django_durable_jobs import job
+
+    with pytest.raises(TypeError, match=r"called as fn\(ctx, payload\).*the job is welcome\(ctx\)"):
+
+        @job(name="tests.bad_on_event", on_event="user.signed_up")
+        def welcome(ctx):
+            return None
