@@ -15,8 +15,10 @@ LEGS ?= py311-dj52 py312-dj61
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
 MARIADB_URL ?= mysql://root@127.0.0.1:3306/durable_jobs
 # On MariaDB only what touches SQL that differs per database: claims, the ORM step
-# store, enqueue, and real worker processes (overlap under contention, kill -9).
+# store, enqueue, and real worker processes (overlap under contention, kill -9),
+# events in commit order (two connections) and the database's clock (skewed workers).
 MARIADB_TESTS ?= tests/test_execution.py tests/test_store_contract.py tests/test_enqueue.py \
+	tests/test_event_commit_order.py tests/test_dbclock.py tests/test_clock_skew.py \
 	tests/test_worker_processes.py::test_many_workers_execute_every_run_exactly_once \
 	tests/test_worker_processes.py::test_killed_worker_run_is_taken_over_and_completed_steps_replay
 PYTEST_ARGS ?=
