@@ -6,12 +6,14 @@ Public API: ``job``, ``enqueue``, the errors. Models live in
 
 from typing import TYPE_CHECKING, Any
 
+from .cron import Cron
 from .exceptions import (
     AttemptsExhausted,
     ChildRunFailed,
     DurableJobsError,
     InvalidDuration,
     InvalidPayload,
+    InvalidSchedule,
     JobTimeoutError,
     PayloadTooLarge,
     RunCancelled,
@@ -31,9 +33,11 @@ if TYPE_CHECKING:
 __all__ = [
     "AttemptsExhausted",
     "ChildRunFailed",
+    "Cron",
     "DurableJobsError",
     "InvalidDuration",
     "InvalidPayload",
+    "InvalidSchedule",
     "JobTimeoutError",
     "PayloadTooLarge",
     "RunCancelled",

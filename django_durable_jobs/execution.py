@@ -123,6 +123,7 @@ def run_to_stop(
         attempt=run.attempt,
         job_name=run.job_name,
         logger=run_logger(str(run.id), run.job_name, run.attempt),
+        scheduled_at=run.scheduled_at,
     )
     signals.run_started.send(sender=JobRun, run=run)
     outcome = run_attempt(

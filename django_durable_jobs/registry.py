@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
+from .cron import Cron, crons
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, UnknownJob
 
@@ -42,6 +43,8 @@ class JobDefinition:
     step_timeout: timedelta | None = None
     on_event: str | None = None
     concurrency: int | None = None
+    #: ``@job(cron=...)``: the schedules declared in code (see ``schedules.sync``).
+    cron: tuple[Cron, ...] = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -112,6 +115,7 @@ def job(
     step_timeout: Duration | None = None,
     on_event: str | None = None,
     concurrency: int | None = None,
+    cron: str | Cron | list[str | Cron] | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 
 
@@ -128,6 +132,7 @@ def job(
     step_timeout: Duration | None = None,
     on_event: str | None = None,
     concurrency: int | None = None,
+    cron: str | Cron | list[str | Cron] | None = None,
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a durable job. Bare (``@job``) or with options.
 
@@ -150,6 +155,7 @@ def job(
             concurrency=None
             if concurrency is None
             else _integer(concurrency, "concurrency", minimum=1),
+            cron=crons(cron),
         )
         return register_job(definition)
 

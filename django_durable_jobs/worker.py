@@ -27,10 +27,11 @@ from django.db import DatabaseError, close_old_connections, connections
 
 from . import claims_pg, conf
 from .claims import claim, release, renew, requeue_expired
-from .clock import Clock, SystemClock
+from .clock import Clock, current
 from .exceptions import RunCancelled
 from .execution import Executed, Pending, run_to_stop, settle, write
 from .models import JobRun, RunStatus
+from .schedules import Ticker, sync
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 
@@ -57,7 +58,8 @@ class Worker:
 
     def __init__(self, options: WorkerOptions, *, clock: Clock | None = None) -> None:
         self.options = options
-        self.clock = clock or SystemClock()
+        # The process-wide clock (the system clock unless a test swapped it).
+        self.clock = clock or current()
         self.lease = conf.required_duration("LEASE")
         self.heartbeat = conf.required_duration("HEARTBEAT")
         self.stopping = threading.Event()
@@ -69,6 +71,7 @@ class Worker:
         self._next_reap = 0.0
         self._beat: _Heartbeat | None = None
         self._pending: Pending | None = None
+        self._schedules = Ticker()
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -126,6 +129,7 @@ class Worker:
             self._waker.mode,
             self.lease.total_seconds(),
         )
+        sync(self.clock.now())  # the schedules of the code this worker runs
         try:
             while not self.stopping.is_set():
                 if self.options.max_runs is not None and self.executed >= self.options.max_runs:
@@ -167,6 +171,7 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+        self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         pending, pending_owner = self._pending, self._owner
         self._owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
         using = conf.database()
