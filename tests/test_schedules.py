@@ -216,3 +216,26 @@ def test_the_ticker_looks_again_only_when_a_slot_may_be_due(
     with django_assert_num_queries(1):  # every 15s it looks again (admin edits)
         assert ticker.tick(clock.now() + timedelta(seconds=16)) == []
     assert len(ticker.tick(clock.now() + timedelta(seconds=30))) == 1
+
+
+@pytest.mark.django_db
+def test_jobs_schedules_lists_next_run_times_last_run_and_enabled(clock: FakeClock) -> None:
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    clock.set(T0)
+    add("0 9 * * 1", T0, timezone="Europe/Paris")
+    add("*/15 * * * *", T0, enabled=False)
+    out = StringIO()
+    call_command("jobs", "schedules", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:5] == ["id", "job", "cron", "timezone", "enabled"]
+    assert "2026-01-12 09:00+0100, 2026-01-19 09:00+0100, 2026-01-26 09:00+0100" in lines[1]
+    assert " no " in lines[2] and "—" in lines[2]
+    out = StringIO()
+    call_command("jobs", "schedules", "--json", stdout=out)
+    listed = json.loads(out.getvalue())
+    assert listed[0]["next_runs"][0] == "2026-01-12T09:00:00+01:00"
+    assert listed[1]["enabled"] is False and listed[1]["next_runs"] == []
