@@ -42,7 +42,7 @@ class ScheduleForm(_ModelForm):
         fields = ("job_name", "cron", "timezone", "args", "kwargs", "enabled")
 
     def clean_cron(self) -> str:
-        return _valid(check_expr, self.cleaned_data.get("cron"))
+        return str(_valid(check_expr, self.cleaned_data.get("cron")))
 
     def clean_timezone(self) -> str:
         name = self.cleaned_data.get("timezone")
