@@ -30,13 +30,14 @@ class DurableJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import backends, checks, conf, registry
+        from . import backends, checks, conf, registry, retention
 
         del checks  # registers the system checks on import
         connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="django_durable_jobs.cron")
         if conf.get("AUTODISCOVER"):
             registry.autodiscover()
+        retention.install()  # DURABLE_JOBS["RETENTION"]: an hourly purge schedule
         # The jobs of django.tasks backends (Django >= 6.0; a no-op before): a worker
         # must know them although it never enqueues a task itself.
         backends.install()

@@ -50,6 +50,20 @@ def _bool(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"expected True or False, got {value!r}"
 
 
+def _retention(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        return f"expected a dict of status -> age, or None, got {value!r}"
+    statuses = ("succeeded", "failed", "cancelled")
+    for status, age in value.items():
+        if status not in statuses:
+            return f"unknown status {status!r}; finished statuses are {', '.join(statuses)}"
+        if problem := _duration(age, nullable=False):
+            return f"{status}: {problem}"
+    return None
+
+
 _NULLABLE = {"TIMEOUT", "STEP_TIMEOUT"}
 #: key -> (check id, validator, what to write instead)
 RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
@@ -58,6 +72,7 @@ RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
     "MAX_PAYLOAD_BYTES": ("E004", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "AUTODISCOVER": ("E006", _bool, "True or False"),
+    "RETENTION": ("E030", _retention, 'e.g. {"succeeded": "7d", "failed": "30d"}, or None'),
 }
 _DURATION_IDS = {
     "BACKOFF": "E010",

@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": "1s",
     # Import every installed app's jobs.py at startup.
     "AUTODISCOVER": True,
+    # Delete finished runs after an age per status, e.g. {"succeeded": "7d",
+    # "failed": "30d"}, through an hourly schedule (None: keep every run).
+    "RETENTION": None,
 }
 
 DURATION_KEYS = {
