@@ -20,6 +20,7 @@ from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
 from .exceptions import AttemptsExhausted, RunCancelled, UnknownJob
+from .fanout_db import OrmChildBatches, last_sibling
 from .models import JobRun, RunStatus
 from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
@@ -107,6 +108,7 @@ def run_to_stop(
         store=OrmStepStore(using=using, owner=owner),
         events=OrmEventLog(using=using),
         children=OrmChildRuns(using=using),
+        batches=OrmChildBatches(using=using),
         clock=clock,
         limits=StepLimits(
             step_timeout=definition.step_timeout or conf.duration("STEP_TIMEOUT"),
@@ -182,7 +184,7 @@ def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:
     if recorded:
         for name, value in changes.items():
             setattr(run, name, value)
-        if run.parent_id is not None and run.is_finished:
+        if run.parent_id is not None and run.is_finished and last_sibling(run):
             wake_parent(run.parent_id, pending.now)
         if pending.parked is not None:
             recheck_after_park(run.pk, pending.parked, pending.now)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, overload
 from .cron import Cron, crons
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, UnknownJob
+from .fanout import Call
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -55,6 +56,10 @@ class JobDefinition:
         >>> run = onboarding.enqueue(user_id=42)  # doctest: +SKIP
         """
         return JobCall(self, JobOptions()).enqueue(*args, **kwargs)
+
+    def call(self, *args: Any, **kwargs: Any) -> Call:
+        """A child run for ``ctx.step.invoke_all``: ``[send.call(i) for i in ids]``."""
+        return Call(self, args, kwargs)
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
         """Start many runs in batched INSERTs: ``job.enqueue_many([{"user_id": 1}, (2,)])``.
