@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
@@ -121,3 +126,27 @@ def test_calls_must_be_job_call_values(clock: FakeClock, driver: Driver) -> None
     assert parent.status == RunStatus.FAILED
     assert "item 1 is" in parent.error and "job.call(*args, **kwargs)" in parent.error
     assert not JobRun.objects.filter(parent=parent).exists()  # nothing started
+
+
+def test_the_admin_timeline_and_jobs_show_give_progress_and_each_child(
+    clock: FakeClock, driver: Driver, admin_client: Client
+) -> None:
+    parent = fanout_jobs.squares.enqueue(3)
+    driver.step(parent)
+    kids = children(parent)
+    driver.step(kids[1])
+    page = admin_client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[parent.pk]))
+    html = page.content.decode()
+    assert "1 of 3 child runs finished" in html
+    for kid in kids:
+        url = reverse("admin:django_durable_jobs_jobrun_change", args=[kid.pk])
+        assert f'href="{url}"' in html
+    out = StringIO()
+    call_command("jobs", "show", str(parent.pk), stdout=out)
+    text = out.getvalue()
+    assert "squares: 1 of 3 child runs finished" in text
+    assert f"  1  {kids[1].pk}  succeeded" in text and f"  2  {kids[2].pk}  queued" in text
+    out = StringIO()
+    call_command("jobs", "show", str(parent.pk), "--json", stdout=out)
+    (step,) = json.loads(out.getvalue())["steps"]
+    assert [child["id"] for child in step["children"]] == [str(kid.pk) for kid in kids]

@@ -109,6 +109,8 @@ class Command(BaseCommand):
         )
         for line in table:
             self.stdout.write(line)
+        for line in trace_text.children_lines(shown):
+            self.stdout.write(line)
 
     def list_runs(self, options: dict[str, Any]) -> None:
         if options["limit"] < 1:
