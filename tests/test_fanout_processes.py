@@ -36,6 +36,7 @@ def test_a_worker_killed_while_starting_children_starts_each_child_once(
     survivor = workers.start("survivor")
     wait_until(lambda: succeeded(parent), timeout=120, what="the parent", workers=[survivor])
     parent.refresh_from_db()
+    assert parent.result is not None
     assert parent.result["results"] == [n * n for n in range(50)]
     assert JobRun.objects.filter(parent=parent).count() == 50  # none started twice
     ran = Counter(Effect.objects.values_list("name", flat=True))
@@ -47,5 +48,6 @@ def test_a_thousand_children_in_one_step_with_two_workers(workers: Workers) -> N
     started = [workers.start(f"fan-{n}") for n in range(2)]
     wait_until(lambda: succeeded(parent), timeout=300, what="1,000 children", workers=started)
     parent.refresh_from_db()
+    assert parent.result is not None
     assert parent.result["results"] == [n * n for n in range(1000)]
     assert JobRun.objects.filter(parent=parent, status=RunStatus.SUCCEEDED).count() == 1000
