@@ -13,7 +13,7 @@ the day before.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -93,7 +93,10 @@ def onboarding(ctx: Any, customer_id: int) -> dict[str, Any]:
 
 def sales_of(day: str) -> dict[str, Any]:
     """The paid orders created on ``day`` (an ISO date in the project's time zone)."""
-    paid = Order.objects.filter(status=Order.Status.PAID, created_at__date=day)
+    # A range of instants, not created_at__date: that needs MySQL's time zone tables.
+    midnight = datetime.combine(date.fromisoformat(day), time.min)
+    start, end = timezone.make_aware(midnight), timezone.make_aware(midnight + timedelta(days=1))
+    paid = Order.objects.filter(status=Order.Status.PAID, created_at__gte=start, created_at__lt=end)
     totals = paid.aggregate(count=Count("id"), total=Sum("total"))
     return {"day": day, "orders": totals["count"], "total": str(totals["total"] or 0)}
 
