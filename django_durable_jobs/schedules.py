@@ -85,41 +85,41 @@ def sync(now: datetime) -> Synced:
     """Make the ``Schedule`` rows match the code: add the new ones, disable (never
     delete) those no longer declared, and enable again those declared once more.
 
-    An operator's edits of a code schedule (cron, time zone, pause) are kept.
+    An operator's edits of a code schedule (cron, time zone, pause) are kept. Workers
+    that start together may sync at once: a row another one added first is skipped.
     """
     wanted, using = declared(), conf.database()
-    created = disabled = restored = 0
     with transaction.atomic(using=using):
-        rows = Schedule.objects.using(using).select_for_update()
-        existing = {row.code_key or "": row for row in rows.exclude(code_key=None)}
-        for key, (job, cron) in wanted.items():
-            row = existing.get(key)
-            if row is None:
-                tz = cron.timezone or default_zone()
-                Schedule.objects.using(using).create(
-                    job_name=job.name,
-                    cron=cron.expr,
-                    timezone=tz,
-                    code_key=key,
-                    next_run_at=next_slot(cron.expr, zone(tz), now),
-                )
-                created += 1
-            elif row.note.startswith(REMOVED):
+        _write_first(using)
+        rows = Schedule.objects.using(using).select_for_update().exclude(code_key=None)
+        existing = {row.code_key or "": row for row in rows}
+        new = [
+            _new_row(key, job, cron, now)
+            for key, (job, cron) in wanted.items()
+            if key not in existing
+        ]
+        Schedule.objects.using(using).bulk_create(new, ignore_conflicts=True)
+        restored = disabled = 0
+        for key, row in existing.items():
+            if key in wanted and row.note.startswith(REMOVED):
                 row.enabled, row.note = True, ""
                 row.next_run_at = first_slot(row, now)
                 row.save(update_fields=["enabled", "note", "next_run_at"])
                 restored += 1
-        for key, row in existing.items():
-            if key not in wanted and not row.note.startswith(REMOVED):
+            elif key not in wanted and not row.note.startswith(REMOVED):
                 row.enabled, row.next_run_at = False, None
                 row.note = f"{REMOVED} at {now:%Y-%m-%d %H:%M} UTC; its runs are kept"
                 row.save(update_fields=["enabled", "next_run_at", "note"])
                 disabled += 1
-    if created or disabled or restored:
-        log.info(
-            "schedules synced: %d added, %d disabled, %d restored", created, disabled, restored
-        )
-    return Synced(created, disabled, restored)
+    if new or disabled or restored:
+        log.info("schedules: %d added, %d disabled, %d restored", len(new), disabled, restored)
+    return Synced(len(new), disabled, restored)
+
+
+def _new_row(key: str, job: JobDefinition, cron: Cron, now: datetime) -> Schedule:
+    tz = cron.timezone or default_zone()
+    first = next_slot(cron.expr, zone(tz), now)
+    return Schedule(job_name=job.name, cron=cron.expr, timezone=tz, code_key=key, next_run_at=first)
 
 
 REMOVED = "removed from code"
@@ -144,6 +144,7 @@ def start_due(now: datetime, *, limit: int = 100) -> Tick:
     started: list[JobRun] = []
     if earliest is not None and earliest <= now:
         with transaction.atomic(using=using):
+            _write_first(using)
             due = schedules.due(now)
             if connections[using].features.has_select_for_update_skip_locked:
                 due = due.select_for_update(skip_locked=True)
@@ -153,6 +154,14 @@ def start_due(now: datetime, *, limit: int = 100) -> Tick:
                     started.append(run)
         earliest = schedules.filter(enabled=True).aggregate(at=Min("next_run_at"))["at"]
     return Tick(started, earliest)
+
+
+def _write_first(using: str) -> None:
+    """SQLite has no row locks and cannot turn a read transaction into a write one while
+    another process writes ("database is locked" at once, not after the busy timeout):
+    a write that changes nothing takes the write lock before the transaction reads."""
+    if connections[using].vendor == "sqlite":
+        Schedule.objects.using(using).filter(pk=-1).update(note="")
 
 
 def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:

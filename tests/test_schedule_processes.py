@@ -1,6 +1,6 @@
 """Three real ``runjobs`` processes against ``cron="* * * * *"``: exactly one run per
-minute slot. The workers' clock runs 30 times faster than real time (a test-only
-clock, tests/testapp/clocks.py), so six minute slots pass in about twelve seconds."""
+minute slot. The workers' clock runs 15 times faster than real time (a test-only
+clock, tests/testapp/clocks.py), so six minute slots pass in about 25 seconds."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 __all__ = ["workers"]  # the fixture, imported for pytest
 
 START = datetime(2026, 6, 1, 9, 59, 50, tzinfo=UTC)
-SPEED = 30.0
+SPEED = 15.0
+FAST_LEASE = {"DURABLE_JOBS_TEST_LEASE": "300s", "DURABLE_JOBS_TEST_HEARTBEAT": "0.5s"}
 SLOTS = [START + timedelta(seconds=10, minutes=n) for n in range(6)]  # 10:00 ... 10:05
 
 
@@ -27,10 +28,12 @@ def test_three_workers_start_exactly_one_run_per_minute_slot(
     go_file = LOG_DIR / "schedule-clock-go"
     go_file.unlink(missing_ok=True)
     monkeypatch.setenv("DURABLE_JOBS_TEST_CLOCK", f"{START.isoformat()}|{SPEED}|{go_file}")
-    # Leases are measured on the fast clock: 300 fast seconds are 10 real ones.
-    monkeypatch.setenv("DURABLE_JOBS_TEST_LEASE", "300s")
+    # And a schedule declared in code, which the three sync at once as they start.
+    monkeypatch.setenv("DURABLE_JOBS_TEST_CRON", "*/2 * * * *")
     schedule = Schedule(job_name="tests.slot", cron="* * * * *", timezone="UTC")
     reschedule(schedule, START).save()
+    # Leases are measured on the fast clock: 300 fast seconds are 20 real ones.
+    monkeypatch.setattr(workers, "env", lambda: {**Workers.env(workers), **FAST_LEASE})
     started = [workers.start(f"cron-{n}") for n in range(3)]
     for worker in started:
         workers.wait_started(worker, timeout=60)
@@ -51,3 +54,6 @@ def test_three_workers_start_exactly_one_run_per_minute_slot(
     assert slots == [SLOTS[0] + timedelta(minutes=n) for n in range(len(runs))]
     for run in runs[: len(SLOTS)]:  # ctx.scheduled_at is the slot's time
         assert run.scheduled_at is not None and run.result == run.scheduled_at.isoformat()
+    (in_code,) = Schedule.objects.filter(job_name="tests.slot_in_code")  # one row, not three
+    even = [run.scheduled_at for run in JobRun.objects.filter(schedule=in_code)]
+    assert len(even) == len(set(even)) >= 3  # 10:00, 10:02, 10:04: each once
