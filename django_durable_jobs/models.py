@@ -252,11 +252,8 @@ class Schedule(models.Model):
 
     class Meta:
         ordering = ("job_name", "id")
-        indexes = (
-            models.Index(
-                fields=("next_run_at",), condition=Q(enabled=True), name="durable_schedule_due"
-            ),
-        )
+        # Not a partial index: MariaDB has none, and the table is small.
+        indexes = (models.Index(fields=("enabled", "next_run_at"), name="durable_schedule_due"),)
 
     def __str__(self) -> str:
         return f"{self.job_name} ({self.cron} {self.timezone})"
