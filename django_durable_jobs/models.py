@@ -214,3 +214,43 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} #{self.id}"
+
+
+class WorkerStatus(models.TextChoices):
+    LIVE = "live", "live"
+    """Heartbeating; its last beat is younger than the lease."""
+    STOPPED = "stopped", "stopped"
+    """Exited cleanly (it released or finished the runs it held)."""
+    LOST = "lost", "lost"
+    """Stopped beating for longer than the lease: killed, frozen or cut off."""
+
+
+class Worker(models.Model):
+    """One ``runjobs`` process that executes runs, as it last reported itself."""
+
+    #: ``--worker-id`` (default ``host:pid``); a restart with the same id takes over the row.
+    worker_id = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    #: The version of django-durable-jobs the process runs.
+    version = models.CharField(max_length=50, blank=True, default="")
+    #: The queues it serves; empty: every queue.
+    queues = models.JSONField(default=list, blank=True)
+    #: How many runs this process executes at once.
+    concurrency = models.PositiveIntegerField(default=1)
+    status = models.CharField(
+        max_length=16, choices=WorkerStatus.choices, default=WorkerStatus.LIVE
+    )
+    started_at = models.DateTimeField()
+    last_heartbeat = models.DateTimeField()
+    #: Runs executed to their next stop since the process started (as of the last beat).
+    executed = models.PositiveIntegerField(default=0)
+
+    objects: models.Manager[Worker] = models.Manager()
+
+    class Meta:
+        ordering = ("worker_id",)
+        indexes = (models.Index(fields=("status", "last_heartbeat"), name="durable_worker_beat"),)
+
+    def __str__(self) -> str:
+        return f"{self.worker_id} ({self.status})"

@@ -33,6 +33,7 @@ from .execution import Executed, Pending, run_to_stop, settle, write
 from .models import JobRun, RunStatus
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
+from .workers import Presence
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -69,6 +70,7 @@ class Worker:
         self._next_reap = 0.0
         self._beat: _Heartbeat | None = None
         self._pending: Pending | None = None
+        self._presence: Presence | None = None
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -126,6 +128,7 @@ class Worker:
             self._waker.mode,
             self.lease.total_seconds(),
         )
+        self._register()
         try:
             while not self.stopping.is_set():
                 if self.options.max_runs is not None and self.executed >= self.options.max_runs:
@@ -152,6 +155,8 @@ class Worker:
             self._waker.close()
             if self._beat is not None:
                 self._beat.stop()
+            if self._presence is not None:
+                self._presence.stopped(self.clock.now())
             connections.close_all()
         return self.executed
 
@@ -193,9 +198,22 @@ class Worker:
         if pending is not None:
             _log_outcome(pending.run, settle(pending, write(pending, self._owner), self._owner))
 
+    def _register(self) -> None:
+        """The worker's row (admin, ``jobs workers``): inserted now, kept up to date by
+        the heartbeat thread, which therefore starts with the loop."""
+        self._presence = Presence(
+            self.options.worker_id,
+            queues=self.options.queues,
+            concurrency=self.options.concurrency,
+            lease=self.lease,
+            executed=lambda: self.executed,
+        )
+        self._presence.register(self.clock.now())
+        self._heartbeat()
+
     def _heartbeat(self) -> _Heartbeat:
         if self._beat is None:
-            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat)
+            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat, self._presence)
             self._beat.start()
         return self._beat
 
@@ -267,9 +285,12 @@ class _Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the lease of the run in
     hand every ``every``, and notices a cancellation so the run stops at its next step."""
 
-    def __init__(self, clock: Clock, lease: timedelta, every: timedelta) -> None:
+    def __init__(
+        self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
+    ) -> None:
         super().__init__(name="durable-jobs-heartbeat", daemon=True)
         self.clock, self.lease, self.every = clock, lease, every.total_seconds()
+        self.presence = presence
         self._lock = threading.Lock()
         self._held: tuple[str, UUID] | None = None
         self._cancelled = threading.Event()
@@ -295,10 +316,11 @@ class _Heartbeat(threading.Thread):
             while not self._done.wait(self.every):
                 with self._lock:
                     held = self._held
-                if held is None:
-                    continue
                 try:
-                    self._beat(*held)
+                    if held is not None:
+                        self._beat(*held)
+                    if self.presence is not None:
+                        self.presence.beat(self.clock.now())
                 except DatabaseError as exc:
                     log.warning("heartbeat failed (%s); reconnecting", exc)
                     connections.close_all()

@@ -19,7 +19,7 @@ from django.urls import reverse
 import django_durable_jobs
 from django_durable_jobs.admin.display import BADGES
 from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus, WorkerStatus
 from tests.conftest import Driver
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 from tests.testapp import jobs
@@ -68,7 +68,7 @@ def failed_run(driver: Driver) -> JobRun:
 
 
 def test_every_status_has_a_badge_with_a_style() -> None:
-    statuses = set(RunStatus.values) | set(StepStatus.values)
+    statuses = set(RunStatus.values) | set(StepStatus.values) | set(WorkerStatus.values)
     assert statuses <= set(BADGES)
     css = CSS.read_text()
     for status in statuses:

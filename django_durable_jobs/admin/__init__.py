@@ -6,11 +6,13 @@ in ``runs.py`` and needs the model's change permission; nothing is edited in a f
 
 from django.contrib import admin
 
-from ..models import Event, JobRun
+from ..models import Event, JobRun, Worker
 from .events import EventAdmin
 from .runs import JobRunAdmin
+from .workers import WorkerAdmin
 
 admin.site.register(JobRun, JobRunAdmin)
 admin.site.register(Event, EventAdmin)
+admin.site.register(Worker, WorkerAdmin)
 
-__all__ = ["EventAdmin", "JobRunAdmin"]
+__all__ = ["EventAdmin", "JobRunAdmin", "WorkerAdmin"]

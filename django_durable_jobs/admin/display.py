@@ -7,7 +7,7 @@ from typing import Any
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..models import RunStatus, StepStatus
+from ..models import RunStatus, StepStatus, WorkerStatus
 from ..trace import pretty_json
 
 #: The CSS class of each status's badge (static/django_durable_jobs/timeline.css).
@@ -21,6 +21,9 @@ BADGES: dict[str, str] = {
     RunStatus.FAILED: "djdj-badge--failed",
     RunStatus.CANCELLED: "djdj-badge--cancelled",
     StepStatus.COMPLETED: "djdj-badge--completed",
+    WorkerStatus.LIVE: "djdj-badge--live",
+    WorkerStatus.STOPPED: "djdj-badge--stopped",
+    WorkerStatus.LOST: "djdj-badge--lost",
 }
 
 

@@ -9,17 +9,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from django_durable_jobs import conf, runs, trace, trace_text
+from django_durable_jobs import clock, conf, runs, trace, trace_text, workers
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import DurableJobsError
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus
 
 RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
+WORKER_HEADERS = ("worker", "status", "host", "pid", "queues", "started", "heartbeat", "runs")
+
+
+def worker_cells(worker: dict[str, Any]) -> tuple[str, ...]:
+    in_hand = ", ".join(f"{r['job_name']} {r['run_id'][:8]}" for r in worker["runs_in_hand"])
+    return (
+        worker["worker_id"],
+        worker["status"],
+        worker["host"],
+        str(worker["pid"]),
+        ",".join(worker["queues"]) or "*",
+        trace.stamp(datetime.fromisoformat(worker["started_at"])),
+        trace.stamp(datetime.fromisoformat(worker["last_heartbeat"])),
+        f"{worker['executed']} done" + (f"; in hand: {in_hand}" if in_hand else ""),
+    )
 
 
 class Command(BaseCommand):
@@ -57,6 +73,9 @@ class Command(BaseCommand):
         publish.add_argument("--key", default=None, metavar="K")
         publish.add_argument("--payload", default=None, metavar="JSON")
 
+        listed = sub.add_parser("workers", help="Live, stopped and lost worker processes.")
+        listed.add_argument("--json", action="store_true", help="Print them as JSON.")
+
         purge = sub.add_parser("purge", help="Delete finished runs and their steps.")
         purge.add_argument("--older-than", required=True, metavar="D", help='e.g. "30d".')
         purge.add_argument(
@@ -76,6 +95,7 @@ class Command(BaseCommand):
             "replay": self.verb,
             "publish": self.publish,
             "purge": self.purge,
+            "workers": self.workers,
         }
         try:
             actions[options["action"]](options)
@@ -130,6 +150,19 @@ class Command(BaseCommand):
             run.error_code,
         )
 
+    def workers(self, options: dict[str, Any]) -> None:
+        listed = workers.listing(now=clock.current().now())
+        if options["json"]:
+            self.stdout.write(json.dumps(listed, indent=2, ensure_ascii=False))
+            return
+        if not listed:
+            self.stdout.write("no workers have registered")
+            return
+        for line in trace_text.text_table(
+            WORKER_HEADERS, [worker_cells(w) for w in listed], paint=self.paint, status_column=1
+        ):
+            self.stdout.write(line)
+
     # -- operating -------------------------------------------------------------------
     def verb(self, options: dict[str, Any]) -> None:
         action, run_id = options["action"], options["run_id"]
@@ -171,6 +204,8 @@ class Command(BaseCommand):
             "sleeping": self.style.WARNING,
             "waiting": self.style.WARNING,
             "running": self.style.HTTP_INFO,
+            "live": self.style.SUCCESS,
+            "lost": self.style.ERROR,
         }
         style = styles.get(status)
         return style(text) if style is not None else text
