@@ -120,6 +120,8 @@ class JobRun(models.Model):
             models.Index(fields=("status", "finished_at"), name="durable_run_finished"),
             models.Index(fields=("job_name", "created_at"), name="durable_run_job"),
             models.Index(fields=("created_at",), name="durable_run_created"),
+            # Runs started per minute and per hour (stats, dashboard, metrics).
+            models.Index(fields=("started_at",), name="durable_run_started"),
         )
 
     def __str__(self) -> str:
