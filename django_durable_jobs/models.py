@@ -256,3 +256,13 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker_id} ({self.status})"
+
+
+class Dashboard(JobRun):
+    """No table of its own: gives the admin's dashboard page a place in the app list
+    (``/admin/django_durable_jobs/dashboard/``); it shows figures about runs."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"

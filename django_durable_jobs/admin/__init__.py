@@ -6,7 +6,8 @@ in ``runs.py`` and needs the model's change permission; nothing is edited in a f
 
 from django.contrib import admin
 
-from ..models import Event, JobRun, Worker
+from ..models import Dashboard, Event, JobRun, Worker
+from .dashboard import DashboardAdmin
 from .events import EventAdmin
 from .runs import JobRunAdmin
 from .workers import WorkerAdmin
@@ -14,5 +15,6 @@ from .workers import WorkerAdmin
 admin.site.register(JobRun, JobRunAdmin)
 admin.site.register(Event, EventAdmin)
 admin.site.register(Worker, WorkerAdmin)
+admin.site.register(Dashboard, DashboardAdmin)
 
-__all__ = ["EventAdmin", "JobRunAdmin", "WorkerAdmin"]
+__all__ = ["DashboardAdmin", "EventAdmin", "JobRunAdmin", "WorkerAdmin"]

@@ -40,6 +40,18 @@ class Migration(migrations.Migration):
                 "ordering": ("worker_id",),
             },
         ),
+        migrations.CreateModel(
+            name="Dashboard",
+            fields=[],
+            options={
+                "verbose_name": "dashboard",
+                "verbose_name_plural": "dashboard",
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
+            },
+            bases=("django_durable_jobs.jobrun",),
+        ),
         migrations.AddIndex(
             model_name="jobrun",
             index=models.Index(fields=["started_at"], name="durable_run_started"),
