@@ -44,15 +44,13 @@ class WorkerAdmin(_ModelAdmin):
         "version",
         "queue_list",
         "concurrency",
-        "started_at",
-        "last_heartbeat",
+        "started",
         "heard_from",
         "in_hand",
         "executed_count",
     )
     # "live" < "lost" < "stopped": the workers that matter first.
     ordering = ("status", "worker_id")
-    list_filter = ("status", "host")
     search_fields = ("worker_id", "host")
     list_per_page = 100
     show_full_result_count = False
@@ -78,10 +76,14 @@ class WorkerAdmin(_ModelAdmin):
     def queue_list(self, worker: Worker) -> str:
         return ", ".join(worker.queues) or "every queue"
 
-    @admin.display(description="heard from")
+    @admin.display(description="started", ordering="started_at")
+    def started(self, worker: Worker) -> str:
+        return trace.stamp(worker.started_at)
+
+    @admin.display(description="last heartbeat", ordering="last_heartbeat")
     def heard_from(self, worker: Worker) -> str:
-        ago = clock.current().now() - worker.last_heartbeat
-        return f"{trace.short_duration(max(ago, timedelta(0)))} ago"
+        ago = max(clock.current().now() - worker.last_heartbeat, timedelta(0))
+        return f"{trace.stamp(worker.last_heartbeat)} ({trace.short_duration(ago)} ago)"
 
     @admin.display(description="runs in hand")
     def in_hand(self, worker: Worker) -> SafeString | str:
