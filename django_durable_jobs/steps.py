@@ -245,7 +245,7 @@ class Steps:
             started_at, cursor, attempts = now, self._events.cursor(), 1
         else:
             started_at, cursor = existing.started_at, existing.event_cursor
-            attempts = existing.attempts + 1
+            attempts = _executions(existing)
         record = StepRecord(
             run_id=self.run_id,
             name=name,
@@ -350,7 +350,7 @@ class Steps:
             started_at, attempts = now, 1
         else:
             child, started_at = existing.correlation_key, existing.started_at
-            attempts = existing.attempts + 1
+            attempts = _executions(existing)
         record = StepRecord(
             run_id=self.run_id,
             name=name,
@@ -445,3 +445,10 @@ class Steps:
     def records(self) -> Iterator[StepRecord]:
         """The records this attempt knows, in first-run order."""
         return iter(self._records.values())
+
+
+def _executions(existing: StepRecord) -> int:
+    """A wait or invoke that resumes to look again is the same execution: only one that
+    failed before (and runs again on retry) counts another. Counting every look would
+    show ×20,000 on a 7-day wait polled every 30 s."""
+    return existing.attempts + 1 if existing.status is StepStatus.FAILED else existing.attempts
