@@ -450,5 +450,5 @@ class Steps:
 def _executions(existing: StepRecord) -> int:
     """A wait or invoke that resumes to look again is the same execution: only one that
     failed before (and runs again on retry) counts another. Counting every look would
-    show ×20,000 on a 7-day wait polled every 30 s."""
+    show 20,000 attempts on a 7-day wait polled every 30 s."""
     return existing.attempts + 1 if existing.status is StepStatus.FAILED else existing.attempts

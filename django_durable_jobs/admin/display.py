@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
+from django.template.loader import get_template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -41,3 +43,11 @@ def json_block(value: Any) -> SafeString:
 
 def text_block(text: str) -> SafeString | str:
     return format_html('<pre class="djdj-text">{}</pre>', text) if text else "—"
+
+
+@cache
+def tools_beside_title() -> bool:
+    """Whether the admin draws a page's buttons beside its title, before the content
+    block (Django 6), rather than at the top of the content block (Django 5.2)."""
+    template: Any = get_template("admin/base.html")
+    return "titles-and-tools" in template.template.source

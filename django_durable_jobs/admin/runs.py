@@ -24,7 +24,8 @@ from django.utils.safestring import SafeString
 from .. import clock, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
-from .display import badge, json_block, text_block
+from .display import badge, json_block, text_block, tools_beside_title
+from .times import EMPTY, RunTimes
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
 if TYPE_CHECKING:
@@ -85,17 +86,18 @@ def _wakeable(run: JobRun) -> bool:
     )
 
 
-class JobRunAdmin(_ModelAdmin):
+class JobRunAdmin(RunTimes, _ModelAdmin):
     list_display = (
         "short_id",
         "status_badge",
         "job_name",
         "queue",
         "attempts",
-        "created_at",
+        "created",
         "duration",
-        "next_wake",
+        "wakes",
     )
+    empty_value_display = EMPTY
     list_display_links = ("short_id",)
     list_filter = ("status", "job_name", "queue")
     search_fields = ("job_name", "idempotency_key")
@@ -114,13 +116,13 @@ class JobRunAdmin(_ModelAdmin):
         "attempts",
         "idempotency_key",
         "parent",
-        "created_at",
-        "started_at",
-        "finished_at",
+        "created",
+        "started",
+        "finished",
         "duration",
-        "wake_at",
+        "wakes",
         "lease_owner",
-        "lease_expires_at",
+        "lease_expires",
         "args_json",
         "kwargs_json",
         "result_json",
@@ -186,10 +188,6 @@ class JobRunAdmin(_ModelAdmin):
         took = trace.run_duration(run, clock.current().now())
         return "—" if took is None else trace.short_duration(took)
 
-    @admin.display(description="next wake", ordering="wake_at")
-    def next_wake(self, run: JobRun) -> Any:
-        return run.wake_at if run.status in RUNNABLE and run.wake_at else "—"
-
     # -- the run page ----------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
         sets: list[tuple[str | None, dict[str, Any]]] = [
@@ -207,8 +205,8 @@ class JobRunAdmin(_ModelAdmin):
                 "Times",
                 {
                     "fields": (
-                        ("created_at", "started_at", "finished_at", "duration"),
-                        ("wake_at", "lease_owner", "lease_expires_at"),
+                        ("created", "started", "finished", "duration"),
+                        ("wakes", "lease_owner", "lease_expires"),
                     )
                 },
             ),
@@ -264,6 +262,7 @@ class JobRunAdmin(_ModelAdmin):
             can_operate = self.has_operate_permission(request, obj)
             context.update(
                 trace=trace.load(obj),
+                tools_beside_title=tools_beside_title(),
                 can_operate=can_operate,
                 run_verbs=[
                     {"label": verb.label, "url": self._verb_url(obj, verb.name)}
