@@ -19,7 +19,7 @@ import pytest
 from django_durable_jobs import workers
 from django_durable_jobs.claims import claim
 from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from tests.test_admin_browser import ARTIFACTS, REPO_DIR, browser, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -160,3 +160,121 @@ def test_dashboard_and_workers_in_a_browser(
         no_sideways_scroll(browser)
         save(browser, width, f"workers-{size}-{theme}.png")
     assert len(backgrounds) == 2  # the admin's theme did switch
+
+
+def long_run(clock: FakeClock, steps: int = 200) -> JobRun:
+    """A waiting run with ``steps`` completed steps, then a wait."""
+    start = clock.now() - timedelta(hours=2)
+    run = JobRun.objects.create(
+        job_name="crm.import_contacts",
+        status=RunStatus.WAITING,
+        created_at=start,
+        started_at=start,
+        attempt=1,
+        wake_at=clock.now() + timedelta(seconds=30),
+    )
+    StepRecord.objects.bulk_create(
+        StepRecord(
+            run=run,
+            name=f"import-page-{i:03d}",
+            status=StepStatus.COMPLETED,
+            started_at=start + timedelta(seconds=30 * i),
+            completed_at=start + timedelta(seconds=30 * i + 20),
+            attempts=1,
+            output={"page": i, "contacts": 50},
+        )
+        for i in range(steps)
+    )
+    StepRecord.objects.create(
+        run=run,
+        name="wait-approval",
+        kind="wait",
+        status=StepStatus.WAITING,
+        started_at=start + timedelta(seconds=30 * steps),
+        event="import.approved",
+        correlation_key="batch-7",
+        event_cursor=0,
+        wake_at=clock.now() + timedelta(seconds=30),
+        deadline=start + timedelta(days=7),
+        attempts=1,
+    )
+    return run
+
+
+@pytest.mark.parametrize(("width", "size", "sidebar"), SIZES)
+def test_run_page_and_list_in_a_browser(
+    browser: Any,
+    live_server: Any,
+    django_user_model: Any,
+    clock: FakeClock,
+    width: int,
+    size: str,
+    sidebar: bool,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    clock.advance("12h")
+    busy_day(clock)
+    run = long_run(clock)
+    log_in(browser, live_server, django_user_model)
+    for theme in ("light", "dark"):
+        show(browser, f"{live_server.url}/admin/django_durable_jobs/jobrun/", width, theme, sidebar)
+        no_sideways_scroll(browser)
+        results = browser.find_element(By.CSS_SELECTOR, ".results")
+        cut = browser.execute_script(
+            "return arguments[0].scrollWidth - arguments[0].clientWidth", results
+        )
+        if width >= 1400:  # every column visible, none behind a scrollbar
+            assert cut <= 0, f"the runs table is cut by {cut}px"
+        save(browser, width, f"runs-{size}-{theme}.png")
+
+        show(
+            browser,
+            f"{live_server.url}/admin/django_durable_jobs/jobrun/{run.pk}/change/",
+            width,
+            theme,
+            sidebar,
+        )
+        no_sideways_scroll(browser)
+        rows = browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")
+        assert len(rows) == 201
+        timeline = browser.find_element(By.ID, "timeline")
+        fields = browser.find_element(By.CSS_SELECTOR, "fieldset.module")
+        assert timeline.location["y"] < fields.location["y"]  # the timeline first
+        for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
+            assert bar.size["width"] > 0
+        save(browser, width, f"run-{size}-{theme}.png")
+
+
+def test_live_run_page_refreshes_itself(
+    browser: Any, live_server: Any, django_user_model: Any, clock: FakeClock
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    run = long_run(clock, steps=3)
+    log_in(browser, live_server, django_user_model)
+    show(
+        browser,
+        f"{live_server.url}/admin/django_durable_jobs/jobrun/{run.pk}/change/",
+        1400,
+        "light",
+        True,
+    )
+    browser.find_element(By.CSS_SELECTOR, "#step-1 > summary").click()  # opened by the reader
+    assert len(browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")) == 4
+    StepRecord.objects.filter(run=run, name="wait-approval").update(
+        status=StepStatus.COMPLETED, completed_at=clock.now(), output={"ok": True}
+    )
+    StepRecord.objects.create(
+        run=run, name="apply", status=StepStatus.COMPLETED, started_at=clock.now(),
+        completed_at=clock.now(), attempts=1, output=1,
+    )  # fmt: skip
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=clock.now())
+    # No reload: the page fetches the timeline again (every 5 s) and then stops.
+    WebDriverWait(browser, 60).until(
+        lambda b: len(b.find_elements(By.CSS_SELECTOR, "details.djdj-step")) == 5
+    )
+    assert browser.find_element(By.ID, "step-1").get_attribute("open") is not None
+    assert browser.find_element(By.ID, "timeline").get_attribute("data-djdj-refresh") == "5"
+    assert "succeeded" in browser.find_element(By.CSS_SELECTOR, ".djdj-run-row").text
