@@ -3,6 +3,7 @@ times, a wait's event, key and deadline in full, and a live run refreshing itsel
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -77,3 +78,45 @@ def test_live_run_refreshes_finished_run_does_not(admin_client: Client, clock: F
         status=RunStatus.SUCCEEDED, finished_at=clock.now(), wake_at=None
     )
     assert "data-djdj-refresh" not in page(admin_client, run)
+
+
+def test_parent_and_children_link_each_other(admin_client: Client, clock: FakeClock) -> None:
+    parent = JobRunFactory.create(status=RunStatus.WAITING, started_at=T0)
+    children = [JobRunFactory.create(parent=parent, job_name="tests.child") for _ in range(3)]
+    StepRecordFactory.create(
+        run=parent,
+        name="fan-out",
+        kind="invoke",
+        status=StepStatus.WAITING,
+        output=None,
+        completed_at=None,
+        correlation_key=str(children[0].pk),
+    )
+    html = page(admin_client, parent)
+    for child in children:
+        assert f'<a href="{change_url(child)}">tests.child {str(child.pk)[:8]}</a>' in html
+    # The invoke step's details link the child in full.
+    assert f'<dt>child run</dt><dd><a href="{change_url(children[0])}">{children[0].pk}</a>' in html
+    assert f'<a href="{change_url(parent)}">{parent.pk}</a>' in page(admin_client, children[1])
+
+
+def test_a_big_fan_out_lists_the_first_children_and_links_the_rest(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    parent = JobRunFactory.create(status=RunStatus.WAITING, started_at=T0)
+    JobRun.objects.bulk_create(
+        JobRun(job_name="tests.child", parent=parent, created_at=T0, wake_at=T0) for _ in range(60)
+    )
+    html = page(admin_client, parent)
+    assert html.count("tests.child ") == 50
+    listing = re.search(r'href="([^"]+)">all child runs<', html)
+    assert listing is not None
+    response = admin_client.get(listing.group(1).replace("&amp;", "&"))
+    assert response.status_code == 200
+    listed = response.content.decode()
+    assert "60 results" in listed  # the children, not the parent nor other runs
+    assert f">{str(parent.pk)[:8]}</a>" not in listed  # the parent is not a row
+
+
+def change_url(run: JobRun) -> str:
+    return reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk])

@@ -25,6 +25,7 @@ from .. import clock, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
 from .display import badge, json_block, text_block, tools_beside_title
+from .family import RunFamily
 from .times import EMPTY, RunTimes
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
@@ -86,7 +87,7 @@ def _wakeable(run: JobRun) -> bool:
     )
 
 
-class JobRunAdmin(RunTimes, _ModelAdmin):
+class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     list_display = (
         "short_id",
         "status_badge",
@@ -115,7 +116,8 @@ class JobRunAdmin(RunTimes, _ModelAdmin):
         "priority",
         "attempts",
         "idempotency_key",
-        "parent",
+        "parent_link",
+        "children_links",
         "created",
         "started",
         "finished",
@@ -197,7 +199,8 @@ class JobRunAdmin(RunTimes, _ModelAdmin):
                     "fields": (
                         ("id", "status_badge"),
                         ("job_name", "queue", "priority"),
-                        ("attempts", "idempotency_key", "parent"),
+                        ("attempts", "idempotency_key", "parent_link"),
+                        "children_links",
                     )
                 },
             ),
