@@ -235,7 +235,7 @@ def test_cancel_and_wake_buttons(admin_client: Client, driver: Driver, clock: Fa
 def test_replay_from_a_step_button(admin_client: Client, driver: Driver) -> None:
     run = fragile.enqueue()
     driver.step()
-    admin_client.post(operate_url(run, "replay"), {"step": "two"})
+    admin_client.post(operate_url(run, "replay"), {"step": "two", "confirmed": "yes"})
     assert list(run.steps.values_list("name", flat=True)) == ["one"]
     assert LogEntry.objects.get().get_change_message() == "Replayed from step 'two'"
 
@@ -273,7 +273,7 @@ def test_operate_needs_a_csrf_token(admin_user: User) -> None:
 def run_action(client: Client, action: str, runs: list[JobRun]) -> Any:
     return client.post(
         reverse(CHANGELIST),
-        {"action": action, "_selected_action": [str(run.pk) for run in runs]},
+        {"action": action, "_selected_action": [str(run.pk) for run in runs], "confirmed": "yes"},
         follow=True,
     )
 

@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString
 from .. import clock, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
+from . import confirm
 from .display import badge, json_block, text_block, tools_beside_title
 from .family import RunFamily
 from .times import EMPTY, RunTimes
@@ -309,6 +310,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
             raise PermissionDenied
         if verb == "replay":
             step = request.POST.get("step", "")
+            if not confirm.confirmed(request):  # say what runs again, act on "yes"
+                return confirm.replay_page(self, request, run, step)
             self._apply(
                 request,
                 run,
@@ -341,23 +344,28 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     # -- operating: list actions -----------------------------------------------------
     @admin.action(description="Retry the selected runs", permissions=["operate"])
-    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        self._apply_all(request, queryset, VERBS["retry"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
+        return self._apply_all(request, queryset, VERBS["retry"], "Retry the selected runs")
 
     @admin.action(description="Cancel the selected runs", permissions=["operate"])
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        self._apply_all(request, queryset, VERBS["cancel"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
+        return self._apply_all(request, queryset, VERBS["cancel"], "Cancel the selected runs")
 
     @admin.action(description="Wake the selected runs now", permissions=["operate"])
-    def wake_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        self._apply_all(request, queryset, VERBS["wake"])
+    def wake_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
+        return self._apply_all(request, queryset, VERBS["wake"], "Wake the selected runs now")
 
-    def _apply_all(self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Verb) -> None:
+    def _apply_all(
+        self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Verb, label: str
+    ) -> HttpResponse | None:
+        if not confirm.confirmed(request):  # list what it applies to, act on "yes"
+            return confirm.action_page(self, request, queryset, verb.name, label)
         done = 0
         for run in queryset.only("id", "job_name", "status"):
             done += self._apply(request, run, verb.call, verb.logged, quiet=True)
         if done:
             messages.success(request, f"{done} run{'s' * (done != 1)} {verb.done}.")
+        return None
 
 
 __all__ = ["VERBS", "JobRunAdmin", "Verb"]
