@@ -9,6 +9,7 @@ from django.contrib import admin
 from ..models import Dashboard, Event, JobRun, Worker
 from .dashboard import DashboardAdmin
 from .events import EventAdmin
+from .related import RelatedRunsMixin, RunsAbout
 from .runs import JobRunAdmin
 from .workers import WorkerAdmin
 
@@ -17,4 +18,11 @@ admin.site.register(Event, EventAdmin)
 admin.site.register(Worker, WorkerAdmin)
 admin.site.register(Dashboard, DashboardAdmin)
 
-__all__ = ["DashboardAdmin", "EventAdmin", "JobRunAdmin", "WorkerAdmin"]
+__all__ = [
+    "DashboardAdmin",
+    "EventAdmin",
+    "JobRunAdmin",
+    "RelatedRunsMixin",
+    "RunsAbout",
+    "WorkerAdmin",
+]
