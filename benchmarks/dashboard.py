@@ -63,6 +63,7 @@ def columns() -> dict[str, str]:
         "lease_owner": "CASE WHEN r >= 0.015 AND r < 0.015016 THEN 'bench:1#x' ELSE '' END",
         "lease_expires_at": "NULL",
         "parent_id": "NULL",
+        "trace_context": "NULL",
     }
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from . import conf, signals
+from . import conf, otel, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
@@ -125,20 +125,29 @@ def run_to_stop(
         logger=run_logger(str(run.id), run.job_name, run.attempt),
     )
     signals.run_started.send(sender=JobRun, run=run)
-    outcome = run_attempt(
-        definition.fn,
-        ctx,
-        run.args,
-        run.kwargs,
-        timeout=definition.timeout or conf.duration("TIMEOUT"),
-        guard=guard,
-        max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
-    )
+    with otel.run_span(run.job_name, str(run.id), run.attempt, run.trace_context) as done:
+        outcome = run_attempt(
+            definition.fn,
+            ctx,
+            run.args,
+            run.kwargs,
+            timeout=definition.timeout or conf.duration("TIMEOUT"),
+            guard=guard,
+            max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
+        )
+        done(*otel_outcome(outcome))
     pending = _pending(run, definition, outcome, clock.now(), rng)
     if isinstance(outcome, Suspended):
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
         pending = replace(pending, parked=parked)
     return pending
+
+
+def otel_outcome(outcome: Outcome) -> tuple[str, str]:
+    """The outcome's name and error code, for the run's span."""
+    if isinstance(outcome, Failed):
+        return "failed", outcome.error.code
+    return ("succeeded" if isinstance(outcome, Succeeded) else "suspended"), ""
 
 
 def max_attempts(definition: JobDefinition | None) -> int:

@@ -83,6 +83,8 @@ class JobRun(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
+    #: The OpenTelemetry context of the code that enqueued the run (``otel.py``).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import claims_pg, clock, conf, signals
+from . import claims_pg, clock, conf, otel, signals
 from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
@@ -54,6 +54,7 @@ def enqueue_job(
         created_at=now,
         wake_at=_wake_at(options.run_after, now),
         parent_id=parent,
+        trace_context=otel.carrier(),
     )
     db = conf.database()
     if run.idempotency_key is None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from . import otel
 from .clock import Clock, SystemClock, aware
 from .durations import Duration, format_duration, parse_duration
 from .exceptions import (
@@ -143,7 +144,7 @@ class Steps:
         )
         began = self._clock.now()
         try:
-            with self._step_limit(name):
+            with self._step_limit(name), otel.step_span(name, self.run_id, attempts):
                 value = fn(*args, **kwargs)
             self._check_took(name, began)
             output = self._storable(name, value)

@@ -52,6 +52,11 @@ class Migration(migrations.Migration):
             },
             bases=("django_durable_jobs.jobrun",),
         ),
+        migrations.AddField(
+            model_name="jobrun",
+            name="trace_context",
+            field=models.JSONField(blank=True, null=True),
+        ),
         migrations.AddIndex(
             model_name="jobrun",
             index=models.Index(fields=["started_at"], name="durable_run_started"),
