@@ -99,7 +99,8 @@ def save(browser: Any, width: int, name: str) -> None:
     browser.set_window_size(width, min(int(height) + 140, 3000))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / name))
-    if os.environ.get("DURABLE_JOBS_UPDATE_DOCS") == "1" and name.endswith("-wide-light.png"):
+    pictured = name in ("dashboard-wide-light.png", "workers-wide-light.png")  # the README's
+    if os.environ.get("DURABLE_JOBS_UPDATE_DOCS") == "1" and pictured:
         shutil.copyfile(ARTIFACTS / name, REPO_DIR / "docs" / name.replace("-wide-light", ""))
 
 
