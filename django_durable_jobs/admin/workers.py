@@ -3,7 +3,6 @@ with the runs each holds. Rows are written by the workers themselves (``workers.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
@@ -13,9 +12,10 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from .. import clock, conf, trace, workers
+from .. import clock, conf, workers
 from ..models import Worker
 from .display import badge
+from .times import when
 
 RUN_PAGE = "django_durable_jobs_jobrun_change"
 
@@ -39,11 +39,10 @@ class WorkerAdmin(_ModelAdmin):
     list_display = (
         "worker_id",
         "status_badge",
-        "host",
-        "pid",
+        "process",
         "version",
         "queue_list",
-        "concurrency",
+        "at_once",
         "started",
         "heard_from",
         "in_hand",
@@ -72,18 +71,25 @@ class WorkerAdmin(_ModelAdmin):
         lease = conf.required_duration("LEASE")
         return badge(workers.shown_status(worker, now=clock.current().now(), lease=lease))
 
+    @admin.display(description="host, pid", ordering="host")
+    def process(self, worker: Worker) -> str:
+        return f"{worker.host}, {worker.pid}"
+
+    @admin.display(description="runs at once", ordering="concurrency")
+    def at_once(self, worker: Worker) -> int:
+        return worker.concurrency
+
     @admin.display(description="queues")
     def queue_list(self, worker: Worker) -> str:
         return ", ".join(worker.queues) or "every queue"
 
     @admin.display(description="started", ordering="started_at")
-    def started(self, worker: Worker) -> str:
-        return trace.stamp(worker.started_at)
+    def started(self, worker: Worker) -> SafeString | str:
+        return when(worker.started_at, clock.current().now())
 
     @admin.display(description="last heartbeat", ordering="last_heartbeat")
-    def heard_from(self, worker: Worker) -> str:
-        ago = max(clock.current().now() - worker.last_heartbeat, timedelta(0))
-        return f"{trace.stamp(worker.last_heartbeat)} ({trace.short_duration(ago)} ago)"
+    def heard_from(self, worker: Worker) -> SafeString | str:
+        return when(worker.last_heartbeat, clock.current().now())
 
     @admin.display(description="runs in hand")
     def in_hand(self, worker: Worker) -> SafeString | str:
@@ -105,7 +111,7 @@ class WorkerAdmin(_ModelAdmin):
             ),
         )
 
-    @admin.display(description="runs executed", ordering="executed")
+    @admin.display(description="executed", ordering="executed")
     def executed_count(self, worker: Worker) -> int:
         return worker.executed
 
