@@ -120,6 +120,7 @@ class Worker:
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
         self._waker = make_waker()
+        self._register()
         log.info(
             "worker %s: queues=%s concurrency=1 database=%s wake=%s lease=%ss",
             self.options.worker_id,
@@ -128,7 +129,6 @@ class Worker:
             self._waker.mode,
             self.lease.total_seconds(),
         )
-        self._register()
         try:
             while not self.stopping.is_set():
                 if self.options.max_runs is not None and self.executed >= self.options.max_runs:
