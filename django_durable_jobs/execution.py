@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import DataError
 
-from . import conf, signals
+from . import conf, otel, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
@@ -145,15 +145,17 @@ def run_to_stop(
         scheduled_at=run.scheduled_at,
     )
     signals.run_started.send(sender=JobRun, run=run)
-    outcome = run_attempt(
-        definition.fn,
-        ctx,
-        run.args,
-        run.kwargs,
-        timeout=definition.timeout or conf.duration("TIMEOUT"),
-        guard=guard,
-        max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
-    )
+    with otel.run_span(run.job_name, str(run.id), run.attempt, run.trace_context) as done:
+        outcome = run_attempt(
+            definition.fn,
+            ctx,
+            run.args,
+            run.kwargs,
+            timeout=definition.timeout or conf.duration("TIMEOUT"),
+            guard=guard,
+            max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
+        )
+        done(*otel_outcome(outcome))
     pending = _pending(run, definition, outcome, clock.now(), rng)
     if isinstance(outcome, Suspended):
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
@@ -182,6 +184,13 @@ def _where_lost(run: JobRun) -> str:
         return f"while it executed step {lost!r}"
     done = steps.filter(status=StepStatus.COMPLETED).values_list("name", flat=True).first()
     return f"after step {done!r}" if done is not None else "before its first step completed"
+
+
+def otel_outcome(outcome: Outcome) -> tuple[str, str]:
+    """The outcome's name and error code, for the run's span."""
+    if isinstance(outcome, Failed):
+        return "failed", outcome.error.code
+    return ("succeeded" if isinstance(outcome, Succeeded) else "suspended"), ""
 
 
 def max_attempts(definition: JobDefinition | None) -> int:

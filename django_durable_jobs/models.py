@@ -91,6 +91,8 @@ class JobRun(models.Model):
         "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     scheduled_at = InstantField(null=True, blank=True)
+    #: The OpenTelemetry context of the code that enqueued the run (``otel.py``).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.
@@ -133,6 +135,8 @@ class JobRun(models.Model):
             models.Index(fields=("status", "finished_at"), name="durable_run_finished"),
             models.Index(fields=("job_name", "created_at"), name="durable_run_job"),
             models.Index(fields=("created_at",), name="durable_run_created"),
+            # Runs started per minute and per hour (stats, dashboard, metrics).
+            models.Index(fields=("started_at",), name="durable_run_started"),
         )
 
     def __str__(self) -> str:
@@ -296,3 +300,53 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} ({self.cron} {self.timezone})"
+
+
+class WorkerStatus(models.TextChoices):
+    LIVE = "live", "live"
+    """Heartbeating; its last beat is younger than the lease."""
+    STOPPED = "stopped", "stopped"
+    """Exited cleanly (it released or finished the runs it held)."""
+    LOST = "lost", "lost"
+    """Stopped beating for longer than the lease: killed, frozen or cut off."""
+
+
+class Worker(models.Model):
+    """One ``runjobs`` process that executes runs, as it last reported itself."""
+
+    #: ``--worker-id`` (default ``host:pid``); a restart with the same id takes over the row.
+    worker_id = ExactCharField(max_length=200, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    #: The version of django-durable-jobs the process runs.
+    version = models.CharField(max_length=50, blank=True, default="")
+    #: The queues it serves; empty: every queue.
+    queues = models.JSONField(default=list, blank=True)
+    #: How many runs this process executes at once.
+    concurrency = models.PositiveIntegerField(default=1)
+    status = models.CharField(
+        max_length=16, choices=WorkerStatus.choices, default=WorkerStatus.LIVE
+    )
+    started_at = InstantField()
+    last_heartbeat = InstantField()
+    #: Runs executed to their next stop since the process started (as of the last beat).
+    executed = models.PositiveIntegerField(default=0)
+
+    objects: models.Manager[Worker] = models.Manager()
+
+    class Meta:
+        ordering = ("worker_id",)
+        indexes = (models.Index(fields=("status", "last_heartbeat"), name="durable_worker_beat"),)
+
+    def __str__(self) -> str:
+        return f"{self.worker_id} ({self.status})"
+
+
+class Dashboard(JobRun):
+    """No table of its own: gives the admin's dashboard page a place in the app list
+    (``/admin/django_durable_jobs/dashboard/``); it shows figures about runs."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import children, claims_pg, clock, conf, signals
+from . import children, claims_pg, clock, conf, otel, signals
 from .durations import Duration, after, before, parse_duration
 from .exceptions import (
     InvalidDuration,
@@ -67,6 +67,7 @@ def enqueue_job(
         created_at=now,
         wake_at=_wake_at(options.run_after, now),
         parent_id=parent,
+        trace_context=otel.carrier(),
     )
     db = conf.database()
     if run.idempotency_key is None:

@@ -37,6 +37,7 @@ from .recording import log_outcome, record, record_patiently, refused
 from .schedules import Ticker, sync
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
+from .workers import Presence
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -77,6 +78,7 @@ class Worker:
         self._pending: Pending | None = None
         self._guard: TimeGuard | None = None
         self._schedules = Ticker()
+        self._presence: Presence | None = None
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -134,6 +136,7 @@ class Worker:
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
         self._waker = make_waker()
+        self._register()
         log.info(
             "worker %s: queues=%s concurrency=1 database=%s wake=%s lease=%ss",
             self.options.worker_id,
@@ -166,6 +169,8 @@ class Worker:
             self._waker.close()
             if self._beat is not None:
                 self._beat.stop()
+            if self._presence is not None:
+                self._presence.stopped(self.clock.now())
             connections.close_all()
         return self.executed
 
@@ -226,9 +231,22 @@ class Worker:
         if pending is not None:
             record_patiently(pending, self._owner)
 
+    def _register(self) -> None:
+        """The worker's row (admin, ``jobs workers``): inserted now, kept up to date by
+        the heartbeat thread, which therefore starts with the loop."""
+        self._presence = Presence(
+            self.options.worker_id,
+            queues=self.options.queues,
+            concurrency=self.options.concurrency,
+            lease=self.lease,
+            executed=lambda: self.executed,
+        )
+        self._presence.register(self.clock.now())
+        self._heartbeat()
+
     def _heartbeat(self) -> _Heartbeat:
         if self._beat is None:
-            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat)
+            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat, self._presence)
             self._beat.start()
         return self._beat
 
@@ -274,9 +292,12 @@ class _Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the lease of the run in
     hand every ``every``, and notices a cancellation so the run stops at its next step."""
 
-    def __init__(self, clock: Clock, lease: timedelta, every: timedelta) -> None:
+    def __init__(
+        self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
+    ) -> None:
         super().__init__(name="durable-jobs-heartbeat", daemon=True)
         self.clock, self.lease, self.every = clock, lease, every.total_seconds()
+        self.presence = presence
         self._lock = threading.Lock()
         self._held: tuple[str, UUID] | None = None
         self._cancelled = threading.Event()
@@ -302,10 +323,11 @@ class _Heartbeat(threading.Thread):
             while not self._done.wait(self.every):
                 with self._lock:
                     held = self._held
-                if held is None:
-                    continue
                 try:
-                    self._beat(*held)
+                    if held is not None:
+                        self._beat(*held)
+                    if self.presence is not None:
+                        self.presence.beat(self.clock.now())
                 except DatabaseError as exc:
                     log.warning("heartbeat failed (%s); reconnecting", exc)
                     connections.close_all()
