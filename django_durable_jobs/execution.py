@@ -14,12 +14,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+
 from . import conf, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
 from .exceptions import AttemptsExhausted, RunCancelled, UnknownJob
+from .failure_handlers import handler_for, start_handler
 from .models import JobRun, RunStatus
 from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
@@ -206,10 +209,12 @@ def _failure(
         "traceback": error.traceback,
     }
     if outcome.retryable and definition is not None and run.attempt < max_attempts(definition):
-        backoff = definition.backoff if definition.backoff is not None else conf.get("BACKOFF")
-        delay = backoff_delay(
-            backoff, run.attempt, cap=conf.required_duration("MAX_BACKOFF"), rng=rng
-        )
+        delay = outcome.retry_after
+        if delay is None:
+            backoff = definition.backoff if definition.backoff is not None else conf.get("BACKOFF")
+            delay = backoff_delay(
+                backoff, run.attempt, cap=conf.required_duration("MAX_BACKOFF"), rng=rng
+            )
         changes.update(status=RunStatus.QUEUED, wake_at=now + delay)
     else:
         changes.update(status=RunStatus.FAILED, finished_at=now, wake_at=None)
@@ -217,11 +222,29 @@ def _failure(
 
 
 def write(pending: Pending, owner: str | None) -> bool:
-    """Write the outcome; with ``owner``, only while that worker holds the lease."""
-    rows = JobRun.objects.using(conf.database()).filter(pk=pending.run.pk)
+    """Write the outcome; with ``owner``, only while that worker holds the lease.
+
+    A final failure of a job with ``on_failure`` enqueues the handler in the same
+    transaction (see ``failure_handlers``).
+    """
+    using = conf.database()
+    rows = JobRun.objects.using(using).filter(pk=pending.run.pk)
     if owner is not None:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
-    return bool(rows.update(**pending.changes))
+    if not starts_handler(pending):
+        return bool(rows.update(**pending.changes))
+    with transaction.atomic(using=using):
+        recorded = bool(rows.update(**pending.changes))
+        if recorded:
+            start_handler(pending.run, pending.changes, pending.now)
+    return recorded
+
+
+def starts_handler(pending: Pending) -> bool:
+    """Whether writing this outcome also enqueues an ``on_failure`` handler run."""
+    return pending.changes.get("status") == RunStatus.FAILED and (
+        handler_for(pending.run) is not None
+    )
 
 
 def _settle_cancelled(run: JobRun, owner: str) -> bool:

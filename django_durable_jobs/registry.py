@@ -42,6 +42,8 @@ class JobDefinition:
     step_timeout: timedelta | None = None
     on_event: str | None = None
     concurrency: int | None = None
+    #: The name of the job enqueued when a run finally fails or is cancelled.
+    on_failure: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -112,6 +114,7 @@ def job(
     step_timeout: Duration | None = None,
     on_event: str | None = None,
     concurrency: int | None = None,
+    on_failure: JobDefinition | str | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 
 
@@ -128,6 +131,7 @@ def job(
     step_timeout: Duration | None = None,
     on_event: str | None = None,
     concurrency: int | None = None,
+    on_failure: JobDefinition | str | None = None,
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a durable job. Bare (``@job``) or with options.
 
@@ -150,6 +154,7 @@ def job(
             concurrency=None
             if concurrency is None
             else _integer(concurrency, "concurrency", minimum=1),
+            on_failure=_handler(on_failure),
         )
         return register_job(definition)
 
@@ -233,6 +238,12 @@ def _backoff(value: Backoff | None) -> Backoff | None:
         return value
     _duration(value, "backoff")  # fail at import time, not at the first retry
     return value
+
+
+def _handler(value: JobDefinition | str | None) -> str | None:
+    if value is None or isinstance(value, JobDefinition):
+        return None if value is None else value.name
+    return _text(value, "on_failure (a job or a job name)", longest=200)
 
 
 def _duration(value: Duration, what: str) -> timedelta:

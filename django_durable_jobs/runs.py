@@ -14,6 +14,7 @@ from django.utils import timezone
 from . import claims_pg, clock, conf, signals
 from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
+from .failure_handlers import start_handler
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, get_job
 from .serialization import NotStorable, check_payload, roundtrip
@@ -203,6 +204,7 @@ def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         run = _changed_or_refuse(
             pk, changed, "cancel", "only queued, sleeping, waiting or running runs can be cancelled"
         )
+        start_handler(run, stopped, now)
     signals.run_cancelled.send(sender=JobRun, run=run)
     return run
 

@@ -29,7 +29,7 @@ from . import claims_pg, conf
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
 from .exceptions import RunCancelled
-from .execution import Executed, Pending, run_to_stop, settle, write
+from .execution import Executed, Pending, run_to_stop, settle, starts_handler, write
 from .models import JobRun, RunStatus
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
@@ -171,12 +171,16 @@ class Worker:
         self._owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
         using = conf.database()
         if claims_pg.available(using):
-            finish = None
-            if pending is not None:
+            finish, recorded = None, False
+            if pending is not None and starts_handler(pending):
+                # The handler run is written with the outcome, in one transaction.
+                recorded = write(pending, pending_owner)
+            elif pending is not None:
                 finish = claims_pg.Finish(pending.run.pk, pending_owner, pending.outcome_values())
-            runs, recorded = claims_pg.claim(
+            runs, done = claims_pg.claim(
                 using, self._owner, now, self.lease, _queues(self.options.queues), 1, finish
             )
+            recorded = recorded or done
         else:
             recorded = pending is not None and write(pending, pending_owner)
             runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
