@@ -25,6 +25,7 @@ from .exceptions import (
     Suspension,
     UnknownJob,
 )
+from .limits import Concurrency, Throttle
 from .registry import job
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AttemptsExhausted",
     "ChildRunFailed",
+    "Concurrency",
     "DurableJobsError",
     "InvalidDuration",
     "InvalidPayload",
@@ -47,6 +49,7 @@ __all__ = [
     "StepNotFound",
     "StepOutputInvalid",
     "Suspension",
+    "Throttle",
     "UnknownJob",
     "enqueue",
     "job",

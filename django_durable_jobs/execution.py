@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import conf, signals
+from . import conf, flow, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
@@ -189,7 +189,7 @@ def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:
         if pending.parked is not None:
             recheck_after_park(run.pk, pending.parked, pending.now)
         _announce(run, pending.outcome, changes)
-    elif owner is None or not _settle_cancelled(run, owner):
+    elif owner is None or not _settle_cancelled(run, owner, pending.now):
         log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
     return Executed(pending.outcome, str(changes["status"]), recorded)
 
@@ -225,40 +225,55 @@ def write(pending: Pending, owner: str | None) -> bool:
     """Write the outcome; with ``owner``, only while that worker holds the lease.
 
     A final failure of a job with ``on_failure`` enqueues the handler in the same
-    transaction (see ``failure_handlers``).
+    transaction (see ``failure_handlers``); a run under a concurrency limit frees
+    its slot under its key's lock (see ``flow``).
     """
     using = conf.database()
-    rows = JobRun.objects.using(using).filter(pk=pending.run.pk)
+    run = pending.run
+    rows = JobRun.objects.using(using).filter(pk=run.pk)
     if owner is not None:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
-    if not starts_handler(pending):
+    if not writes_alone(pending):
         return bool(rows.update(**pending.changes))
     with transaction.atomic(using=using):
+        if run.concurrency_limit is not None:
+            flow.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
         recorded = bool(rows.update(**pending.changes))
         if recorded:
-            start_handler(pending.run, pending.changes, pending.now)
+            start_handler(run, pending.changes, pending.now)
+            if run.concurrency_limit is not None:
+                flow.free_slot(using, run, pending.now)
     return recorded
 
 
-def starts_handler(pending: Pending) -> bool:
-    """Whether writing this outcome also enqueues an ``on_failure`` handler run."""
+def writes_alone(pending: Pending) -> bool:
+    """Whether this outcome needs its own transaction (not the claim's statement):
+    it enqueues an ``on_failure`` handler, or it frees a concurrency slot."""
+    if pending.run.concurrency_limit is not None:
+        return True
     return pending.changes.get("status") == RunStatus.FAILED and (
         handler_for(pending.run) is not None
     )
 
 
-def _settle_cancelled(run: JobRun, owner: str) -> bool:
+def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
     """A run cancelled while this worker executed it: let go of it, keep it cancelled."""
-    settled = (
-        JobRun.objects.using(conf.database())
-        .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
-        .update(
-            lease_owner="",
-            lease_expires_at=None,
-            error_code=RunCancelled.code,
-            error="cancelled while running",
+    using = conf.database()
+    with transaction.atomic(using=using):
+        if run.concurrency_limit is not None:
+            flow.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+        settled = (
+            JobRun.objects.using(using)
+            .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
+            .update(
+                lease_owner="",
+                lease_expires_at=None,
+                error_code=RunCancelled.code,
+                error="cancelled while running",
+            )
         )
-    )
+        if settled and run.concurrency_limit is not None:
+            flow.free_slot(using, run, now)
     if settled:
         log.info("run cancelled: run=%s stopped by cancellation", run.id)
     return bool(settled)

@@ -29,6 +29,26 @@ class RunStatus(models.TextChoices):
 
 RUNNABLE = (RunStatus.QUEUED, RunStatus.SLEEPING, RunStatus.WAITING)
 FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+#: Runs under a concurrency limit or a throttle: only ``flow.claim_limited`` takes them.
+LIMITED = Q(concurrency_limit__isnull=False) | Q(throttle_limit__isnull=False)
+
+
+class FlowKey(models.Model):
+    """One row per limit key of a job: claims lock it to serialise per key (SPEC §8)."""
+
+    job_name = models.CharField(max_length=200)
+    #: "concurrency" or "throttle".
+    kind = models.CharField(max_length=16)
+    key = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        verbose_name = "flow key"
+        constraints = (
+            models.UniqueConstraint(fields=("job_name", "kind", "key"), name="durable_flow_key"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.kind} {self.key!r}"
 
 
 class StepStatus(models.TextChoices):
@@ -83,6 +103,13 @@ class JobRun(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
+    # Flow control (SPEC §8), copied from the job at enqueue so that the claim can
+    # enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    throttle_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    throttle_limit = models.PositiveIntegerField(null=True, blank=True)
+    throttle_period = models.DurationField(null=True, blank=True)
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.
@@ -120,6 +147,30 @@ class JobRun(models.Model):
             models.Index(fields=("status", "finished_at"), name="durable_run_finished"),
             models.Index(fields=("job_name", "created_at"), name="durable_run_job"),
             models.Index(fields=("created_at",), name="durable_run_created"),
+            # Flow control: the runnable runs under a limit (claimed one key at a time)...
+            models.Index(
+                fields=("-priority", "wake_at"),
+                condition=Q(status__in=RUNNABLE) & LIMITED,
+                name="durable_run_limited",
+            ),
+            # ... the slots of a key (running, or cancelled but not yet stopped) ...
+            models.Index(
+                fields=("job_name", "concurrency_key", "status"),
+                condition=Q(concurrency_limit__isnull=False),
+                name="durable_run_concurrency",
+            ),
+            # ... the runs held back until a slot frees, oldest first ...
+            models.Index(
+                fields=("job_name", "concurrency_key", "created_at"),
+                condition=Q(status__in=RUNNABLE, wake_at__isnull=True),
+                name="durable_run_held",
+            ),
+            # ... and the starts of a throttle key within its period.
+            models.Index(
+                fields=("job_name", "throttle_key", "started_at"),
+                condition=Q(throttle_limit__isnull=False),
+                name="durable_run_throttle",
+            ),
         )
 
     def __str__(self) -> str:

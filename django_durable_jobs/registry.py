@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any, overload
 
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, UnknownJob
+from .limits import Concurrency, Limit, Throttle
+from .limits import concurrency as _concurrency
+from .limits import throttle as _throttle
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -41,12 +44,19 @@ class JobDefinition:
     timeout: timedelta | None = None
     step_timeout: timedelta | None = None
     on_event: str | None = None
-    concurrency: int | None = None
+    #: ``@job(concurrency=...)``, validated (see ``limits``).
+    concurrency: Limit | None = None
+    throttle: Limit | None = None
     #: The name of the job enqueued when a run finally fails or is cancelled.
     on_failure: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """The limits the claim enforces for this job's runs."""
+        return tuple(limit for limit in (self.concurrency, self.throttle) if limit is not None)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
         """Start a run in the caller's transaction; returns the ``JobRun``.
@@ -113,7 +123,8 @@ def job(
     timeout: Duration | None = None,
     step_timeout: Duration | None = None,
     on_event: str | None = None,
-    concurrency: int | None = None,
+    concurrency: Concurrency | int | None = None,
+    throttle: Throttle | None = None,
     on_failure: JobDefinition | str | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 
@@ -130,7 +141,8 @@ def job(
     timeout: Duration | None = None,
     step_timeout: Duration | None = None,
     on_event: str | None = None,
-    concurrency: int | None = None,
+    concurrency: Concurrency | int | None = None,
+    throttle: Throttle | None = None,
     on_failure: JobDefinition | str | None = None,
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a durable job. Bare (``@job``) or with options.
@@ -141,8 +153,9 @@ def job(
     """
 
     def register(function: Callable[..., Any]) -> JobDefinition:
+        job_name = _origin(function) if name is None else _text(name, "name", longest=200)
         definition = JobDefinition(
-            name=_origin(function) if name is None else _text(name, "name", longest=200),
+            name=job_name,
             fn=function,
             queue=_text(queue, "queue"),
             priority=_integer(priority, "priority"),
@@ -151,9 +164,8 @@ def job(
             timeout=_positive(timeout, "timeout"),
             step_timeout=_positive(step_timeout, "step_timeout"),
             on_event=None if on_event is None else _text(on_event, "on_event"),
-            concurrency=None
-            if concurrency is None
-            else _integer(concurrency, "concurrency", minimum=1),
+            concurrency=_concurrency(concurrency, job_name, function),
+            throttle=_throttle(throttle, job_name, function),
             on_failure=_handler(on_failure),
         )
         return register_job(definition)

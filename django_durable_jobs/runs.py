@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import claims_pg, clock, conf, signals
+from . import claims_pg, clock, conf, flow, signals
 from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .failure_handlers import start_handler
@@ -56,6 +56,7 @@ def enqueue_job(
         wake_at=_wake_at(options.run_after, now),
         parent_id=parent,
     )
+    flow.stamp(run, job, clean_args, clean_kwargs)
     db = conf.database()
     if run.idempotency_key is None:
         run.save(using=db, force_insert=True)
@@ -93,22 +94,23 @@ def enqueue_many_job(
                 f"job {job.name!r}: enqueue_many call {index} must be a dict of keyword "
                 f"arguments or a tuple of positional arguments, got {type(call).__name__}"
             )
-        runs.append(
-            JobRun(
-                job_name=job.name,
-                queue=options.queue or job.queue,
-                priority=job.priority if options.priority is None else options.priority,
-                args=args,
-                kwargs=kwargs,
-                created_at=now,
-                wake_at=wake_at,
-            )
+        run = JobRun(
+            job_name=job.name,
+            queue=options.queue or job.queue,
+            priority=job.priority if options.priority is None else options.priority,
+            args=args,
+            kwargs=kwargs,
+            created_at=now,
+            wake_at=wake_at,
         )
+        flow.stamp(run, job, args, kwargs)
+        runs.append(run)
     # A microsecond apart and none later than asked, so workers take them in order.
     for index, run in enumerate(runs):
         run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
     using = conf.database()
-    if runs and claims_pg.available(using):
+    # The unnest INSERT writes the columns every run has; limits need bulk_create.
+    if runs and claims_pg.available(using) and not job.limits:
         claims_pg.insert_runs(using, runs, batch_size)
         created = runs
     else:

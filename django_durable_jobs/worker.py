@@ -19,17 +19,17 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import FrameType
 from uuid import UUID
 
 from django.db import DatabaseError, close_old_connections, connections
 
-from . import claims_pg, conf
+from . import claims_pg, conf, flow
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
 from .exceptions import RunCancelled
-from .execution import Executed, Pending, run_to_stop, settle, starts_handler, write
+from .execution import Executed, Pending, run_to_stop, settle, write, writes_alone
 from .models import JobRun, RunStatus
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
@@ -167,20 +167,25 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+            if flow.has_limits() and (freed := flow.unhold_stranded(now=now)):
+                log.warning("let %d held run(s) go whose key had free slots", freed)
         pending, pending_owner = self._pending, self._owner
         self._owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
         using = conf.database()
         if claims_pg.available(using):
             finish, recorded = None, False
-            if pending is not None and starts_handler(pending):
-                # The handler run is written with the outcome, in one transaction.
+            if pending is not None and writes_alone(pending):
                 recorded = write(pending, pending_owner)
             elif pending is not None:
                 finish = claims_pg.Finish(pending.run.pk, pending_owner, pending.outcome_values())
-            runs, done = claims_pg.claim(
-                using, self._owner, now, self.lease, _queues(self.options.queues), 1, finish
-            )
-            recorded = recorded or done
+            runs = self._claim_limited(now)
+            if runs and pending is not None and finish is not None:
+                recorded, finish = write(pending, pending_owner), None
+            if not runs:
+                runs, done = claims_pg.claim(
+                    using, self._owner, now, self.lease, _queues(self.options.queues), 1, finish
+                )
+                recorded = recorded or done
         else:
             recorded = pending is not None and write(pending, pending_owner)
             runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
@@ -190,6 +195,13 @@ class Worker:
         if runs:
             self._execute(runs[0])
         return bool(runs) or pending is not None
+
+    def _claim_limited(self, now: datetime) -> list[JobRun]:
+        if not flow.has_limits():
+            return []
+        return flow.claim_limited(
+            self._owner, now=now, lease=self.lease, queues=self.options.queues
+        )
 
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles)."""

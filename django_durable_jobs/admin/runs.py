@@ -21,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import clock, runs, trace
+from .. import clock, flow, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
 from .display import badge, json_block, text_block
@@ -119,6 +119,7 @@ class JobRunAdmin(_ModelAdmin):
         "finished_at",
         "duration",
         "wake_at",
+        "held",
         "lease_owner",
         "lease_expires_at",
         "args_json",
@@ -190,6 +191,11 @@ class JobRunAdmin(_ModelAdmin):
     def next_wake(self, run: JobRun) -> Any:
         return run.wake_at if run.status in RUNNABLE and run.wake_at else "—"
 
+    @admin.display(description="not starting")
+    def held(self, run: JobRun) -> str:
+        """Which limit holds a queued run back, and until when (SPEC §8)."""
+        return flow.held_reason(run, clock.current().now()) or "—"
+
     # -- the run page ----------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
         sets: list[tuple[str | None, dict[str, Any]]] = [
@@ -209,6 +215,7 @@ class JobRunAdmin(_ModelAdmin):
                     "fields": (
                         ("created_at", "started_at", "finished_at", "duration"),
                         ("wake_at", "lease_owner", "lease_expires_at"),
+                        "held",
                     )
                 },
             ),

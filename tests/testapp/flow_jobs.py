@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
-from django_durable_jobs import NonRetriable, RetryAfter, job
+from django_durable_jobs import Concurrency, NonRetriable, RetryAfter, Throttle, job
 
-from .models import Effect
+from .models import Effect, Execution
 
 
 def _raise(error: Exception) -> None:
@@ -56,3 +58,50 @@ def failing_handler(ctx: Any, failure: dict[str, Any]) -> None:
 @job(name="tests.fails_into_failing_handler", retries=0, on_failure=failing_handler)
 def fails_into_failing_handler(ctx: Any) -> None:
     raise ValueError("first failure")
+
+
+def _log_execution(ctx: Any, seconds: float) -> None:
+    """Log (start, end) of this execution from inside the run, for overlap checks."""
+    row = Execution.objects.create(
+        run_id=ctx.run_id, attempt=ctx.attempt, pid=os.getpid(), started_ns=time.time_ns()
+    )
+    time.sleep(seconds)
+    Execution.objects.filter(pk=row.pk).update(ended_ns=time.time_ns())
+
+
+@job(name="tests.per_customer", retries=0, concurrency=Concurrency(2, key="customer_id"))
+def per_customer(ctx: Any, customer_id: int, seconds: float = 0.01) -> int:
+    _log_execution(ctx, seconds)
+    return customer_id
+
+
+@job(name="tests.global_limit", retries=0, concurrency=2)
+def global_limit(ctx: Any, n: int, seconds: float = 0.01) -> int:
+    _log_execution(ctx, seconds)
+    return n
+
+
+@job(name="tests.throttled", retries=0, throttle=Throttle(5, per="1s"))
+def throttled(ctx: Any, n: int) -> int:
+    _log_execution(ctx, 0)
+    return n
+
+
+def _block(run_id: str, attempt: int, seconds: float) -> int:
+    Effect.objects.create(name=f"block-started-{attempt}", run_id=run_id)
+    if attempt == 1:
+        time.sleep(seconds)
+    return attempt
+
+
+@job(name="tests.one_per_key", retries=2, backoff=0, concurrency=Concurrency(1, key="key"))
+def one_per_key(ctx: Any, key: str, block: float = 0) -> int:
+    return int(ctx.step.run("block", _block, ctx.run_id, ctx.attempt, block))
+
+
+@job(
+    name="tests.by_region",
+    concurrency=Concurrency(1, key=lambda account: account["region"]),
+)
+def by_region(ctx: Any, account: dict[str, Any]) -> None:
+    ctx.step.sleep("1m")

@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from django_durable_jobs import conf, runs, trace, trace_text
+from django_durable_jobs import conf, flow, runs, trace, trace_text
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import DurableJobsError
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus
@@ -90,6 +90,8 @@ class Command(BaseCommand):
             return
         for line in trace_text.summary_lines(shown):
             self.stdout.write(line)
+        if reason := flow.held_reason(shown.run, shown.now):
+            self.stdout.write(f"not starting: {reason}")
         self.stdout.write("")
         if not shown.steps:
             self.stdout.write("no steps recorded yet")
