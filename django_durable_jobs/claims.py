@@ -18,6 +18,7 @@ from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Value
 from django.db.models.functions import Coalesce
 
 from . import claims_pg, conf, flow
+from .clock import Clock
 from .models import RUNNABLE, JobRun, RunStatus
 
 
@@ -28,6 +29,7 @@ def claim(
     lease: timedelta,
     queues: Iterable[str] | None = None,
     limit: int = 1,
+    clock: Clock | None = None,
 ) -> list[JobRun]:
     """Take up to ``limit`` runnable runs for ``owner``; the best first.
 
@@ -38,7 +40,9 @@ def claim(
     queue_list = None if queues is None else list(queues)
     limited: list[JobRun] = []
     if flow.has_limits():
-        limited = flow.claim_limited(owner, now=now, lease=lease, queues=queue_list, limit=limit)
+        limited = flow.claim_limited(
+            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock
+        )
     if len(limited) >= limit:
         return limited
     return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited))

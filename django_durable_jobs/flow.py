@@ -16,7 +16,7 @@ start.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,6 +37,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import conf
+from .clock import Clock
 from .exceptions import UnknownJob
 from .models import LIMITED, RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus
 from .registry import JobDefinition, all_jobs, get_job
@@ -54,6 +55,11 @@ def stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[
         run.throttle_key = job.throttle.key_of(job.name, job.fn, args, kwargs)
         run.throttle_limit = job.throttle.limit
         run.throttle_period = job.throttle.per
+
+
+def add_keys_of(using: str, runs: Iterable[JobRun]) -> None:
+    """Create the ``FlowKey`` rows the claim will lock for these new runs."""
+    add_keys(using, [key for run in runs for key in _keys(run)])
 
 
 def has_limits() -> bool:
@@ -87,19 +93,46 @@ def claim_limited(
     lease: timedelta,
     queues: Iterable[str] | None = None,
     limit: int = 1,
+    clock: Clock | None = None,
 ) -> list[JobRun]:
-    """Take up to ``limit`` runnable runs under a limit for ``owner``, best first."""
+    """Take up to ``limit`` runnable runs under a limit for ``owner``, best first.
+
+    With ``clock``, the time is read again once a key is locked: waiting for the lock
+    (another claimer, SQLite's write lock) must not make a start look earlier than it
+    is, or a throttle's window would let more runs start than it says.
+    """
     using = conf.database()
     runs = JobRun.objects.using(using)
-    candidates = runs.runnable(now, None if queues is None else list(queues)).filter(LIMITED)
+    queue_list = None if queues is None else list(queues)
+    candidates = runs.runnable(now, queue_list).filter(LIMITED)
     claimed: list[JobRun] = []
+    done: set[tuple[KeyId, ...]] = set()  # keys with nothing more to take now
     for run in candidates.only(*_CANDIDATE_FIELDS)[: max(limit, CANDIDATES)]:
-        if len(claimed) >= limit:
-            break
-        taken = _try(using, run, owner, now, lease)
-        if taken is not None:
+        keys = tuple(_keys(run))
+        if len(claimed) >= limit or keys in done:
+            continue
+        read_now = clock.now if clock is not None else lambda: now
+        # The claim takes the key's best run then, which may not be this one.
+        taken = _try(using, run, owner, lease, read_now, queue_list)
+        if taken is None:
+            done.add(keys)
+        else:
             claimed.append(taken)
     return claimed
+
+
+#: (job name, kind, key): one ``FlowKey`` row.
+KeyId = tuple[str, str, str]
+
+
+def _keys(run: JobRun) -> list[KeyId]:
+    """The keys a claim of ``run`` locks, always in this order (no deadlock)."""
+    keys = []
+    if run.concurrency_limit is not None:
+        keys.append((run.job_name, "concurrency", run.concurrency_key or ""))
+    if run.throttle_limit is not None:
+        keys.append((run.job_name, "throttle", run.throttle_key or ""))
+    return keys
 
 
 _CANDIDATE_FIELDS = (
@@ -115,39 +148,61 @@ _CANDIDATE_FIELDS = (
 )
 
 
-def _try(using: str, run: JobRun, owner: str, now: datetime, lease: timedelta) -> JobRun | None:
-    """Lock ``run``'s keys, check its limits and take it, in one transaction."""
-    runs = JobRun.objects.using(using)
+def _try(
+    using: str,
+    run: JobRun,
+    owner: str,
+    lease: timedelta,
+    read_now: Callable[[], datetime],
+    queues: list[str] | None,
+) -> JobRun | None:
+    """Lock the keys of ``run``, then take the best runnable run of those keys (the
+    candidate list is stale once the lock was waited for), in one transaction."""
     with transaction.atomic(using=using):
-        # The key rows first, always in this order: a claimer of the same key waits
-        # here, before it has read anything (SQLite: its first statement is a write).
-        if run.concurrency_limit is not None:
-            lock(using, run.job_name, "concurrency", run.concurrency_key or "")
-        fresh = run.started_at is None
-        if run.throttle_limit is not None and fresh:
-            lock(using, run.job_name, "throttle", run.throttle_key or "")
-        still = runs.filter(pk=run.pk, status__in=RUNNABLE, wake_at__lte=now)
+        # The key rows first: nothing is read before them, so every count below sees
+        # the claims committed before the lock (SQLite: the first statement writes).
+        for key in _keys(run):
+            lock(using, *key)
+        now = read_now()
+        runs = JobRun.objects.using(using)
+        best = runs.runnable(now, queues).filter(
+            job_name=run.job_name,
+            concurrency_key=run.concurrency_key,
+            concurrency_limit=run.concurrency_limit,
+            throttle_key=run.throttle_key,
+            throttle_limit=run.throttle_limit,
+        )
         if connections[using].features.has_select_for_update_skip_locked:
-            still = still.select_for_update(skip_locked=True)
-        if not still.exists():
-            return None  # another worker took it, or it was cancelled, meanwhile
-        if run.concurrency_limit is not None and _saturated(runs, run, now):
-            hold(runs, run.job_name, run.concurrency_key, now)
+            best = best.select_for_update(skip_locked=True)
+        candidate = best.only(*_CANDIDATE_FIELDS).first()
+        if candidate is None:
+            return None  # taken or held by other workers meanwhile
+        if candidate.concurrency_limit is not None and _saturated(runs, candidate, now):
+            hold(runs, candidate.job_name, candidate.concurrency_key, now)
             return None
-        if run.throttle_limit is not None and fresh and _throttled(runs, run, now):
+        fresh = candidate.started_at is None
+        if candidate.throttle_limit is not None and fresh and _throttled(runs, candidate, now):
             return None
-        return _take(runs, run, owner, now, lease)
+        return _take(runs, candidate, owner, now, lease)
 
 
 def lock(using: str, job_name: str, kind: str, key: str) -> None:
-    """Lock the ``FlowKey`` row of one key until the transaction ends (creating it)."""
+    """Lock the ``FlowKey`` row of one key until the transaction ends."""
     rows = FlowKey.objects.using(using).filter(job_name=job_name, kind=kind, key=key)
-    if rows.update(kind=kind):
-        return
-    FlowKey.objects.using(using).bulk_create(
-        [FlowKey(job_name=job_name, kind=kind, key=key)], ignore_conflicts=True
-    )
-    rows.update(kind=kind)
+    if not rows.update(kind=kind):  # created at enqueue; unless enqueued before 0013
+        add_keys(using, [(job_name, kind, key)])
+        rows.update(kind=kind)
+
+
+def add_keys(using: str, keys: Iterable[KeyId]) -> None:
+    """Create missing ``FlowKey`` rows (at enqueue). A plain read first: most keys
+    exist, and inserting an existing one would wait for the claimer that locked it."""
+    rows = FlowKey.objects.using(using)
+    for job_name, kind, key in set(keys):
+        if not rows.filter(job_name=job_name, kind=kind, key=key).exists():
+            rows.bulk_create(
+                [FlowKey(job_name=job_name, kind=kind, key=key)], ignore_conflicts=True
+            )
 
 
 def _saturated(runs: JobRunQuerySet, run: JobRun, now: datetime) -> bool:
@@ -265,6 +320,14 @@ def unhold_stranded(*, now: datetime, limit: int = 100) -> int:
         with transaction.atomic(using=using):
             lock(using, job_name, "concurrency", key or "")
             free = (most or 0) - slots(runs, job_name, key, now).count()
+            # Runs let go but not yet claimed will take the free slots themselves.
+            free -= runs.filter(
+                job_name=job_name,
+                concurrency_key=key,
+                concurrency_limit__isnull=False,
+                status__in=RUNNABLE,
+                wake_at__lte=now,
+            ).count()
             if free > 0:
                 freed += _unhold(runs, job_name, key, free, now)
     return freed

@@ -58,6 +58,7 @@ def enqueue_job(
     )
     flow.stamp(run, job, clean_args, clean_kwargs)
     db = conf.database()
+    flow.add_keys_of(db, [run])
     if run.idempotency_key is None:
         run.save(using=db, force_insert=True)
     else:
@@ -109,6 +110,7 @@ def enqueue_many_job(
     for index, run in enumerate(runs):
         run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
     using = conf.database()
+    flow.add_keys_of(using, runs)
     # The unnest INSERT writes the columns every run has; limits need bulk_create.
     if runs and claims_pg.available(using) and not job.limits:
         claims_pg.insert_runs(using, runs, batch_size)

@@ -188,7 +188,9 @@ class Worker:
                 recorded = recorded or done
         else:
             recorded = pending is not None and write(pending, pending_owner)
-            runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
+            runs = claim(
+                self._owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+            )
         self._pending = None
         if pending is not None:
             _log_outcome(pending.run, settle(pending, recorded, pending_owner))
@@ -200,7 +202,7 @@ class Worker:
         if not flow.has_limits():
             return []
         return flow.claim_limited(
-            self._owner, now=now, lease=self.lease, queues=self.options.queues
+            self._owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
         )
 
     def flush(self) -> None:

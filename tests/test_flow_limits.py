@@ -171,8 +171,9 @@ def test_a_run_cancelled_while_running_keeps_its_slot_until_stopped(clock: FakeC
 
 
 def test_jobs_show_says_why_a_run_is_held(clock: FakeClock, capsys: Any) -> None:
-    flow_jobs.per_customer.enqueue(42)
-    flow_jobs.per_customer.enqueue(42)
+    for _ in range(2):
+        flow_jobs.per_customer.enqueue(42)
+        clock.advance(timedelta(milliseconds=1))
     held = flow_jobs.per_customer.enqueue(42)
     claim("w", now=clock.now(), lease=LEASE, limit=5)
     call_command("jobs", "show", str(held.pk))
