@@ -25,7 +25,7 @@ from .exceptions import (
     Suspension,
     UnknownJob,
 )
-from .limits import Concurrency, Throttle
+from .limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .registry import job
 
 if TYPE_CHECKING:
@@ -33,14 +33,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AttemptsExhausted",
+    "CancelOn",
     "ChildRunFailed",
     "Concurrency",
+    "Debounce",
     "DurableJobsError",
     "InvalidDuration",
     "InvalidPayload",
     "JobTimeoutError",
     "NonRetriable",
     "PayloadTooLarge",
+    "RateLimit",
     "RetryAfter",
     "RunCancelled",
     "RunNotFound",

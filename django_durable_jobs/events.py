@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.dispatch import Signal
 
-from . import clock, conf, signals
+from . import clock, conf, gates, signals
 from .models import Event, JobRun, RunStatus, StepRecord
 from .records import StepRecord as StepRecordValue
 from .registry import JobOptions, jobs_on_event
@@ -35,6 +35,7 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     row = Event.objects.using(using).create(
         name=event, key=key, payload=clean, published_at=clock.current().now()
     )
+    gates.cancel_on_event(row, using)
     for job in jobs_on_event(event):
         # One run per event and job: the key makes a re-delivery return the same run.
         enqueue_job(job, (clean,), {}, JobOptions(idempotency_key=f"event:{row.id}"))

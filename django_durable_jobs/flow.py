@@ -57,11 +57,6 @@ def stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[
         run.throttle_period = job.throttle.per
 
 
-def add_keys_of(using: str, runs: Iterable[JobRun]) -> None:
-    """Create the ``FlowKey`` rows the claim will lock for these new runs."""
-    add_keys(using, [key for run in runs for key in _keys(run)])
-
-
 def has_limits() -> bool:
     """Whether any registered job has a limit (else the claim skips this module)."""
     return any(job.limits for job in all_jobs().values())
@@ -187,22 +182,21 @@ def _try(
 
 
 def lock(using: str, job_name: str, kind: str, key: str) -> None:
-    """Lock the ``FlowKey`` row of one key until the transaction ends."""
-    rows = FlowKey.objects.using(using).filter(job_name=job_name, kind=kind, key=key)
-    if not rows.update(kind=kind):  # created at enqueue; unless enqueued before 0013
-        add_keys(using, [(job_name, kind, key)])
-        rows.update(kind=kind)
+    """Lock the ``FlowKey`` row of one key until the transaction ends, creating it.
 
-
-def add_keys(using: str, keys: Iterable[KeyId]) -> None:
-    """Create missing ``FlowKey`` rows (at enqueue). A plain read first: most keys
-    exist, and inserting an existing one would wait for the claimer that locked it."""
-    rows = FlowKey.objects.using(using)
-    for job_name, kind, key in set(keys):
-        if not rows.filter(job_name=job_name, kind=kind, key=key).exists():
-            rows.bulk_create(
-                [FlowKey(job_name=job_name, kind=kind, key=key)], ignore_conflicts=True
-            )
+    One upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY UPDATE``):
+    it takes the row's write lock whether or not the row existed, so the first
+    claimers (or enqueuers) of a new key queue up on it instead of deadlocking as two
+    inserts would on MariaDB, and nothing is read before the lock is held.
+    """
+    # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
+    target = connections[using].features.supports_update_conflicts_with_target
+    FlowKey.objects.using(using).bulk_create(
+        [FlowKey(job_name=job_name, kind=kind, key=key)],
+        update_conflicts=True,
+        update_fields=["kind"],
+        unique_fields=["job_name", "kind", "key"] if target else None,
+    )
 
 
 def _saturated(runs: JobRunQuerySet, run: JobRun, now: datetime) -> bool:

@@ -50,6 +50,8 @@ class Limit:
     limit: int
     key: Key | None
     per: timedelta | None = None
+    #: Debounce: the latest start after the first enqueue.
+    timeout: timedelta | None = None
 
     def key_of(
         self, job_name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -94,9 +96,7 @@ def throttle(value: Throttle | None, job_name: str, fn: Callable[..., Any]) -> L
         return None
     if not isinstance(value, Throttle):
         raise TypeError(f"job {job_name!r}: throttle must be a Throttle(...), got {value!r}")
-    per = parse_duration(value.per)
-    if not per:
-        raise ValueError(f"job {job_name!r}: throttle period must be longer than zero")
+    per = _period(value.per, job_name, "throttle")
     key = _key(value.key, job_name, fn, "throttle")
     return Limit("throttle", _limit(value.limit, job_name, "throttle"), key, per)
 
@@ -121,3 +121,94 @@ def _key(key: object, job_name: str, fn: Callable[..., Any], what: str) -> Key |
             f"{fn.__qualname__}(ctx, {', '.join(parameters)})"
         )
     return key
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``limit`` runs of the job (per ``key``) are enqueued per period ``per``;
+    a further enqueue returns a run with status ``skipped`` that never executes.
+
+    >>> RateLimit(1, per="1h", key="user_id")
+    RateLimit(limit=1, per='1h', key='user_id')
+    """
+
+    limit: int
+    per: Duration
+    key: Key | None = None
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """Enqueues (per ``key``) within ``per`` of each other make one run, with the
+    latest arguments; it starts once ``per`` passes quietly, or ``timeout`` after the
+    first enqueue at the latest.
+
+    >>> Debounce("5m", key="user_id", timeout="1h")
+    Debounce(per='5m', key='user_id', timeout='1h')
+    """
+
+    per: Duration
+    key: Key | None = None
+    timeout: Duration | None = None
+
+
+@dataclass(frozen=True)
+class CancelOn:
+    """Publishing ``event`` (with a key equal to the run's argument named ``match``,
+    if given) cancels the job's unfinished runs enqueued before it.
+
+    >>> CancelOn("order.cancelled", match="order_id")
+    CancelOn(event='order.cancelled', match='order_id')
+    """
+
+    event: str
+    match: str | None = None
+
+
+def rate_limit(value: RateLimit | None, job_name: str, fn: Callable[..., Any]) -> Limit | None:
+    """``rate_limit=`` of ``@job``, checked."""
+    if value is None:
+        return None
+    if not isinstance(value, RateLimit):
+        raise TypeError(f"job {job_name!r}: rate_limit must be a RateLimit(...), got {value!r}")
+    per = _period(value.per, job_name, "rate_limit")
+    key = _key(value.key, job_name, fn, "rate_limit")
+    return Limit("rate_limit", _limit(value.limit, job_name, "rate_limit"), key, per)
+
+
+def debounce(value: Debounce | None, job_name: str, fn: Callable[..., Any]) -> Limit | None:
+    """``debounce=`` of ``@job``, checked: ``limit`` is unused (1)."""
+    if value is None:
+        return None
+    if not isinstance(value, Debounce):
+        raise TypeError(f"job {job_name!r}: debounce must be a Debounce(...), got {value!r}")
+    per = _period(value.per, job_name, "debounce")
+    timeout = (
+        None if value.timeout is None else _period(value.timeout, job_name, "debounce timeout")
+    )
+    key = _key(value.key, job_name, fn, "debounce")
+    return Limit("debounce", 1, key, per, timeout)
+
+
+def cancel_on(
+    value: CancelOn | Sequence[CancelOn] | None, job_name: str, fn: Callable[..., Any]
+) -> tuple[CancelOn, ...]:
+    """``cancel_on=`` of ``@job`` (one ``CancelOn`` or a list), checked."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, CancelOn) else list(value)
+    for item in items:
+        if not isinstance(item, CancelOn):
+            raise TypeError(f"job {job_name!r}: cancel_on takes CancelOn(...) values, got {item!r}")
+        if not isinstance(item.event, str) or not item.event or len(item.event) > 200:
+            raise ValueError(f"job {job_name!r}: CancelOn event must be a name, got {item.event!r}")
+        if item.match is not None:
+            _key(item.match, job_name, fn, "cancel_on match")
+    return tuple(items)
+
+
+def _period(value: Duration, job_name: str, what: str) -> timedelta:
+    period = parse_duration(value)
+    if not period:
+        raise ValueError(f"job {job_name!r}: {what} period must be longer than zero")
+    return period

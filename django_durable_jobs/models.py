@@ -25,10 +25,12 @@ class RunStatus(models.TextChoices):
     """Finished after its last attempt failed; see ``error_code`` and ``error``."""
     CANCELLED = "cancelled", "cancelled"
     """Stopped by an operator; it will not run again unless retried."""
+    SKIPPED = "skipped", "skipped"
+    """Enqueued over its job's ``RateLimit``: recorded, never executed."""
 
 
 RUNNABLE = (RunStatus.QUEUED, RunStatus.SLEEPING, RunStatus.WAITING)
-FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
 #: Runs under a concurrency limit or a throttle: only ``flow.claim_limited`` takes them.
 LIMITED = Q(concurrency_limit__isnull=False) | Q(throttle_limit__isnull=False)
 
@@ -49,6 +51,21 @@ class FlowKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} {self.kind} {self.key!r}"
+
+
+class CancelKey(models.Model):
+    """``CancelOn``: publishing ``event`` (with ``key``, unless NULL) cancels ``run``."""
+
+    run = models.ForeignKey("JobRun", on_delete=models.CASCADE, related_name="cancel_keys")
+    event = models.CharField(max_length=200)
+    key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL: any
+
+    class Meta:
+        verbose_name = "cancel key"
+        indexes = (models.Index(fields=("event", "key"), name="durable_cancel_key"),)
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.key!r} -> {self.run_id}"
 
 
 class StepStatus(models.TextChoices):
@@ -110,6 +127,8 @@ class JobRun(models.Model):
     throttle_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     throttle_limit = models.PositiveIntegerField(null=True, blank=True)
     throttle_period = models.DurationField(null=True, blank=True)
+    rate_limit_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    debounce_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.
@@ -164,6 +183,17 @@ class JobRun(models.Model):
                 fields=("job_name", "concurrency_key", "created_at"),
                 condition=Q(status__in=RUNNABLE, wake_at__isnull=True),
                 name="durable_run_held",
+            ),
+            # ... the enqueues of a rate-limit key within its period, a debounced run ...
+            models.Index(
+                fields=("job_name", "rate_limit_key", "created_at"),
+                condition=Q(rate_limit_key__isnull=False),
+                name="durable_run_rate_limit",
+            ),
+            models.Index(
+                fields=("job_name", "debounce_key"),
+                condition=Q(debounce_key__isnull=False, status=RunStatus.QUEUED),
+                name="durable_run_debounce",
             ),
             # ... and the starts of a throttle key within its period.
             models.Index(

@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any, overload
 
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, UnknownJob
-from .limits import Concurrency, Limit, Throttle
+from .limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
+from .limits import cancel_on as _cancel_on
 from .limits import concurrency as _concurrency
+from .limits import debounce as _debounce
+from .limits import rate_limit as _rate_limit
 from .limits import throttle as _throttle
 
 if TYPE_CHECKING:
@@ -47,6 +50,9 @@ class JobDefinition:
     #: ``@job(concurrency=...)``, validated (see ``limits``).
     concurrency: Limit | None = None
     throttle: Limit | None = None
+    rate_limit: Limit | None = None
+    debounce: Limit | None = None
+    cancel_on: tuple[CancelOn, ...] = ()
     #: The name of the job enqueued when a run finally fails or is cancelled.
     on_failure: str | None = None
 
@@ -125,6 +131,9 @@ def job(
     on_event: str | None = None,
     concurrency: Concurrency | int | None = None,
     throttle: Throttle | None = None,
+    rate_limit: RateLimit | None = None,
+    debounce: Debounce | None = None,
+    cancel_on: CancelOn | list[CancelOn] | None = None,
     on_failure: JobDefinition | str | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 
@@ -143,6 +152,9 @@ def job(
     on_event: str | None = None,
     concurrency: Concurrency | int | None = None,
     throttle: Throttle | None = None,
+    rate_limit: RateLimit | None = None,
+    debounce: Debounce | None = None,
+    cancel_on: CancelOn | list[CancelOn] | None = None,
     on_failure: JobDefinition | str | None = None,
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a durable job. Bare (``@job``) or with options.
@@ -166,6 +178,9 @@ def job(
             on_event=None if on_event is None else _text(on_event, "on_event"),
             concurrency=_concurrency(concurrency, job_name, function),
             throttle=_throttle(throttle, job_name, function),
+            rate_limit=_rate_limit(rate_limit, job_name, function),
+            debounce=_debounce(debounce, job_name, function),
+            cancel_on=_cancel_on(cancel_on, job_name, function),
             on_failure=_handler(on_failure),
         )
         return register_job(definition)

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import claims_pg, clock, conf, flow, signals
+from . import claims_pg, clock, conf, flow, gates, signals
 from .durations import Duration, parse_duration
 from .exceptions import RunCancelled, RunNotFound, RunStateError, StepNotFound
 from .failure_handlers import start_handler
@@ -57,14 +57,22 @@ def enqueue_job(
         parent_id=parent,
     )
     flow.stamp(run, job, clean_args, clean_kwargs)
+    gates.stamp(run, job, clean_args, clean_kwargs)
     db = conf.database()
-    flow.add_keys_of(db, [run])
-    if run.idempotency_key is None:
+    outcome = "new"
+    if gates.gated(job):
+        run, outcome = gates.save_gated(run, job, now, db)
+    elif run.idempotency_key is None:
         run.save(using=db, force_insert=True)
     else:
         JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
         run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=run.idempotency_key)
-    signals.run_enqueued.send(sender=JobRun, run=run)
+    if outcome == "new" and job.cancel_on:
+        gates.add_cancel_keys(run, job, clean_args, clean_kwargs, db)
+    if outcome == "skipped":
+        signals.run_skipped.send(sender=JobRun, run=run)
+    elif outcome == "new":
+        signals.run_enqueued.send(sender=JobRun, run=run)
     return run
 
 
@@ -82,6 +90,11 @@ def enqueue_many_job(
     """
     if options.idempotency_key is not None:
         raise ValueError("enqueue_many does not take an idempotency_key; use enqueue()")
+    if gates.gated(job) or job.cancel_on:
+        raise ValueError(
+            f"job {job.name!r}: enqueue_many does not apply rate_limit, debounce or "
+            "cancel_on; use enqueue() for this job"
+        )
     now = clock.current().now()
     wake_at = _wake_at(options.run_after, now)
     runs = []
@@ -110,7 +123,6 @@ def enqueue_many_job(
     for index, run in enumerate(runs):
         run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
     using = conf.database()
-    flow.add_keys_of(using, runs)
     # The unnest INSERT writes the columns every run has; limits need bulk_create.
     if runs and claims_pg.available(using) and not job.limits:
         claims_pg.insert_runs(using, runs, batch_size)
@@ -180,7 +192,9 @@ _AGAIN: dict[str, Any] = {
 }
 
 
-def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
+def cancel(
+    run_id: RunId, *, now: datetime | None = None, reason: str = "cancelled by an operator"
+) -> JobRun:
     """Stop a run. A queued, sleeping or waiting run is cancelled at once; a running
     one is marked cancelled and stops at its next step (``X_RUN_CANCELLED``).
 
@@ -194,7 +208,7 @@ def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         "wake_at": None,
         **_NO_ERROR,
         "error_code": RunCancelled.code,
-        "error": "cancelled by an operator",
+        "error": reason,
     }
     with transaction.atomic(using=using):
         rows = _rows(pk)

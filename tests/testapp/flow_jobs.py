@@ -6,7 +6,16 @@ import os
 import time
 from typing import Any
 
-from django_durable_jobs import Concurrency, NonRetriable, RetryAfter, Throttle, job
+from django_durable_jobs import (
+    CancelOn,
+    Concurrency,
+    Debounce,
+    NonRetriable,
+    RateLimit,
+    RetryAfter,
+    Throttle,
+    job,
+)
 
 from .models import Effect, Execution
 
@@ -105,3 +114,47 @@ def one_per_key(ctx: Any, key: str, block: float = 0) -> int:
 )
 def by_region(ctx: Any, account: dict[str, Any]) -> None:
     ctx.step.sleep("1m")
+
+
+@job(name="tests.digest", debounce=Debounce("5m", key="user_id", timeout="1h"))
+def digest(ctx: Any, user_id: int, edits: list[str]) -> list[str]:
+    Effect.objects.create(name=f"digest:{user_id}:{','.join(edits)}", run_id=ctx.run_id)
+    return edits
+
+
+@job(name="tests.welcome_once", rate_limit=RateLimit(1, per="1h", key="user_id"))
+def welcome_once(ctx: Any, user_id: int) -> int:
+    Effect.objects.create(name=f"welcome:{user_id}", run_id=ctx.run_id)
+    return user_id
+
+
+def _until_cancelled(run_id: str) -> None:
+    """Block until the run is cancelled, then long enough for the heartbeat to see it."""
+    from django_durable_jobs.models import JobRun
+
+    Effect.objects.create(name="dunning-started", run_id=run_id)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if JobRun.objects.filter(pk=run_id, status="cancelled").exists():
+            time.sleep(2)  # the heartbeat (0.5 s in tests) notices within this
+            return
+        time.sleep(0.05)
+
+
+@job(
+    name="tests.dunning",
+    retries=0,
+    cancel_on=[CancelOn("invoice.paid", match="invoice_id"), CancelOn("customer.deleted")],
+    on_failure="tests.failure_handler",
+)
+def dunning(ctx: Any, invoice_id: int, block: bool = False) -> None:
+    if block:
+        ctx.step.run("remind", _until_cancelled, ctx.run_id)
+    else:
+        ctx.step.sleep("3d")
+    ctx.step.run("charge", _charge, ctx.run_id)
+
+
+def _charge(run_id: str) -> str:
+    Effect.objects.create(name="charged", run_id=run_id)
+    return "charged"
