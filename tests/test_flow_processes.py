@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
+from django_durable_jobs import publish_event
 from django_durable_jobs.models import JobRun, RunStatus
 from tests.test_worker_processes import LEASE, Worker, Workers, wait_until, workers  # noqa: F401
 from tests.testapp import flow_jobs
@@ -203,3 +204,55 @@ def test_a_real_worker_starts_the_failure_handler_once(workers: Workers) -> None
     assert run.status == RunStatus.FAILED and run.attempt == 2
     assert JobRun.objects.filter(job_name="tests.failure_handler").count() == 1
     assert Effect.objects.filter(name=f"handled:{run.pk}").count() == 1
+
+
+def test_gates_with_a_real_worker(workers: Workers) -> None:  # noqa: F811
+    worker = workers.start("gates")
+    workers.wait_started(worker)
+    # Debounce: five edits 200 ms apart make one run, with the last edit's arguments.
+    edits: list[str] = []
+    debounced = set()
+    for n in range(5):
+        edits.append(str(n))
+        debounced.add(flow_jobs.quick_digest.enqueue(1, list(edits)).pk)
+        time.sleep(0.2)  # the user typing, not a wait for the worker
+    last_enqueue = time.monotonic()
+    # RateLimit: one welcome per user per hour; the second is skipped, never executed.
+    welcome, skipped = flow_jobs.welcome_once.enqueue(7), flow_jobs.welcome_once.enqueue(7)
+    # CancelOn: a running dunning run stops at its next step once the invoice is paid.
+    dunning = flow_jobs.dunning.enqueue(42, block=True)
+    wait_until(
+        lambda: Effect.objects.filter(name="dunning-started").exists(),
+        timeout=60,
+        what="the dunning run to start",
+        workers=[worker],
+    )
+    publish_event("invoice.paid", key="42")
+    wait_until(
+        lambda: JobRun.objects.filter(
+            pk=dunning.pk, status=RunStatus.CANCELLED, lease_owner=""
+        ).exists(),
+        timeout=60,
+        what="the worker to stop the cancelled run",
+        workers=[worker],
+    )
+    wait_until(
+        lambda: JobRun.objects.filter(pk__in=debounced, status=RunStatus.SUCCEEDED).exists(),
+        timeout=60,
+        what="the debounced run",
+        workers=[worker],
+    )
+    waited = time.monotonic() - last_enqueue
+    assert worker.terminate() == 0
+    assert len(debounced) == 1
+    (digest,) = JobRun.objects.filter(pk__in=debounced)
+    assert digest.result == ["0", "1", "2", "3", "4"] and waited >= 0.8
+    assert list(
+        Effect.objects.filter(name__startswith="digest:").values_list("name", flat=True)
+    ) == ["digest:0,1,2,3,4"]
+    assert JobRun.objects.get(pk=welcome.pk).status == RunStatus.SUCCEEDED
+    assert JobRun.objects.get(pk=skipped.pk).status == RunStatus.SKIPPED
+    assert Effect.objects.filter(name="welcome:7").count() == 1
+    stopped = JobRun.objects.get(pk=dunning.pk)
+    assert stopped.error_code == "X_RUN_CANCELLED"
+    assert not Effect.objects.filter(name="charged").exists()

@@ -158,3 +158,9 @@ def dunning(ctx: Any, invoice_id: int, block: bool = False) -> None:
 def _charge(run_id: str) -> str:
     Effect.objects.create(name="charged", run_id=run_id)
     return "charged"
+
+
+@job(name="tests.quick_digest", debounce=Debounce("1s", key="user_id", timeout="10s"))
+def quick_digest(ctx: Any, user_id: int, edits: list[str]) -> list[str]:
+    Effect.objects.create(name=f"digest:{','.join(edits)}", run_id=ctx.run_id)
+    return edits
