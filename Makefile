@@ -18,7 +18,9 @@ MARIADB_URL ?= mysql://root@127.0.0.1:3306/durable_jobs
 # store, enqueue, and real worker processes (overlap under contention, kill -9).
 MARIADB_TESTS ?= tests/test_execution.py tests/test_store_contract.py tests/test_enqueue.py \
 	tests/test_worker_processes.py::test_many_workers_execute_every_run_exactly_once \
-	tests/test_worker_processes.py::test_killed_worker_run_is_taken_over_and_completed_steps_replay
+	tests/test_worker_processes.py::test_killed_worker_run_is_taken_over_and_completed_steps_replay \
+	tests/test_flow_limits.py tests/test_flow_gates.py tests/test_flow_failures.py \
+	tests/test_flow_processes.py
 PYTEST_ARGS ?=
 PIP_FLAGS ?= -q --disable-pip-version-check
 

@@ -226,3 +226,17 @@ def test_interleaved_claimers_never_exceed_a_limit(clock: FakeClock) -> None:
         thread.join(timeout=60)
     assert len(taken) == 1
     assert JobRun.objects.filter(status=RunStatus.RUNNING).count() == 1
+
+
+def test_the_admin_run_page_says_why_a_run_is_held(clock: FakeClock, admin_client: Any) -> None:
+    from django.urls import reverse
+
+    for _ in range(2):
+        flow_jobs.per_customer.enqueue(42)
+        clock.advance(timedelta(milliseconds=1))
+    held = flow_jobs.per_customer.enqueue(42)
+    claim("w", now=clock.now(), lease=LEASE, limit=5)
+    page = admin_client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[held.pk]))
+    text = page.content.decode()
+    assert "not starting" in text.lower()
+    assert "held by concurrency customer_id=42 (2/2 running)" in text
