@@ -116,7 +116,11 @@ def explain(n: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=10_000)
-    n = parser.parse_args(argv).n
+    parser.add_argument(
+        "--skip-keys", action="store_true", help="skip the N-distinct-keys workload (slowest)"
+    )
+    args = parser.parse_args(argv)
+    n = args.n
     WORK.mkdir(parents=True, exist_ok=True)
     import django
 
@@ -136,12 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("unlimited no-op", put, unlimited))
     clear()
 
-    say("flow: Concurrency(1, key) over N distinct keys")
-    put = enqueue(bench_keyed, [(f"k{i}",) for i in range(n)])
-    rows.append(
-        (f"Concurrency(1, key), {n:,} distinct keys", put, process([], n, "flow_keys").rate)
-    )
-    clear()
+    if not args.skip_keys:
+        say("flow: Concurrency(1, key) over N distinct keys")
+        put = enqueue(bench_keyed, [(f"k{i}",) for i in range(n)])
+        rate = process([], n, "flow_keys").rate
+        rows.append((f"Concurrency(1, key), {n:,} distinct keys", put, rate))
+        clear()
 
     say("flow: one saturated key with N queued runs, plus N/2 free runs")
     saturate(n)
