@@ -25,7 +25,7 @@ from uuid import UUID
 
 from django.db import DatabaseError, connections
 
-from . import claims_pg, conf
+from . import claims_pg, conf, flow
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, current
 from .exceptions import RunCancelled
@@ -186,6 +186,8 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+            if flow.has_limits() and (freed := flow.unhold_stranded(now=now)):
+                log.warning("let %d held run(s) go whose key had free slots", freed)
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         pending = self._pending
         owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
@@ -197,32 +199,50 @@ class Worker:
     def _record_and_claim(self, pending: Pending | None, owner: str, now: datetime) -> list[JobRun]:
         """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
         for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
-        raises, the outcome stays pending under the owner that still holds its lease."""
+        raises, the outcome stays pending under the owner that still holds its lease.
+
+        Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
+        their key); an outcome that frees a slot or starts an ``on_failure`` handler is
+        never fused with the claim (``Pending.fused``)."""
         using = conf.database()
         if pending is not None and not (claims_pg.available(using) and pending.fused):
             record(pending, self._owner)
             pending = self._pending = None
         if claims_pg.available(using):
-            finish = None
-            if pending is not None:
-                finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
-            try:
-                runs, recorded = claims_pg.claim(
-                    using, owner, now, self.lease, _queues(self.options.queues), 1, finish
-                )
-            except UNSTORABLE as exc:
-                if pending is None:
-                    raise
-                # The next iteration writes the outcome in short, with the claim.
-                self._pending = refused(pending, exc)
-                return []
+            runs, recorded = self._claim_limited(owner, now), False
+            if runs and pending is not None:
+                record(pending, self._owner)
+                pending = self._pending = None
+            if not runs:
+                finish = None
+                if pending is not None:
+                    finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
+                try:
+                    runs, recorded = claims_pg.claim(
+                        using, owner, now, self.lease, _queues(self.options.queues), 1, finish
+                    )
+                except UNSTORABLE as exc:
+                    if pending is None:
+                        raise
+                    # The next iteration writes the outcome in short, with the claim.
+                    self._pending = refused(pending, exc)
+                    return []
         else:
-            runs = claim(owner, now=now, lease=self.lease, queues=self.options.queues)
+            runs = claim(
+                owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+            )
             recorded = False  # pending was None here: recorded on its own above
         previous, self._owner, self._pending = self._owner, owner, None
         if pending is not None:
             log_outcome(pending.run, settle(pending, recorded, previous))
         return runs
+
+    def _claim_limited(self, owner: str, now: datetime) -> list[JobRun]:
+        if not flow.has_limits():
+            return []
+        return flow.claim_limited(
+            owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+        )
 
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles); a database

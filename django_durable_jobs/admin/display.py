@@ -22,6 +22,7 @@ BADGES: dict[str, str] = {
     RunStatus.SUCCEEDED: "djdj-badge--succeeded",
     RunStatus.FAILED: "djdj-badge--failed",
     RunStatus.CANCELLED: "djdj-badge--cancelled",
+    RunStatus.SKIPPED: "djdj-badge--skipped",
     StepStatus.COMPLETED: "djdj-badge--completed",
     WorkerStatus.LIVE: "djdj-badge--live",
     WorkerStatus.STOPPED: "djdj-badge--stopped",

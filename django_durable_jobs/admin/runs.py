@@ -22,7 +22,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import clock, runs, trace
+from .. import clock, flow, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
 from ..run_ids import MIN_PREFIX
@@ -128,6 +128,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         "finished",
         "duration",
         "wakes",
+        "held",
         "lease_owner",
         "lease_expires",
         "args_json",
@@ -205,6 +206,11 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         took = trace.run_duration(run, clock.current().now())
         return "—" if took is None else trace.short_duration(took)
 
+    @admin.display(description="not starting")
+    def held(self, run: JobRun) -> str:
+        """Which limit holds a queued run back, and until when (SPEC §8)."""
+        return flow.held_reason(run, clock.current().now()) or "—"
+
     # -- the run page ----------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
         sets: list[tuple[str | None, dict[str, Any]]] = [
@@ -225,6 +231,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
                     "fields": (
                         ("created", "started", "finished", "duration"),
                         ("wakes", "lease_owner", "lease_expires"),
+                        "held",
                     )
                 },
             ),

@@ -108,6 +108,7 @@ from . import (  # noqa: E402,F401
     admin_jobs,
     event_jobs,
     fanout_jobs,
+    flow_jobs,
     hole_jobs,
     schedule_jobs,
     worker_jobs,

@@ -18,6 +18,7 @@ from django.db import transaction
 from django_durable_jobs import (
     clock,
     conf,
+    flow,
     runs,
     schedule_lines,
     stats,
@@ -168,6 +169,8 @@ class Command(BaseCommand):
             return
         for line in trace_text.summary_lines(shown):
             self.stdout.write(line)
+        if reason := flow.held_reason(shown.run, shown.now):
+            self.stdout.write(f"not starting: {reason}")
         self.stdout.write("")
         if not shown.steps:
             self.stdout.write("no steps recorded yet")
