@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -58,6 +59,11 @@ class JobDefinition:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` job: its step API is awaited and it runs on an event loop."""
+        return inspect.iscoroutinefunction(self.fn)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
         """Start a run in the caller's transaction; returns the ``JobRun``.
