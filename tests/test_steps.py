@@ -438,7 +438,7 @@ def test_required_wait_times_out_with_job_timeout(h: Harness) -> None:
 
 def test_wait_match_must_be_a_string(h: Harness) -> None:
     with pytest.raises(TypeError, match="match"):
-        h.attempt().wait_for_event("w", "e", match=42)  # type: ignore[arg-type]
+        h.attempt().wait_for_event("w", "e", match=42)
 
 
 # -- publish and invoke ------------------------------------------------------------
