@@ -54,6 +54,16 @@ class AsyncSteps(StepEngine):
         super().__init__(**engine)
         self._io = io
 
+    @classmethod
+    def twin(cls, steps: StepEngine, *, io: IoRunner) -> AsyncSteps:
+        """The same attempt, awaited: for a sync job that awaits async code (an async
+        ``django.tasks`` task). Both share the attempt's records and used names; the
+        records must be read already (a step ran), so that neither reads them again."""
+        twin = cls.__new__(cls)
+        twin.__dict__.update(steps.__dict__)
+        twin._io = io
+        return twin
+
     async def run(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` once, ever (awaited if it is async; a sync ``fn``
         runs in a thread), and return its stored output."""

@@ -72,6 +72,10 @@ class JobDefinition:
         """
         return JobCall(self, JobOptions()).enqueue(*args, **kwargs)
 
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRun:
+        """``enqueue`` for async views: ``run = await onboarding.aenqueue(user_id=42)``."""
+        return await JobCall(self, JobOptions()).aenqueue(*args, **kwargs)
+
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
         """Start many runs in batched INSERTs: ``job.enqueue_many([{"user_id": 1}, (2,)])``.
 
@@ -113,6 +117,13 @@ class JobCall:
         from .runs import enqueue_job
 
         return enqueue_job(self.job, args, kwargs, self.options)
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRun:
+        """``enqueue`` for async views, on Django's thread-sensitive executor as the
+        async ORM does (so it joins a transaction opened there)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(*args, **kwargs)
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
         from .runs import enqueue_many_job
