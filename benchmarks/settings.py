@@ -2,7 +2,7 @@
 
 The database (``bench_durable_jobs`` on 127.0.0.1:5432, user postgres) is dropped and
 recreated by ``benchmarks/run.py``; override with ``BENCH_DB``, ``BENCH_PG_HOST``,
-``BENCH_PG_PORT`` and ``BENCH_PG_USER``.
+``BENCH_PG_PORT`` and ``BENCH_PG_USER``; ``BENCH_ENGINE=mysql`` for MariaDB/MySQL.
 """
 
 import os
@@ -29,9 +29,26 @@ DATABASES = {
         "PORT": int(os.environ.get("BENCH_PG_PORT", "5432")),
         # Persistent connections: a worker keeps one connection for its whole life
         # (the peers are measured the same way: django-tasks-db with CONN_MAX_AGE=600).
-        "CONN_MAX_AGE": None,
+        # BENCH_CONN_MAX_AGE=0 is Django's default, which a worker must not pay for.
+        "CONN_MAX_AGE": (
+            int(os.environ["BENCH_CONN_MAX_AGE"]) if os.environ.get("BENCH_CONN_MAX_AGE") else None
+        ),
     }
 }
+# BENCH_ENGINE=mysql: the same on MariaDB/MySQL (benchmarks/mariadb.py, the MariaDB column),
+# database BENCH_MYSQL_DB (default bench_durable_jobs) on 127.0.0.1:3306, user root.
+if os.environ.get("BENCH_ENGINE") == "mysql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": os.environ.get("BENCH_MYSQL_DB", "bench_durable_jobs"),
+            "USER": os.environ.get("BENCH_MYSQL_USER", "root"),
+            "HOST": os.environ.get("BENCH_MYSQL_HOST", "127.0.0.1"),
+            "PORT": int(os.environ.get("BENCH_MYSQL_PORT", "3306")),
+            "OPTIONS": {"charset": "utf8mb4"},
+            "CONN_MAX_AGE": None,
+        }
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Only documented settings. An idle PostgreSQL worker is woken by LISTEN/NOTIFY; the

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 _jobs_logger = logging.getLogger("django_durable_jobs.jobs")
 
+#: What job code may raise to leave that a bare ``except Exception`` does not catch; a
+#: job's own failure, never a stop of the process that executes it.
+JOB_EXITS = (SystemExit, KeyboardInterrupt)
+
 
 @dataclass(frozen=True, kw_only=True)
 class JobContext:
@@ -109,7 +113,7 @@ def run_attempt(
         return Succeeded(_storable_result(ctx, value, max_result_bytes))
     except Overrun as overrun:  # a timeout the job tried to swallow
         return Failed(ErrorInfo.of(overrun.error), retryable=False)
-    except (Suspension, Exception) as stop:
+    except (Suspension, Exception, *JOB_EXITS) as stop:
         return _stopped(stop)
 
 
@@ -136,7 +140,7 @@ async def arun_attempt(
         if scope.expired():
             return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
         return _stopped(exc)
-    except (Suspension, Exception) as stop:
+    except (Suspension, Exception, *JOB_EXITS) as stop:
         return _stopped(stop)
 
 
@@ -144,6 +148,10 @@ def _stopped(stop: BaseException) -> Outcome:
     """The outcome of an attempt that raised ``stop`` (a suspension or a failure)."""
     if isinstance(stop, Suspension):
         return Suspended(stop.step, stop.resume_at, stop.reason)
+    if isinstance(stop, JOB_EXITS):
+        # sys.exit(), exit() or KeyboardInterrupt raised by job code ends this attempt,
+        # not the worker: the operator's Ctrl-C reaches the worker's own signal handler.
+        return Failed(ErrorInfo.of(stop), retryable=True)
     retryable = not (isinstance(stop, DurableJobsError) and not stop.retryable)
     return Failed(ErrorInfo.of(stop), retryable)
 

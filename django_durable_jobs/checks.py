@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
 from .conf import DEFAULTS, DURATION_KEYS
@@ -126,4 +126,40 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                     id=f"django_durable_jobs.{check_id}",
                 )
             )
+    if not errors:
+        errors.extend(_lease_and_heartbeat(value))
     return errors
+
+
+#: Beats per lease below which one slow or lost renewal already loses the lease.
+MIN_BEATS_PER_LEASE = 3
+
+
+def _lease_and_heartbeat(value: dict[str, Any]) -> list[CheckMessage]:
+    """A lease renewed no more often than it lasts expires under a healthy worker, and
+    another worker takes the run over while it still executes."""
+    lease = parse_duration(value.get("LEASE", DEFAULTS["LEASE"]))
+    heartbeat = parse_duration(value.get("HEARTBEAT", DEFAULTS["HEARTBEAT"]))
+    shown = f"HEARTBEAT {value.get('HEARTBEAT', DEFAULTS['HEARTBEAT'])!r}"
+    shown += f", LEASE {value.get('LEASE', DEFAULTS['LEASE'])!r}"
+    if heartbeat >= lease:
+        return [
+            Error(
+                f"DURABLE_JOBS: the heartbeat must be shorter than the lease ({shown}): "
+                "leases would expire under healthy workers and runs execute twice",
+                hint=f"Renew at least {MIN_BEATS_PER_LEASE} times per lease, "
+                'e.g. LEASE "60s" and HEARTBEAT "10s".',
+                id="django_durable_jobs.E018",
+            )
+        ]
+    if heartbeat * MIN_BEATS_PER_LEASE > lease:
+        return [
+            Warning(
+                f"DURABLE_JOBS: fewer than {MIN_BEATS_PER_LEASE} heartbeats fit in a lease "
+                f"({shown}): one slow renewal lets another worker take a live run over",
+                hint='Make HEARTBEAT at most a third of LEASE, e.g. LEASE "60s" and '
+                'HEARTBEAT "10s".',
+                id="django_durable_jobs.W001",
+            )
+        ]
+    return []

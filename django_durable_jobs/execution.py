@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db import DataError
 
 from . import conf, signals
 from .async_steps import AsyncSteps, IoRunner
@@ -32,14 +33,14 @@ from .attempt import (
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
-from .exceptions import AttemptsExhausted, RunCancelled, UnknownJob
-from .models import JobRun, RunStatus
+from .exceptions import AttemptsExhausted, RunCancelled, StepOutputInvalid, UnknownJob
+from .models import JobRun, RunStatus, StepRecord, StepStatus
 from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
-from .serialization import ErrorInfo
+from .serialization import ErrorInfo, ascii_text
 from .step_engine import StepEngine, StepLimits
-from .steps import Steps
+from .steps import STEP_LOST, Steps
 from .store import OrmChildRuns, OrmEventLog, OrmStepStore
 from .timeouts import TimeGuard
 
@@ -67,9 +68,25 @@ class Pending:
     #: The step a suspended run parked in (re-checked once the run is parked).
     parked: StepRecordValue | None = None
 
+    #: True once reduced to its always-storable form (``shorten``).
+    short: bool = False
+
+    @property
+    def fused(self) -> bool:
+        """Whether the outcome fits the PostgreSQL statement that also claims."""
+        return set(self.changes) <= _FUSED
+
     def outcome_values(self) -> dict[str, Any]:
         """Every column an outcome writes: the changes, the rest as claimed."""
         return {name: self.changes.get(name, getattr(self.run, name)) for name in OUTCOME_COLUMNS}
+
+
+_FUSED = {*OUTCOME_COLUMNS, "lease_owner", "lease_expires_at"}
+#: What a database raises for a value it can never store (a NUL on PostgreSQL, a text
+#: over its column, a lone surrogate the driver cannot encode): retrying cannot help.
+UNSTORABLE = (DataError, ValueError)
+#: The longest error text the short form of an outcome keeps.
+SHORT_ERROR = 2000
 
 
 def execute(
@@ -190,12 +207,7 @@ def _definition(
         return None, _pending(run, None, outcome, clock.now(), rng)
     if run.attempt > max_attempts(definition):
         # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
-        exhausted = AttemptsExhausted(
-            f"job {run.job_name!r} run {run.id}: all {max_attempts(definition)} attempts are "
-            "used up (its workers stopped renewing the lease, e.g. they were killed)"
-        )
-        outcome = Failed(ErrorInfo.of(exhausted), False)
-        return None, _pending(run, definition, outcome, clock.now(), rng)
+        return None, _exhausted(run, definition, clock.now(), rng)
     return definition, None
 
 
@@ -222,6 +234,9 @@ def _engine(
         ),
         "records": [] if run.claimed_fresh else None,
         "interrupt": interrupt,
+        # A retry may follow a worker that died inside a step: if this one dies too, the
+        # step is named. The first attempt keeps one write per step.
+        "mark_starts": run.attempt > 1,
     }
 
 
@@ -238,6 +253,29 @@ def _stopped_at(
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
         pending = replace(pending, parked=parked)
     return pending
+
+
+def _exhausted(
+    run: JobRun, definition: JobDefinition, now: datetime, rng: random.Random | None
+) -> Pending:
+    """The claim counted one attempt too many: fail, naming where the workers died."""
+    most = max_attempts(definition)
+    exhausted = AttemptsExhausted(
+        f"job {run.job_name!r} run {run.id}: all {most} attempts are used up: its workers "
+        f"stopped renewing the lease (killed, crashed or cut off) {_where_lost(run)}"
+    )
+    pending = _pending(run, definition, Failed(ErrorInfo.of(exhausted), False), now, rng)
+    # The attempt this claim counted never started.
+    return replace(pending, changes={**pending.changes, "attempt": most})
+
+
+def _where_lost(run: JobRun) -> str:
+    steps = StepRecord.objects.using(conf.database()).filter(run=run).order_by("-id")
+    lost = steps.filter(error_type=STEP_LOST).values_list("name", flat=True).first()
+    if lost is not None:
+        return f"while it executed step {lost!r}"
+    done = steps.filter(status=StepStatus.COMPLETED).values_list("name", flat=True).first()
+    return f"after step {done!r}" if done is not None else "before its first step completed"
 
 
 def max_attempts(definition: JobDefinition | None) -> int:
@@ -321,6 +359,31 @@ def write(pending: Pending, owner: str | None) -> bool:
     if owner is not None:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
     return bool(rows.update(**pending.changes))
+
+
+def shorten(pending: Pending, problem: BaseException) -> Pending:
+    """``pending`` as the database always stores it: ASCII error texts of bounded size,
+    no traceback, no result. A success whose result was refused fails, not retried
+    (``X_STEP_OUTPUT_INVALID``): nothing is silently lost."""
+    changes = dict(pending.changes)
+    why = f"the database refused the outcome: {type(problem).__name__}: {problem}"
+    if changes.get("status") == RunStatus.SUCCEEDED:
+        changes.update(
+            status=RunStatus.FAILED,
+            error_code=StepOutputInvalid.code,
+            error=f"the return value cannot be stored ({why})",
+            error_type=f"{StepOutputInvalid.__module__}.{StepOutputInvalid.__qualname__}",
+        )
+    elif "error" in changes:
+        changes["error"] = f"{changes['error']} [recorded in short: {why}]"
+    for name, limit in (("error", SHORT_ERROR), ("error_type", 200), ("error_code", 40)):
+        if name in changes:
+            changes[name] = ascii_text(str(changes[name]), limit)
+    if "traceback" in changes:
+        changes["traceback"] = ""
+    if "result" in changes:
+        changes["result"] = None
+    return replace(pending, changes=changes, short=True)
 
 
 def _settle_cancelled(run: JobRun, owner: str) -> bool:

@@ -108,6 +108,42 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+#: The widest error type a run or a step row holds (``error_type`` columns).
+MAX_ERROR_TYPE = 200
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every database stores it: NUL (refused by PostgreSQL) and lone
+    surrogates (not UTF-8) written as backslash escapes; everything else unchanged."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def ascii_text(text: str, limit: int) -> str:
+    """``text`` in printable-safe ASCII (non-ASCII as escapes), at most ``limit`` chars."""
+    text = storable_text(text).encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as problem:  # a __str__ that raises must not lose the failure
+        return f"<unprintable {type(exc).__name__}: {type(problem).__name__}>"
+
+
+def _traceback(exc: BaseException) -> str:
+    try:
+        return "".join(tb.format_exception(exc))
+    except Exception as problem:
+        return f"<no traceback: {type(problem).__name__}>"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ErrorInfo:
     """A failure as stored on a step or a run."""
@@ -119,10 +155,13 @@ class ErrorInfo:
 
     @classmethod
     def of(cls, exc: BaseException) -> ErrorInfo:
+        """The failure as stored: texts made storable (an error message may carry
+        any character, a NUL included), the type cut to its column."""
+        kind = storable_text(f"{type(exc).__module__}.{type(exc).__qualname__}")
         return cls(
-            type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            message=str(exc),
-            traceback="".join(tb.format_exception(exc)),
+            type=kind if len(kind) <= MAX_ERROR_TYPE else kind[: MAX_ERROR_TYPE - 3] + "...",
+            message=storable_text(_message(exc)),
+            traceback=storable_text(_traceback(exc)),
             # Only our codes are stable; another library's ``.code`` (SystemExit's int,
             # ValidationError's None) is not an error code.
             code=exc.code if isinstance(exc, DurableJobsError) else "",

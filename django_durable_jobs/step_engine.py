@@ -44,6 +44,9 @@ logger = logging.getLogger("django_durable_jobs.steps")
 MAX_STEP_NAME = 200
 MAX_EVENT_NAME = 200
 MAX_KEY = 255
+#: The error type of a step whose start is recorded and whose end is not (yet): while
+#: the run is running, it is executing; otherwise its worker died inside it.
+STEP_LOST = "django_durable_jobs.StepLost"
 DEFAULT_WAIT_TIMEOUT = timedelta(hours=24)
 DEFAULT_EVENT_POLL = timedelta(seconds=30)
 
@@ -94,11 +97,14 @@ class StepEngine:
         records: Sequence[StepRecord] | None = None,
         interrupt: Callable[[], BaseException | None] | None = None,
         children: ChildRuns | None = None,
+        mark_starts: bool = False,
     ) -> None:
         """``records``: the run's records if the caller already knows them (a run that
         never started has none), saving a read; otherwise they are read at the first
         step. ``interrupt``: asked before each step; an exception it returns is raised
-        there (a cancelled run stops at its next step).
+        there (a cancelled run stops at its next step). ``mark_starts``: record each
+        ``run`` step's start before its function runs (one more write per step), so a
+        worker that dies inside it names it (``STEP_LOST``).
         """
         self.run_id = run_id
         self.job_name = job_name
@@ -110,6 +116,7 @@ class StepEngine:
         self._records = {record.name: record for record in records or ()}
         self._interrupt = interrupt
         self._children = children
+        self._mark_starts = mark_starts
         self._used: list[str] = []
         self._replayed: list[str] = []
 
@@ -144,12 +151,15 @@ class StepEngine:
             started_at=existing.started_at if existing else self._clock.now(),
             attempts=attempts,
         )
+        if self._mark_starts:
+            yield from self._save(replace(record, error=self._lost(name, attempts)))
         began = self._clock.now()
         try:
             value = yield Call(name, fn, args, kwargs)
             self._check_took(name, began)
             output = self._storable(name, value)
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # The step failed, also when it called sys.exit(): the attempt records it.
             yield from self._save(replace(record, error=ErrorInfo.of(exc)))
             raise
         # Persist BEFORE returning: a crash one line later must not re-run this step.
@@ -399,6 +409,17 @@ class StepEngine:
             self._records = {record.name: record for record in known}
             self._loaded = True
         return self._records.get(name)
+
+    def _lost(self, name: str, attempts: int) -> ErrorInfo:
+        return ErrorInfo(
+            type=STEP_LOST,
+            message=(
+                f"step {name!r} started (its attempt {attempts}) and recorded no outcome: "
+                "unless the run is running, its worker died inside it (killed, crashed, or "
+                "out of memory)"
+            ),
+            traceback="",
+        )
 
     def _replay(self, record: StepRecord) -> Any:
         self._replayed.append(record.name)

@@ -52,6 +52,7 @@ class TimeGuard:
     def __init__(self, *, use_signals: bool | None = None) -> None:
         self._limits: list[_Limit] = []
         self._shielded = 0
+        self._deferred: BaseException | None = None
         if use_signals is None:
             use_signals = (
                 hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
@@ -86,6 +87,17 @@ class TimeGuard:
             self._shielded -= 1
             # Also when the block raised: code that catches it is still under the limits.
             self._arm()
+            if not self._shielded and self._deferred is not None:
+                deferred, self._deferred = self._deferred, None
+                raise deferred
+
+    def interrupt(self, error: BaseException) -> None:
+        """Raise ``error`` now (from a signal handler), or, inside a shield (a write in
+        flight), as soon as the shield ends: a torn write would break the connection."""
+        if self._shielded:
+            self._deferred = error
+            return
+        raise error
 
     def _arm(self) -> None:
         if not self.use_signals:

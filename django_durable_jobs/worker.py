@@ -19,18 +19,21 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import FrameType
 from uuid import UUID
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
 from . import claims_pg, conf
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
 from .exceptions import RunCancelled
-from .execution import Executed, Pending, run_to_stop, settle, write
+from .execution import UNSTORABLE, Pending, run_to_stop, settle
+from .health import close_broken_connections, keep_healthy
 from .models import JobRun, RunStatus
+from .orphans import stop_with_parent
+from .recording import log_outcome, record, record_patiently, refused
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 
@@ -69,6 +72,7 @@ class Worker:
         self._next_reap = 0.0
         self._beat: _Heartbeat | None = None
         self._pending: Pending | None = None
+        self._guard: TimeGuard | None = None
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -92,6 +96,12 @@ class Worker:
         self._drain("SIGUSR1 from the supervisor")
 
     def _on_abandon(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping.is_set():
+            log.warning(
+                "worker %s: stopping at once (SIGUSR2: a second stop, or the supervisor is "
+                "gone): giving back the run in hand",
+                self.options.worker_id,
+            )
         self._abandon()
 
     def _drain(self, why: str) -> None:
@@ -105,9 +115,10 @@ class Worker:
         timer.start()
 
     def _abandon(self) -> None:
-        self.stopping.set()
-        if self._in_hand is not None:
-            raise StopNow()
+        self.stop()
+        if self._in_hand is not None and self._guard is not None:
+            # Not in the middle of a step's write: that would leave the connection torn.
+            self._guard.interrupt(StopNow())
 
     def stop(self) -> None:
         self.stopping.set()
@@ -132,14 +143,11 @@ class Worker:
                     break
                 try:
                     worked = self.run_once()
-                    # Like Django's request cycle: drop connections that broke or aged out.
-                    close_old_connections()
+                    keep_healthy(conf.database())
                 except DatabaseError as exc:
                     # A restarted database or a dropped connection: reconnect and carry on.
                     log.warning("worker %s: database error (%s); retrying", self._owner, exc)
-                    close_old_connections()
-                    for connection in connections.all():
-                        connection.close_if_unusable_or_obsolete()
+                    close_broken_connections()
                     self.stopping.wait(min(self.options.poll_interval.total_seconds(), 1.0))
                     continue
                 if worked:
@@ -167,31 +175,49 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
-        pending, pending_owner = self._pending, self._owner
-        self._owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
-        using = conf.database()
-        if claims_pg.available(using):
-            finish = None
-            if pending is not None:
-                finish = claims_pg.Finish(pending.run.pk, pending_owner, pending.outcome_values())
-            runs, recorded = claims_pg.claim(
-                using, self._owner, now, self.lease, _queues(self.options.queues), 1, finish
-            )
-        else:
-            recorded = pending is not None and write(pending, pending_owner)
-            runs = claim(self._owner, now=now, lease=self.lease, queues=self.options.queues)
-        self._pending = None
-        if pending is not None:
-            _log_outcome(pending.run, settle(pending, recorded, pending_owner))
+        pending = self._pending
+        owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
+        runs = self._record_and_claim(pending, owner, now)
         if runs:
             self._execute(runs[0])
         return bool(runs) or pending is not None
 
+    def _record_and_claim(self, pending: Pending | None, owner: str, now: datetime) -> list[JobRun]:
+        """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
+        for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
+        raises, the outcome stays pending under the owner that still holds its lease."""
+        using = conf.database()
+        if pending is not None and not (claims_pg.available(using) and pending.fused):
+            record(pending, self._owner)
+            pending = self._pending = None
+        if claims_pg.available(using):
+            finish = None
+            if pending is not None:
+                finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
+            try:
+                runs, recorded = claims_pg.claim(
+                    using, owner, now, self.lease, _queues(self.options.queues), 1, finish
+                )
+            except UNSTORABLE as exc:
+                if pending is None:
+                    raise
+                # The next iteration writes the outcome in short, with the claim.
+                self._pending = refused(pending, exc)
+                return []
+        else:
+            runs = claim(owner, now=now, lease=self.lease, queues=self.options.queues)
+            recorded = False  # pending was None here: recorded on its own above
+        previous, self._owner, self._pending = self._owner, owner, None
+        if pending is not None:
+            log_outcome(pending.run, settle(pending, recorded, previous))
+        return runs
+
     def flush(self) -> None:
-        """Record the outcome still held (before the worker stops or idles)."""
+        """Record the outcome still held (before the worker stops or idles); a database
+        that stays away for a few seconds leaves the run to its lease."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            _log_outcome(pending.run, settle(pending, write(pending, self._owner), self._owner))
+            record_patiently(pending, self._owner)
 
     def _heartbeat(self) -> _Heartbeat:
         if self._beat is None:
@@ -207,7 +233,7 @@ class Worker:
             run.attempt,
             run.claimed_from,
         )
-        self._in_hand = run
+        self._in_hand, self._guard = run, TimeGuard()
         beat = self._heartbeat()
         beat.hold(self._owner, run.id)
         try:
@@ -215,52 +241,26 @@ class Worker:
                 run,
                 clock=self.clock,
                 owner=self._owner,
-                guard=TimeGuard(),
+                guard=self._guard,
                 interrupt=beat.interruption,
             )
         except StopNow:
-            released = release(run, self._owner, now=self.clock.now())
-            log.warning(
-                "run released: run=%s by a second stop signal (released=%s)", run.id, released
-            )
+            try:
+                released = release(run, self._owner, now=self.clock.now())
+            except DatabaseError:  # the stop cut job code's query: once more, afresh
+                close_broken_connections()
+                released = release(run, self._owner, now=self.clock.now())
+            log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
             self.stopping.set()
             return
         finally:
-            self._in_hand = None
+            self._in_hand = self._guard = None
             beat.drop()
         self.executed += 1
 
 
 def _queues(queues: Sequence[str] | None) -> list[str] | None:
     return None if queues is None else list(queues)
-
-
-def _log_outcome(run: JobRun, executed: Executed) -> None:
-    if not executed.recorded:
-        log.warning(
-            "run not recorded: run=%s lease lost; outcome %s",
-            run.id,
-            type(executed.outcome).__name__,
-        )
-    elif executed.status in {"sleeping", "waiting"}:
-        log.info(
-            "run suspended: run=%s status=%s wake_at=%s",
-            run.id,
-            executed.status,
-            run.wake_at.isoformat() if run.wake_at else None,
-        )
-    elif executed.status == "succeeded":
-        log.info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
-    else:
-        log.warning(
-            "run failed: run=%s job=%s attempt=%s code=%s status=%s error=%s",
-            run.id,
-            run.job_name,
-            run.attempt,
-            run.error_code or "-",
-            executed.status,
-            run.error,
-        )
 
 
 class _Heartbeat(threading.Thread):
@@ -356,10 +356,13 @@ class _Supervisor:
 
     def _spawn(self, slot: int) -> None:
         connections.close_all()  # never share a connection across fork
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child
             code = 1
             try:
+                # Orphaned, it stops at once and gives its run back (see orphans.py).
+                stop_with_parent(supervisor, signal.SIGUSR2)
                 child = WorkerOptions(
                     **{
                         **self.options.__dict__,

@@ -56,10 +56,9 @@ def test_enqueue_many_refuses_idempotency_keys() -> None:
         jobs.add.using(idempotency_key="k").enqueue_many([(1, 2)])
 
 
+@pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_enqueue_notifies_listeners_on_commit_only() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     import psycopg
 
     params = {
@@ -112,10 +111,9 @@ def test_heartbeat_notices_cancellation(clock: FakeClock) -> None:
     assert beat.interruption() is None
 
 
+@pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_a_run_becoming_runnable_notifies_listeners() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     import psycopg
     from django.utils import timezone
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.core.checks import Error
+from django.core.checks import Error, Warning
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
@@ -265,3 +265,43 @@ def test_conf_duration_rejects_a_bad_value() -> None:
 def test_conf_get_unknown_key_is_a_key_error() -> None:
     with pytest.raises(KeyError):
         conf.get("NOT_A_SETTING")
+
+
+# -- lease and heartbeat together ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lease", "heartbeat"), [("10s", "10s"), ("10s", "30s"), ("1s", 1), ("60s", "1m")]
+)
+def test_a_heartbeat_not_shorter_than_the_lease_is_e018(lease: str, heartbeat: Any) -> None:
+    with override_settings(DURABLE_JOBS={"LEASE": lease, "HEARTBEAT": heartbeat}):
+        (message,) = check_settings()
+    assert isinstance(message, Error) and message.id == "django_durable_jobs.E018"
+    assert repr(lease) in message.msg and repr(heartbeat) in message.msg
+    with (
+        override_settings(DURABLE_JOBS={"LEASE": lease, "HEARTBEAT": heartbeat}),
+        pytest.raises(SystemCheckError, match="E018"),
+    ):
+        call_command("check")
+
+
+@pytest.mark.parametrize(("lease", "heartbeat"), [("10s", "5s"), ("60s", "25s"), ("30s", "10.5s")])
+def test_fewer_than_three_beats_per_lease_is_w001(lease: str, heartbeat: str) -> None:
+    with override_settings(DURABLE_JOBS={"LEASE": lease, "HEARTBEAT": heartbeat}):
+        (message,) = check_settings()
+    assert isinstance(message, Warning) and not isinstance(message, Error)
+    assert message.id == "django_durable_jobs.W001"
+    assert "fewer than 3 heartbeats" in message.msg
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{}, {"LEASE": "30s", "HEARTBEAT": "10s"}, {"LEASE": "2s", "HEARTBEAT": "0.5s"}],
+)
+def test_three_or_more_beats_per_lease_pass(value: dict[str, str]) -> None:
+    with override_settings(DURABLE_JOBS=value):
+        assert check_settings() == []
+
+
+def test_a_bad_lease_is_reported_once_not_compared() -> None:
+    assert _ids({"LEASE": "soon", "HEARTBEAT": "10s"}) == ["django_durable_jobs.E015"]

@@ -332,3 +332,24 @@ def test_code_that_swallows_the_error_is_stopped_with_overrun(guard: TimeGuard) 
     assert [type(exc) for exc in caught] == [Expired]  # the first firing was catchable
     assert isinstance(info.value.error, Expired) and info.value.error.label == "slow"
     assert not alarm_armed()
+
+
+def test_an_interrupt_inside_a_shield_waits_for_the_write_to_finish() -> None:
+    guard = TimeGuard(use_signals=False)
+    written = []
+
+    class Stop(BaseException):
+        pass
+
+    def write() -> None:
+        with guard.shield():
+            guard.interrupt(Stop())  # e.g. a second stop signal while a step is persisted
+            written.append("the whole write")
+
+    with pytest.raises(Stop):
+        write()
+    assert written == ["the whole write"]
+    with pytest.raises(Stop):
+        guard.interrupt(Stop())  # outside a shield: at once
+    with guard.shield():  # nothing left over
+        pass

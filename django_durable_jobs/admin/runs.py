@@ -15,6 +15,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Lower
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.urls import URLPattern, path, reverse
@@ -164,10 +165,12 @@ class JobRunAdmin(_ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(job_name__icontains=term) | Q(idempotency_key=term)
+        # Lower(), not icontains: MySQL's icontains is a LIKE that follows the column's
+        # collation, and job names compare exactly (binary) there.
+        match = Q(job_name_folded__contains=term.lower()) | Q(idempotency_key=term)
         if _ID_PREFIX.fullmatch(term):
             match |= Q(id__startswith=term.lower())
-        return queryset.filter(match), False
+        return queryset.annotate(job_name_folded=Lower("job_name")).filter(match), False
 
     @admin.display(description="run", ordering="id")
     def short_id(self, run: JobRun) -> str:
