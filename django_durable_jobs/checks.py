@@ -58,6 +58,8 @@ RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
     "MAX_PAYLOAD_BYTES": ("E004", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "AUTODISCOVER": ("E006", _bool, "True or False"),
+    "ASYNC_CONCURRENCY": ("E007", _positive_int, "an int >= 1, e.g. 100"),
+    "ASYNC_CONNECTIONS": ("E008", _positive_int, "an int >= 1, e.g. 4"),
 }
 _DURATION_IDS = {
     "BACKOFF": "E010",

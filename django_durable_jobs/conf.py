@@ -33,6 +33,10 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": "1s",
     # Import every installed app's jobs.py at startup.
     "AUTODISCOVER": True,
+    # Async runs one worker process has in flight at once, and the database
+    # connections (threads) they share for their steps and outcomes.
+    "ASYNC_CONCURRENCY": 100,
+    "ASYNC_CONNECTIONS": 4,
 }
 
 DURATION_KEYS = {

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from typing import Any
 
 from django_durable_jobs import job
 
 from .jobs import effect
+from .models import Execution
 
 
 async def fetch(value: str) -> str:
@@ -54,3 +57,28 @@ async def async_io(ctx: Any, seconds: float, tag: str = "") -> str:
     await ctx.step.run("touch", effect, f"touch{tag}", ctx.run_id)
     await ctx.step.run("io", asyncio.sleep, seconds)
     return "done"
+
+
+@job(name="tests.async_hang_once", retries=3, backoff=0)
+async def async_hang_once(ctx: Any) -> str:
+    """Touches, then hangs in a step on its first attempt only (a worker to kill)."""
+    await ctx.step.run("touch", effect, "touch", ctx.run_id)
+    await ctx.step.run("io", asyncio.sleep, 120 if ctx.attempt == 1 else 0.01)
+    await ctx.step.run("after", effect, "after", ctx.run_id)
+    return "done"
+
+
+@job(name="tests.async_logged", retries=0)
+async def async_logged(ctx: Any, n: int) -> int:
+    """``tests.logged`` for async jobs: logs every execution (overlap detection)."""
+    row = await Execution.objects.acreate(
+        run_id=ctx.run_id, attempt=ctx.attempt, pid=os.getpid(), started_ns=time.time_ns()
+    )
+    value = int(await ctx.step.run("work", _double, n))
+    await Execution.objects.filter(pk=row.pk).aupdate(ended_ns=time.time_ns())
+    return value
+
+
+async def _double(n: int) -> int:
+    await asyncio.sleep(0.001)
+    return n * 2
