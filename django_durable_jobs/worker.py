@@ -435,8 +435,9 @@ class _Heartbeat(threading.Thread):
                     continue  # the run finished meanwhile
                 if status == RunStatus.CANCELLED:
                     self._cancelled.add(run_id)
-                else:
+                elif status in {RunStatus.RUNNING, RunStatus.QUEUED}:  # taken over
                     log.warning("run %s: lease lost (status %s)", run_id, status)
+                # else its outcome was recorded just now, before it was dropped
 
     def stop(self) -> None:
         self._done.set()
