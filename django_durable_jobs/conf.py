@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     # connections (threads) they share for their steps and outcomes.
     "ASYNC_CONCURRENCY": 100,
     "ASYNC_CONNECTIONS": 4,
+    # The module names autodiscovery imports in each installed app (["jobs", "tasks"]
+    # for jobs kept where Celery's habit puts them).
+    "JOB_MODULES": ["jobs"],
 }
 
 DURATION_KEYS = {

@@ -237,7 +237,7 @@ class StepEngine:
         now = self._clock.now()
         if existing is None or existing.event_cursor is None:
             started_at, attempts = now, 1
-            cursor: int = yield Io(self._events.cursor)
+            cursor: int = yield Io(lambda: self._events.cursor(event, match))
         else:
             started_at, cursor = existing.started_at, existing.event_cursor
             attempts = existing.attempts + 1

@@ -30,7 +30,7 @@ from django.db import DatabaseError, connections
 
 from . import claims_pg, conf
 from .claims import claim, release, renew, requeue_expired
-from .clock import Clock, SystemClock
+from .clock import Clock, current
 from .exceptions import RunCancelled, UnknownJob
 from .execution import UNSTORABLE, Pending, run_to_stop, settle
 from .health import close_broken_connections, keep_healthy
@@ -67,7 +67,9 @@ class Worker:
 
     def __init__(self, options: WorkerOptions, *, clock: Clock | None = None) -> None:
         self.options = options
-        self.clock = clock or SystemClock()
+        # The database's clock (installed by the app): leases and wake times are
+        # compared with times other processes wrote.
+        self.clock = clock or current()
         self.lease = conf.required_duration("LEASE")
         self.heartbeat = conf.required_duration("HEARTBEAT")
         self.stopping = threading.Event()
@@ -119,7 +121,8 @@ class Worker:
     def _drain(self, why: str) -> None:
         if self.stopping.is_set():
             return
-        log.info("worker %s: stopping (%s): finishing the run in hand", self.options.worker_id, why)
+        doing = "finishing the run in hand" if self._in_hand is not None else "idle, exiting"
+        log.info("worker %s: stopping (%s): %s", self.options.worker_id, why, doing)
         self.stop()
         drain = self.options.drain_timeout.total_seconds()
         timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGUSR2))

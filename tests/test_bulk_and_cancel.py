@@ -22,13 +22,13 @@ LEASE = timedelta(minutes=1)
 
 @pytest.mark.django_db
 def test_enqueue_many_writes_every_call() -> None:
-    runs = jobs.add.using(queue="bulk", priority=3).enqueue_many([(1, 2), {"a": 3, "b": 4}, (5,)])
+    runs = jobs.add.using(queue="bulk", priority=3).enqueue_many([(1, 2), {"a": 3, "b": 4}, (5, 6)])
     assert len(runs) == 3
     stored = list(JobRun.objects.order_by("created_at", "args"))
     assert {(tuple(r.args), tuple(sorted(r.kwargs.items()))) for r in stored} == {
         ((1, 2), ()),
         ((), (("a", 3), ("b", 4))),
-        ((5,), ()),
+        ((5, 6), ()),
     }
     assert {(r.queue, r.priority, r.status) for r in stored} == {("bulk", 3, RunStatus.QUEUED)}
 

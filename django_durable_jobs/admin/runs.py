@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 from .. import clock, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
+from ..run_ids import MIN_PREFIX
 from .display import badge, json_block, text_block
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
@@ -35,6 +36,8 @@ else:
 
 #: A full or partial run id (the list shows the first 8 characters).
 _ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,35}")
+#: Too short to search as a run id.
+_ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,4}")
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,15 @@ class JobRunAdmin(_ModelAdmin):
         match = Q(job_name_folded__contains=term.lower()) | Q(idempotency_key=term)
         if _ID_PREFIX.fullmatch(term):
             match |= Q(id__startswith=term.lower())
-        return queryset.annotate(job_name_folded=Lower("job_name")).filter(match), False
+        found = queryset.annotate(job_name_folded=Lower("job_name")).filter(match)
+        if not _ID_PREFIX.fullmatch(term) and _ID_START.fullmatch(term) and not found.exists():
+            # Silence here reads as "no such run": say why it was not searched as an id.
+            messages.info(
+                request,
+                f"No run matches {term!r}. To find a run by its id, type at least "
+                f"{MIN_PREFIX} of its first characters.",
+            )
+        return found, False
 
     @admin.display(description="run", ordering="id")
     def short_id(self, run: JobRun) -> str:
