@@ -20,22 +20,22 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
-from uuid import UUID
 
 from django.db import DatabaseError, connections
 
 from . import claims_pg, conf
-from .claims import claim, release, renew, requeue_expired
+from .claims import claim, release, requeue_expired
 from .clock import Clock, current
-from .exceptions import RunCancelled, UnknownJob
+from .exceptions import UnknownJob
 from .execution import UNSTORABLE, Pending, run_to_stop, settle
 from .health import close_broken_connections, keep_healthy
+from .heartbeat import Heartbeat
 from .lane import AsyncLane, any_async
-from .models import JobRun, RunStatus
+from .models import JobRun
 from .orphans import stop_with_parent
 from .recording import log_outcome, record, record_patiently, refused
 from .registry import all_jobs, get_job
@@ -79,7 +79,7 @@ class Worker:
         self._signals = 0
         self._waker: Waker | None = None
         self._next_reap = 0.0
-        self._beat: _Heartbeat | None = None
+        self._beat: Heartbeat | None = None
         self._pending: Pending | None = None
         self._guard: TimeGuard | None = None
         self._lane: AsyncLane | None = None
@@ -315,9 +315,9 @@ class Worker:
         if pending is not None:
             record_patiently(pending, self._owner)
 
-    def _heartbeat(self) -> _Heartbeat:
+    def _heartbeat(self) -> Heartbeat:
         if self._beat is None:
-            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat)
+            self._beat = Heartbeat(self.clock, self.lease, self.heartbeat)
             self._beat.start()
         return self._beat
 
@@ -368,82 +368,6 @@ def _is_async(run: JobRun) -> bool:
 
 def _queues(queues: Sequence[str] | None) -> list[str] | None:
     return None if queues is None else list(queues)
-
-
-class _Heartbeat(threading.Thread):
-    """One per worker process, on its own connection: renews the leases of the runs in
-    hand (the sync one and every async one in flight) every ``every``, in one statement
-    per claim, and notices a cancellation so the run stops at its next step."""
-
-    def __init__(self, clock: Clock, lease: timedelta, every: timedelta) -> None:
-        super().__init__(name="durable-jobs-heartbeat", daemon=True)
-        self.clock, self.lease, self.every = clock, lease, every.total_seconds()
-        self._lock = threading.Lock()
-        self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
-        self._last: UUID | None = None
-        self._cancelled: set[UUID] = set()
-        self._done = threading.Event()
-
-    def hold(self, owner: str, run_id: UUID) -> None:
-        with self._lock:
-            self._held[run_id] = owner
-            self._last = run_id
-            self._cancelled.discard(run_id)
-
-    def drop(self, run_id: UUID | None = None) -> None:
-        with self._lock:
-            self._held.pop(run_id if run_id is not None else self._last, None)  # type: ignore[arg-type]
-
-    def interruption(self) -> BaseException | None:
-        """Asked by the engine before each step of the run held last (the sync one)."""
-        return self._interruption(self._last)
-
-    def interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
-        """What the engine of ``run_id`` asks before each step."""
-        return lambda: self._interruption(run_id)
-
-    def _interruption(self, run_id: UUID | None) -> BaseException | None:
-        if run_id not in self._cancelled:
-            return None
-        return RunCancelled("the run was cancelled while it executed")
-
-    def run(self) -> None:
-        try:
-            while not self._done.wait(self.every):
-                with self._lock:
-                    by_owner: dict[str, list[UUID]] = {}
-                    for run_id, owner in self._held.items():
-                        by_owner.setdefault(owner, []).append(run_id)
-                for owner, run_ids in by_owner.items():
-                    try:
-                        self._beat(owner, *run_ids)
-                    except DatabaseError as exc:
-                        log.warning("heartbeat failed (%s); reconnecting", exc)
-                        connections.close_all()
-        finally:
-            connections.close_all()
-
-    def _beat(self, owner: str, *run_ids: UUID) -> None:
-        if renew(owner, run_ids, now=self.clock.now(), lease=self.lease) == len(run_ids):
-            return
-        lost = (
-            JobRun.objects.using(conf.database())
-            .filter(pk__in=run_ids)
-            .exclude(lease_owner=owner, status=RunStatus.RUNNING)
-            .values_list("pk", "status")
-        )
-        for run_id, status in lost:
-            with self._lock:
-                if self._held.get(run_id) != owner:
-                    continue  # the run finished meanwhile
-                if status == RunStatus.CANCELLED:
-                    self._cancelled.add(run_id)
-                elif status in {RunStatus.RUNNING, RunStatus.QUEUED}:  # taken over
-                    log.warning("run %s: lease lost (status %s)", run_id, status)
-                # else its outcome was recorded just now, before it was dropped
-
-    def stop(self) -> None:
-        self._done.set()
 
 
 # -- several processes ---------------------------------------------------------------
