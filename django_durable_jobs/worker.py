@@ -218,11 +218,17 @@ class Worker:
             return True
         pending = self._pending
         owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
-        # Never more than this process can start at once: one sync run (the main thread
-        # is free) or the lane's free slots, and the batch grows only while it brings
-        # async runs (sync runs of one batch wait for each other).
-        limit = min(self._batch, 1 + lane.free()) if lane is not None else 1
+        # Never more than this process can start at once (the lane's free slots, or
+        # the one sync run the free main thread takes), and the batch grows only while
+        # it brings async runs (sync runs of one batch wait for each other).
+        limit = min(self._batch, max(lane.free(), 1)) if lane is not None else 1
         runs = self._record_and_claim(pending, owner, now, limit)
+        self._dispatch(runs, owner, limit)
+        return bool(runs) or pending is not None
+
+    def _dispatch(self, runs: list[JobRun], owner: str, limit: int) -> None:
+        """Hand async runs to the lane, execute the first sync run, keep the others."""
+        lane = self._lane
         sync_runs = []
         for run in runs:
             if lane is not None and _is_async(run):
@@ -238,7 +244,6 @@ class Worker:
         if sync_runs:
             self._backlog.extend(sync_runs[1:])
             self._execute(sync_runs[0])
-        return bool(runs) or pending is not None
 
     def runs_done(self) -> int:
         """Runs executed to their next stop, sync and async."""
