@@ -14,6 +14,7 @@ cancels them, and each cancelled run is released without using an attempt.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -25,10 +26,10 @@ from django.db import DatabaseError, connections
 
 from .claims import release
 from .clock import Clock
-from .execution import arun_to_stop
+from .execution import Pending, arun_to_stop
 from .health import close_broken_connections
 from .models import JobRun
-from .recording import record_patiently
+from .recording import record_all
 
 log = logging.getLogger("django_durable_jobs.worker")
 T = TypeVar("T")
@@ -55,6 +56,9 @@ class AsyncLane:
         #: None until the loop made the task (the slot is taken from the hand-over).
         self._tasks: dict[UUID, asyncio.Task[None] | None] = {}
         self._changed = threading.Condition()
+        #: Outcomes waiting for the recorder, and whether it is at work.
+        self._outcomes: list[tuple[Pending, str, asyncio.Future[None]]] = []
+        self._recording = False
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="durable-jobs-async", daemon=True
         )
@@ -101,6 +105,30 @@ class AsyncLane:
         """Database work (and sync step functions) on the lane's connection threads."""
         return await self._loop.run_in_executor(self._db, _on_connection, work)
 
+    async def _record(self, pending: Pending, owner: str) -> None:
+        """Record ``pending``; the outcomes of runs that stop while the recorder is busy
+        are written together with its next transaction (``record_all``)."""
+        done = self._loop.create_future()
+        self._outcomes.append((pending, owner, done))
+        if not self._recording:
+            self._recording = True
+            self._loop.create_task(self._recorder())
+        await asyncio.shield(done)  # the outcome is written even if this run is cancelled
+
+    async def _recorder(self) -> None:
+        try:
+            while self._outcomes:
+                batch, self._outcomes = self._outcomes, []
+                outcomes = [(pending, owner) for pending, owner, _ in batch]
+                try:
+                    await self.io(functools.partial(record_all, outcomes))
+                except Exception:  # the lease decides: the run is taken over
+                    log.exception("run outcomes not recorded (%d runs)", len(batch))
+                for _, _, done in batch:
+                    done.set_result(None)
+        finally:
+            self._recording = False
+
     def _spawn(self, run: JobRun, owner: str) -> None:
         task = self._loop.create_task(self._execute(run, owner), name=f"run {run.id}")
         with self._changed:
@@ -121,7 +149,7 @@ class AsyncLane:
                 interrupt=self.leases.interruption_for(run.id),
                 io=self.io,
             )
-            await self.io(lambda: record_patiently(pending, owner))
+            await self._record(pending, owner)
             self.executed += 1
         except asyncio.CancelledError:
             released = await self.io(lambda: release(run, owner, now=self.clock.now()))

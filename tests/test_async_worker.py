@@ -68,3 +68,31 @@ def test_sync_runs_claimed_in_a_batch_but_not_started_are_released_on_stop(
     assert first.status == RunStatus.SUCCEEDED and first.attempt == 1
     for run in rest:  # given back as they were: no attempt used, no lease
         assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
+
+
+def test_record_all_records_every_outcome_and_a_refused_one_holds_back_no_other(
+    clock: FakeClock,
+) -> None:
+    from datetime import timedelta
+
+    from django_durable_jobs.claims import claim
+    from django_durable_jobs.execution import run_to_stop
+    from django_durable_jobs.recording import record_all
+
+    for n in range(3):
+        jobs.add.enqueue(n, 1)
+    claimed = claim("w-test", now=clock.now(), lease=timedelta(minutes=1), limit=3)
+    pending = [run_to_stop(run, clock=clock, owner="w-test") for run in claimed]
+    record_all([(p, "w-test") for p in pending])
+    assert sorted(JobRun.objects.values_list("result", flat=True)) == [1, 2, 3]
+
+    more = [jobs.add.enqueue(n, 1) for n in range(3)]
+    claimed = claim("w-test", now=clock.now(), lease=timedelta(minutes=1), limit=3)
+    pending = [run_to_stop(run, clock=clock, owner="w-test") for run in claimed]
+    bad = pending[1]
+    bad.changes["error"] = "x" * 10  # a success cannot carry an error code this long:
+    bad.changes["error_code"] = "X" * 500  # the database refuses the whole batch
+    record_all([(p, "w-test") for p in pending])
+    rows = {run.pk: run for run in JobRun.objects.filter(pk__in=[r.pk for r in more])}
+    assert sum(run.status == RunStatus.SUCCEEDED for run in rows.values()) >= 2
+    assert all(run.lease_owner == "" for run in rows.values())  # none left claimed
