@@ -58,7 +58,7 @@ class AsyncLane:
         self._changed = threading.Condition()
         #: Outcomes waiting for the recorder, and whether it is at work.
         self._outcomes: list[tuple[Pending, str, asyncio.Future[None]]] = []
-        self._recording = False
+        self._recording: asyncio.Task[None] | None = None
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="durable-jobs-async", daemon=True
         )
@@ -110,9 +110,8 @@ class AsyncLane:
         are written together with its next transaction (``record_all``)."""
         done = self._loop.create_future()
         self._outcomes.append((pending, owner, done))
-        if not self._recording:
-            self._recording = True
-            self._loop.create_task(self._recorder())
+        if self._recording is None:  # kept here: the loop holds tasks only weakly
+            self._recording = self._loop.create_task(self._recorder())
         await asyncio.shield(done)  # the outcome is written even if this run is cancelled
 
     async def _recorder(self) -> None:
@@ -127,7 +126,7 @@ class AsyncLane:
                 for _, _, done in batch:
                     done.set_result(None)
         finally:
-            self._recording = False
+            self._recording = None
 
     def _spawn(self, run: JobRun, owner: str) -> None:
         task = self._loop.create_task(self._execute(run, owner), name=f"run {run.id}")
