@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-from django_durable_jobs import job
+from django_durable_jobs import Concurrency, job
 
 #: The latency job appends (start - enqueue) seconds here; run.py sets it for the worker.
 LAT_FILE_ENV = "BENCH_LAT_FILE"
@@ -57,3 +57,12 @@ async def bench_io(ctx: Any, ms: int = 100) -> None:
 @job(name="bench.anoop")
 async def bench_anoop(ctx: Any) -> None:
     return None
+
+
+@job(name="bench.keyed", concurrency=Concurrency(1, key="key"))
+def bench_keyed(ctx: Any, key: str) -> None:
+    """A no-op under ``Concurrency(1, key=...)`` (benchmarks/flow.py)."""
+    return None
+
+
+from . import fanout_jobs  # noqa: E402,F401  (benchmarks/fanout.py)

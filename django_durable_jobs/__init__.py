@@ -6,6 +6,7 @@ Public API: ``job``, ``enqueue``, the errors. Models live in
 
 from typing import TYPE_CHECKING, Any
 
+from .cron import Cron
 from .exceptions import (
     AttemptsExhausted,
     ChildRunFailed,
@@ -13,8 +14,11 @@ from .exceptions import (
     InvalidDuration,
     InvalidName,
     InvalidPayload,
+    InvalidSchedule,
     JobTimeoutError,
+    NonRetriable,
     PayloadTooLarge,
+    RetryAfter,
     RunCancelled,
     RunNotFound,
     RunStateError,
@@ -24,6 +28,7 @@ from .exceptions import (
     Suspension,
     UnknownJob,
 )
+from .limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .registry import job
 
 if TYPE_CHECKING:
@@ -31,13 +36,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AttemptsExhausted",
+    "CancelOn",
     "ChildRunFailed",
+    "Concurrency",
+    "Cron",
+    "Debounce",
     "DurableJobsError",
     "InvalidDuration",
     "InvalidName",
     "InvalidPayload",
+    "InvalidSchedule",
     "JobTimeoutError",
+    "NonRetriable",
     "PayloadTooLarge",
+    "RateLimit",
+    "RetryAfter",
     "RunCancelled",
     "RunNotFound",
     "RunStateError",
@@ -45,6 +58,7 @@ __all__ = [
     "StepNotFound",
     "StepOutputInvalid",
     "Suspension",
+    "Throttle",
     "UnknownJob",
     "aenqueue",
     "apublish_event",

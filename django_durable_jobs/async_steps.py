@@ -14,11 +14,13 @@ import asyncio
 import contextlib
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from . import otel
 from .durations import Duration
+from .fanout import Call as FanoutCall
 from .step_engine import DEFAULT_WAIT_TIMEOUT, Call, Io, Plan, StepEngine
 
 T = TypeVar("T")
@@ -109,6 +111,33 @@ class AsyncSteps(StepEngine):
         """Start a child run of ``job`` and suspend until it finishes; its result."""
         return await self._perform(self._invoke(name, job, args, kwargs, timeout))
 
+    # -- fan-out (fanout.py) -------------------------------------------------
+    async def invoke_all(
+        self, name: str, calls: Sequence[FanoutCall], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
+    ) -> list[Any]:
+        """Start one child run per ``job.call(...)`` in ``calls`` and suspend until all
+        finished (woken once, by the last); their results in order. If any failed,
+        ``ChildRunFailed`` names the first, once all have finished.
+
+        >>> calls = [total.call(o) for o in ids]  # doctest: +SKIP
+        >>> totals = await ctx.step.invoke_all("totals", calls)  # doctest: +SKIP
+        """
+        return await self._perform(self._invoke_all(name, calls, timeout))
+
+    async def map(
+        self,
+        name: str,
+        job: Any,
+        items: Sequence[Any],
+        /,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+    ) -> list[Any]:
+        """``invoke_all`` with ``job.call(item)`` for each item."""
+        return await self.invoke_all(
+            name, [FanoutCall(job, (item,)) for item in items], timeout=timeout
+        )
+
     # -- performing a plan ---------------------------------------------------
     async def _perform(self, plan: Plan[T]) -> T:
         sent: Any = None
@@ -135,8 +164,9 @@ class AsyncSteps(StepEngine):
         limit = self._limits.step_timeout
         scope = asyncio.timeout(limit.total_seconds() if limit is not None else None)
         try:
-            async with scope:
-                return await self._user_code(work)
+            with otel.step_span(work.name, self.run_id, work.attempts):
+                async with scope:
+                    return await self._user_code(work)
         except TimeoutError:
             if scope.expired():
                 raise self._step_timeout(work.name) from None

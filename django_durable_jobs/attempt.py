@@ -14,7 +14,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .durations import format_duration
-from .exceptions import DurableJobsError, JobTimeoutError, StepOutputInvalid, Suspension
+from .exceptions import (
+    DurableJobsError,
+    JobTimeoutError,
+    RetryAfter,
+    StepOutputInvalid,
+    Suspension,
+)
 from .serialization import ErrorInfo, NotStorable, roundtrip
 from .steps import Steps
 from .timeouts import Overrun, TimeGuard
@@ -38,6 +44,8 @@ class JobContext:
     attempt: int
     job_name: str
     logger: logging.Logger
+    #: The slot a schedule started this run for (aware); None if no schedule did.
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +57,8 @@ class AsyncJobContext:
     attempt: int
     job_name: str
     logger: logging.Logger
+    #: The slot a schedule started this run for (aware); None if no schedule did.
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,8 @@ class Succeeded:
 class Failed:
     error: ErrorInfo
     retryable: bool
+    #: From ``RetryAfter``: the delay before the next attempt, instead of the backoff.
+    retry_after: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +165,8 @@ def _stopped(stop: BaseException) -> Outcome:
         # not the worker: the operator's Ctrl-C reaches the worker's own signal handler.
         return Failed(ErrorInfo.of(stop), retryable=True)
     retryable = not (isinstance(stop, DurableJobsError) and not stop.retryable)
-    return Failed(ErrorInfo.of(stop), retryable)
+    delay = stop.delay if isinstance(stop, RetryAfter) else None
+    return Failed(ErrorInfo.of(stop), retryable, retry_after=delay)
 
 
 def _timed_out(ctx: JobContext | AsyncJobContext, timeout: timedelta | None) -> JobTimeoutError:

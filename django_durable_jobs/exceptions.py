@@ -6,7 +6,8 @@ printed by ``manage.py jobs`` and safe to match on in user code.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 
 class DurableJobsError(Exception):
@@ -96,6 +97,32 @@ class AttemptsExhausted(DurableJobsError):
     retryable = False
 
 
+class NonRetriable(DurableJobsError):
+    """Raise in a job or a step to fail the run at once, whatever retries are left.
+
+    >>> raise NonRetriable("customer 42 was deleted")  # doctest: +SKIP
+    """
+
+    code = "X_NON_RETRIABLE"
+    retryable = False
+
+
+class RetryAfter(DurableJobsError):
+    """Raise in a job or a step: this attempt fails and the next one starts after
+    ``delay`` (a duration) instead of the backoff. With no retries left the run fails.
+
+    >>> raise RetryAfter("30s")  # doctest: +SKIP
+    """
+
+    code = "X_RETRY_AFTER"
+
+    def __init__(self, delay: Any, message: str = "") -> None:
+        from .durations import parse_duration  # durations imports this module
+
+        self.delay: timedelta = parse_duration(delay)
+        super().__init__(message or f"retry after {self.delay}")
+
+
 class RunNotFound(DurableJobsError, LookupError):
     """No run has that id."""
 
@@ -130,3 +157,10 @@ class Suspension(BaseException):
         self.step = step
         self.resume_at = resume_at
         self.reason = reason
+
+
+class InvalidSchedule(DurableJobsError, ValueError):
+    """A cron expression or time zone that cannot be a schedule."""
+
+    code = "X_SCHEDULE_INVALID"
+    retryable = False

@@ -16,6 +16,7 @@ from .claims import renew
 from .clock import Clock
 from .exceptions import RunCancelled
 from .models import JobRun, RunStatus
+from .workers import Presence
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -25,9 +26,12 @@ class Heartbeat(threading.Thread):
     hand (the sync one and every async one in flight) every ``every``, in one statement
     per claim, and notices a cancellation so the run stops at its next step."""
 
-    def __init__(self, clock: Clock, lease: timedelta, every: timedelta) -> None:
+    def __init__(
+        self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
+    ) -> None:
         super().__init__(name="durable-jobs-heartbeat", daemon=True)
         self.clock, self.lease, self.every = clock, lease, every.total_seconds()
+        self.presence = presence
         self._lock = threading.Lock()
         self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
         self._last: UUID | None = None
@@ -64,12 +68,14 @@ class Heartbeat(threading.Thread):
                     by_owner: dict[str, list[UUID]] = {}
                     for run_id, owner in self._held.items():
                         by_owner.setdefault(owner, []).append(run_id)
-                for owner, run_ids in by_owner.items():
-                    try:
+                try:
+                    for owner, run_ids in by_owner.items():
                         self._beat(owner, *run_ids)
-                    except DatabaseError as exc:
-                        log.warning("heartbeat failed (%s); reconnecting", exc)
-                        connections.close_all()
+                    if self.presence is not None:
+                        self.presence.beat(self.clock.now())
+                except DatabaseError as exc:
+                    log.warning("heartbeat failed (%s); reconnecting", exc)
+                    connections.close_all()
         finally:
             connections.close_all()
 

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .clock import Clock, SystemClock, aware
 from .durations import Duration, after, format_duration, parse_duration
@@ -36,6 +36,9 @@ from .exceptions import (
     Suspension,
 )
 from .records import ChildRuns, EventLookup, StepRecord, StepStatus, StepStore
+
+if TYPE_CHECKING:
+    from .fanout import ChildBatches
 from .serialization import ErrorInfo, NotStorable, roundtrip, unstorable
 
 T = TypeVar("T")
@@ -76,6 +79,8 @@ class Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    #: The step's execution count, for its trace span (``otel.step_span``).
+    attempts: int = 1
 
 
 #: A step's decisions: yields ``Io``/``Call``, is sent their results, returns the step's.
@@ -98,6 +103,7 @@ class StepEngine:
         interrupt: Callable[[], BaseException | None] | None = None,
         children: ChildRuns | None = None,
         mark_starts: bool = False,
+        batches: ChildBatches | None = None,
     ) -> None:
         """``records``: the run's records if the caller already knows them (a run that
         never started has none), saving a read; otherwise they are read at the first
@@ -117,6 +123,7 @@ class StepEngine:
         self._interrupt = interrupt
         self._children = children
         self._mark_starts = mark_starts
+        self._batches = batches
         self._used: list[str] = []
         self._replayed: list[str] = []
 
@@ -155,7 +162,7 @@ class StepEngine:
             yield from self._save(replace(record, error=self._lost(name, attempts)))
         began = self._clock.now()
         try:
-            value = yield Call(name, fn, args, kwargs)
+            value = yield Call(name, fn, args, kwargs, attempts)
             self._check_took(name, began)
             output = self._storable(name, value)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
@@ -240,7 +247,7 @@ class StepEngine:
             cursor: int = yield Io(lambda: self._events.cursor(event, match))
         else:
             started_at, cursor = existing.started_at, existing.event_cursor
-            attempts = existing.attempts + 1
+            attempts = _executions(existing)
         record = StepRecord(
             run_id=self.run_id,
             name=name,
@@ -346,7 +353,7 @@ class StepEngine:
             kind="invoke",
             status=StepStatus.WAITING,
             started_at=existing.started_at if existing else now,
-            attempts=(existing.attempts if existing else 0) + 1,
+            attempts=_executions(existing) if existing is not None else 1,
             correlation_key=child,
             deadline=deadline,
         )
@@ -376,6 +383,15 @@ class StepEngine:
         resume_at = min(deadline, after(now, self._limits.event_poll))
         yield from self._save(replace(record, wake_at=resume_at))
         raise Suspension(name, resume_at, "child")
+
+    # -- fan-out ------------------------------------------------------------
+    def _invoke_all(self, name: str, calls: Sequence[Any], timeout: Duration) -> Plan[list[Any]]:
+        from .fanout import calls_of, invoke_all
+
+        if self._batches is None:
+            raise RuntimeError("step.invoke_all needs child runs; this engine has none")
+        checked = calls_of(calls, f"job {self.job_name!r} step {name!r}")
+        return (yield from invoke_all(self, self._batches, name, checked, parse_duration(timeout)))
 
     @staticmethod
     def _deadline(
@@ -453,6 +469,13 @@ class StepEngine:
             f"job {self.job_name!r} run {self.run_id}: step {name!r} exceeded its "
             f"step_timeout of {format_duration(limit)}"
         )
+
+
+def _executions(existing: StepRecord) -> int:
+    """A wait or invoke that resumes to look again is the same execution: only one that
+    failed before (and runs again on retry) counts another. Counting every look would
+    show 20,000 attempts on a 7-day wait polled every 30 s."""
+    return existing.attempts + 1 if existing.status is StepStatus.FAILED else existing.attempts
 
 
 def _check_wait(name: str, event: str, timeout: Duration, match: str | None) -> timedelta:

@@ -8,12 +8,14 @@ under the ``TimeGuard`` (SIGALRM) limits of the worker's main thread.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, TypeVar
 
+from . import otel
 from .durations import Duration
+from .fanout import Call as FanoutCall
 from .memory import MemoryChildRuns, MemoryEventLog, MemoryStepStore
 from .records import (
     ChildOutcome,
@@ -124,6 +126,30 @@ class Steps(StepEngine):
         raise ``ChildRunFailed`` if it failed, ``JobTimeoutError`` after ``timeout``."""
         return self._perform(self._invoke(name, job, args, kwargs, timeout))
 
+    # -- fan-out (fanout.py) -------------------------------------------------
+    def invoke_all(
+        self, name: str, calls: Sequence[FanoutCall], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
+    ) -> list[Any]:
+        """Start one child run per ``job.call(...)`` in ``calls`` and suspend until all
+        finished (woken once, by the last); their results in order. If any failed,
+        ``ChildRunFailed`` names the first, once all have finished.
+
+        >>> totals = ctx.step.invoke_all("totals", [total.call(o) for o in ids])  # doctest: +SKIP
+        """
+        return self._perform(self._invoke_all(name, calls, timeout))
+
+    def map(
+        self,
+        name: str,
+        job: Any,
+        items: Sequence[Any],
+        /,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+    ) -> list[Any]:
+        """``invoke_all`` with ``job.call(item)`` for each item."""
+        return self.invoke_all(name, [FanoutCall(job, (item,)) for item in items], timeout=timeout)
+
     # -- performing a plan ---------------------------------------------------
     def _perform(self, plan: Plan[T]) -> T:
         sent: Any = None
@@ -145,7 +171,7 @@ class Steps(StepEngine):
                 return work.work()
             with self._guard.shield():
                 return work.work()
-        with self._step_limit(work):
+        with self._step_limit(work), otel.step_span(work.name, self.run_id, work.attempts):
             value = work.fn(*work.args, **work.kwargs)
         if inspect.isawaitable(value):
             close = getattr(value, "close", None)

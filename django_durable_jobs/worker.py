@@ -27,7 +27,7 @@ from types import FrameType
 
 from django.db import DatabaseError, connections
 
-from . import claims_pg, conf
+from . import claims_pg, conf, flow
 from .claims import claim, release, requeue_expired
 from .clock import Clock, current
 from .exceptions import UnknownJob
@@ -39,8 +39,10 @@ from .models import JobRun
 from .orphans import stop_with_parent
 from .recording import log_outcome, record, record_patiently, refused
 from .registry import all_jobs, get_job
+from .schedules import Ticker, sync
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
+from .workers import Presence
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -87,6 +89,8 @@ class Worker:
         self._backlog: list[JobRun] = []
         #: How many runs the next claim may take (with an async lane): adapts to the backlog.
         self._batch = 1
+        self._schedules = Ticker()
+        self._presence: Presence | None = None
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -146,6 +150,7 @@ class Worker:
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
         self._waker = make_waker()
+        self._register()
         self._lane = self._make_lane()
         log.info(
             "worker %s: queues=%s concurrency=1 async=%s database=%s wake=%s lease=%ss",
@@ -156,6 +161,7 @@ class Worker:
             self._waker.mode,
             self.lease.total_seconds(),
         )
+        sync(self.clock.now())  # the schedules of the code this worker runs
         try:
             while not self.stopping.is_set():
                 if self.options.max_runs is not None and self.runs_done() >= self.options.max_runs:
@@ -177,6 +183,8 @@ class Worker:
             self._waker.close()
             if self._beat is not None:
                 self._beat.stop()
+            if self._presence is not None:
+                self._presence.stopped(self.clock.now())
             connections.close_all()
         return self.runs_done()
 
@@ -207,6 +215,9 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+            if flow.has_limits() and (freed := flow.unhold_stranded(now=now)):
+                log.warning("let %d held run(s) go whose key had free slots", freed)
+        self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         if self._backlog:  # a sync run of the last batch: no claim until it has started
             self.flush()
             self._execute(self._backlog.pop(0))
@@ -286,32 +297,55 @@ class Worker:
     ) -> list[JobRun]:
         """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
         for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
-        raises, the outcome stays pending under the owner that still holds its lease."""
+        raises, the outcome stays pending under the owner that still holds its lease.
+
+        Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
+        their key); an outcome that frees a slot or starts an ``on_failure`` handler is
+        never fused with the claim (``Pending.fused``)."""
         using = conf.database()
         if pending is not None and not (claims_pg.available(using) and pending.fused):
             record(pending, self._owner)
             pending = self._pending = None
         if claims_pg.available(using):
-            finish = None
-            if pending is not None:
-                finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
-            try:
-                runs, recorded = claims_pg.claim(
-                    using, owner, now, self.lease, _queues(self.options.queues), limit, finish
-                )
-            except UNSTORABLE as exc:
-                if pending is None:
-                    raise
-                # The next iteration writes the outcome in short, with the claim.
-                self._pending = refused(pending, exc)
-                return []
+            runs, recorded = self._claim_limited(owner, now), False
+            if runs and pending is not None:
+                record(pending, self._owner)
+                pending = self._pending = None
+            if not runs:
+                finish = None
+                if pending is not None:
+                    finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
+                try:
+                    runs, recorded = claims_pg.claim(
+                        using, owner, now, self.lease, _queues(self.options.queues), limit, finish
+                    )
+                except UNSTORABLE as exc:
+                    if pending is None:
+                        raise
+                    # The next iteration writes the outcome in short, with the claim.
+                    self._pending = refused(pending, exc)
+                    return []
         else:
-            runs = claim(owner, now=now, lease=self.lease, queues=self.options.queues, limit=limit)
+            runs = claim(
+                owner,
+                now=now,
+                lease=self.lease,
+                queues=self.options.queues,
+                clock=self.clock,
+                limit=limit,
+            )
             recorded = False  # pending was None here: recorded on its own above
         previous, self._owner, self._pending = self._owner, owner, None
         if pending is not None:
             log_outcome(pending.run, settle(pending, recorded, previous))
         return runs
+
+    def _claim_limited(self, owner: str, now: datetime) -> list[JobRun]:
+        if not flow.has_limits():
+            return []
+        return flow.claim_limited(
+            owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+        )
 
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles); a database
@@ -320,9 +354,22 @@ class Worker:
         if pending is not None:
             record_patiently(pending, self._owner)
 
+    def _register(self) -> None:
+        """The worker's row (admin, ``jobs workers``): inserted now, kept up to date by
+        the heartbeat thread, which therefore starts with the loop."""
+        self._presence = Presence(
+            self.options.worker_id,
+            queues=self.options.queues,
+            concurrency=self.options.concurrency,
+            lease=self.lease,
+            executed=self.runs_done,
+        )
+        self._presence.register(self.clock.now())
+        self._heartbeat()
+
     def _heartbeat(self) -> Heartbeat:
         if self._beat is None:
-            self._beat = Heartbeat(self.clock, self.lease, self.heartbeat)
+            self._beat = Heartbeat(self.clock, self.lease, self.heartbeat, self._presence)
             self._beat.start()
         return self._beat
 

@@ -104,4 +104,13 @@ def stubborn(ctx: Any) -> str:
 
 
 # Jobs of other test modules register when this module is autodiscovered.
-from . import admin_jobs, async_jobs, event_jobs, hole_jobs, worker_jobs  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    admin_jobs,
+    async_jobs,
+    event_jobs,
+    fanout_jobs,
+    flow_jobs,
+    hole_jobs,
+    schedule_jobs,
+    worker_jobs,
+)
