@@ -10,7 +10,7 @@ from uuid import UUID
 
 from django.db import transaction
 
-from . import clock, conf, signals
+from . import clock, conf, flow, signals
 from .fanout import Call, key_prefix
 from .models import FINISHED, JobRun, JobRunQuerySet, RunStatus
 from .records import ChildOutcome
@@ -60,7 +60,7 @@ class OrmChildBatches:
 def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
     job = call.job if isinstance(call.job, JobDefinition) else get_job(str(call.job))
     args, kwargs = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
-    return JobRun(
+    run = JobRun(
         job_name=job.name,
         queue=job.queue,
         priority=job.priority,
@@ -71,6 +71,9 @@ def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
         wake_at=now,
         parent_id=parent_run_id,
     )
+    # As enqueue_job does: a child is under its job's concurrency limit and throttle.
+    flow.stamp(run, job, args, kwargs)
+    return run
 
 
 def _outcome(row: Mapping[str, Any] | None) -> ChildOutcome | None:

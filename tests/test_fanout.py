@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -11,6 +12,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+from django_durable_jobs.claims import claim
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from tests.conftest import Driver
@@ -150,3 +152,15 @@ def test_the_admin_timeline_and_jobs_show_give_progress_and_each_child(
     call_command("jobs", "show", str(parent.pk), "--json", stdout=out)
     (step,) = json.loads(out.getvalue())["steps"]
     assert [child["id"] for child in step["children"]] == [str(kid.pk) for kid in kids]
+
+
+def test_fanned_out_children_keep_their_jobs_concurrency_limit(
+    clock: FakeClock, driver: Driver
+) -> None:
+    """A child started by ``map``/``invoke_all`` is under its job's limit like any run."""
+    parent = fanout_jobs.limited.enqueue([1, 2, 3, 4])
+    driver.step(parent)
+    kids = list(JobRun.objects.filter(parent=parent))
+    assert [(kid.concurrency_key, kid.concurrency_limit) for kid in kids] == [("", 2)] * 4
+    claimed = claim("w", now=clock.now(), lease=timedelta(minutes=1), limit=50)
+    assert len(claimed) == 2  # before: all four ran at once

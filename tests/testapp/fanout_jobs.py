@@ -9,6 +9,7 @@ from typing import Any
 from django_durable_jobs import job, signals
 from django_durable_jobs.models import JobRun
 
+from .flow_jobs import global_limit
 from .jobs import CALLS, effect
 
 
@@ -37,6 +38,12 @@ def squares(ctx: Any, count: int, failing: list[int] | None = None) -> dict[str,
 @job(name="tests.fan.mapped", retries=0)
 def mapped(ctx: Any, items: list[int]) -> list[Any]:
     return list(ctx.step.map("map", square, items))
+
+
+@job(name="tests.fan.limited", retries=0)
+def limited(ctx: Any, items: list[int]) -> list[Any]:
+    """Fans out a job with ``concurrency=2``."""
+    return list(ctx.step.map("map", global_limit, items))
 
 
 @job(name="tests.fan.slow", retries=0)
