@@ -284,6 +284,7 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
             pk, changed, "retry", "only failed or cancelled runs can be retried"
         )
         children.release_failed(pk)
+        children.restart_fanouts(pk)
         children.fresh_windows(pk)
     return run
 

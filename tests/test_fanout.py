@@ -164,3 +164,45 @@ def test_fanned_out_children_keep_their_jobs_concurrency_limit(
     assert [(kid.concurrency_key, kid.concurrency_limit) for kid in kids] == [("", 2)] * 4
     claimed = claim("w", now=clock.now(), lease=timedelta(minutes=1), limit=50)
     assert len(claimed) == 2  # before: all four ran at once
+
+
+def test_retry_of_a_parent_runs_only_its_failed_children_again(
+    clock: FakeClock, driver: Driver
+) -> None:
+    """``runs.retry`` lets go of the failed children of a fan-out (as of ``invoke``):
+    the step starts new ones for them and keeps the children that succeeded."""
+    from django_durable_jobs import runs
+
+    parent = fanout_jobs.squares.enqueue(3, failing=[1])
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED and parent.error_code == "X_CHILD_FAILED"
+    runs.retry(parent.pk)
+    driver.drain()
+    ran = Counter(Effect.objects.values_list("name", flat=True))
+    assert (ran["square-0"], ran["square-1"], ran["square-2"]) == (1, 2, 1)
+    retried = [kid for kid in children(parent) if kid.args == [1]]
+    assert [kid.status for kid in retried] == [RunStatus.FAILED, RunStatus.FAILED]
+
+
+def test_retry_after_a_fanout_timed_out_waits_a_full_window_again(
+    clock: FakeClock, driver: Driver
+) -> None:
+    from django_durable_jobs import runs
+
+    parent = fanout_jobs.slow.enqueue()
+    driver.drain()
+    clock.advance("11m")
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED and parent.error_code == "X_JOB_TIMEOUT"
+    clock.advance("45m")  # the sleepy child wakes 4 minutes into the new window
+    runs.retry(parent.pk)
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.WAITING  # before: timed out again at once
+    assert len(children(parent)) == 2  # the same children: none failed
+    clock.advance("5m")
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.SUCCEEDED and parent.result == [1, 4]
