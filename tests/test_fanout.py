@@ -206,3 +206,28 @@ def test_retry_after_a_fanout_timed_out_waits_a_full_window_again(
     driver.drain()
     parent.refresh_from_db()
     assert parent.status == RunStatus.SUCCEEDED and parent.result == [1, 4]
+
+
+def test_a_fanned_out_child_is_cancelled_by_its_jobs_cancel_on_event(
+    clock: FakeClock, driver: Driver
+) -> None:
+    from django_durable_jobs.events import publish_event
+
+    parent = fanout_jobs.dunnings.enqueue([7, 8])
+    driver.drain()  # the children sleep for three days
+    publish_event("invoice.paid", key="7")
+    statuses = {kid.args[0]: kid.status for kid in children(parent)}
+    assert statuses == {7: RunStatus.CANCELLED, 8: RunStatus.SLEEPING}  # before: 7 slept on
+
+
+def test_a_fan_out_of_a_rate_limited_job_is_refused_with_a_clear_error(
+    clock: FakeClock, driver: Driver
+) -> None:
+    """Rate limits and debounces are decided at enqueue, one run at a time; a skipped
+    child would leave its parent waiting for it until the step's timeout."""
+    parent = fanout_jobs.rate_limited.enqueue()
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED
+    assert "'tests.welcome_once'" in parent.error and "rate_limit" in parent.error
+    assert not JobRun.objects.filter(parent=parent).exists()
