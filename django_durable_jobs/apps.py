@@ -17,10 +17,19 @@ def _tune_sqlite(sender: Any, connection: Any, **kwargs: Any) -> None:
 
 
 def _sync_schedules(sender: Any, using: str = "default", **kwargs: Any) -> None:
-    """After ``migrate``: the schedules declared in code appear as rows at once."""
-    from . import clock, conf, schedules
+    """After ``migrate``: the schedules declared in code appear as rows at once.
 
-    if using == conf.database():
+    Not before their table exists: ``migrate`` sends this signal also when it migrated
+    another app only (``migrate shop`` on a new database) or this one part of the way.
+    """
+    from django.db import connections
+
+    from . import clock, conf, schedules
+    from .models import Schedule
+
+    if using != conf.database():
+        return
+    if Schedule._meta.db_table in connections[using].introspection.table_names():
         schedules.sync(clock.current().now())
 
 
