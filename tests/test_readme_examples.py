@@ -1,0 +1,130 @@
+"""The README's code samples run against the code, so the README cannot silently rot.
+
+Each ```python block is taken from README.md itself: every block must parse, the job
+definitions must import (with every name they use imported or defined in the block,
+apart from the helper functions the README leaves to the reader), and the testing
+helpers' example must pass as a test on the example project.
+"""
+
+import ast
+import builtins
+import re
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_durable_jobs import registry
+from django_durable_jobs.testing import InlineJobs
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+# The reader's own functions and objects, which the samples call but do not define.
+YOURS = {
+    "Defining a job": {"load_user", "send_welcome", "send_nudge"},
+    "Flow control": {"crm", "pager", "send_reminder"},
+    "Schedules": {"build_report"},
+    "Fan-out": {"load_order", "send_invoice", "paid_orders_of", "yesterday", "send_report"},
+}
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    """(the ``##``/``###`` heading above it, its code) for each ```python block."""
+    blocks: list[tuple[str, str]] = []
+    heading = ""
+    fence = re.compile(r"^([ \t]*)```python\n(.*?)^\1```", re.S | re.M)
+    for part in re.split(r"^(#{2,3} .*)$", README.read_text(encoding="utf-8"), flags=re.M):
+        if re.match(r"#{2,3} ", part):
+            heading = part.lstrip("#").strip()
+            continue
+        blocks += [(heading, textwrap.dedent(m.group(2))) for m in fence.finditer(part)]
+    return blocks
+
+
+def block_of(section: str, index: int = 0) -> str:
+    """The ``index``-th python block under the heading ``section``."""
+    found = [code for heading, code in python_blocks() if heading == section]
+    assert len(found) > index, f"no python block {index} under {section!r}"
+    return found[index]
+
+
+def undefined_names(code: str) -> set[str]:
+    """Names the block reads but never imports, assigns, defines or takes as a parameter."""
+    tree = ast.parse(code)
+    read: set[str] = set()
+    bound: set[str] = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return read - bound
+
+
+def run_block(code: str, module: str) -> dict[str, Any]:
+    """Execute ``code`` as module ``module``. Its ``shop.*`` job names are renamed so
+    that they do not collide with the example project's jobs of the same names, and
+    ``shop`` is imported as the test settings install it."""
+    code = code.replace('"shop.', '"readme_shop.')
+    code = code.replace("from shop.", "from example_project.shop.")
+    namespace = types.ModuleType(module).__dict__
+    exec(compile(code, f"README.md ({module})", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture
+def forget_new_jobs() -> Any:
+    before = set(registry.all_jobs())
+    yield
+    for name in set(registry.all_jobs()) - before:
+        registry.unregister(name)
+
+
+def test_every_python_block_of_the_readme_parses() -> None:
+    blocks = python_blocks()
+    assert len(blocks) >= 15
+    for heading, code in blocks:
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:  # pragma: no cover - the failure message
+            pytest.fail(f"README block under {heading!r} does not parse: {exc}\n{code}")
+
+
+@pytest.mark.parametrize("section", sorted(YOURS))
+def test_the_job_definitions_import_everything_they_use(section: str) -> None:
+    missing = undefined_names(block_of(section)) - YOURS[section]
+    assert not missing, f"README {section!r} uses names it never imports: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("section", sorted(YOURS))
+def test_the_job_definitions_register(section: str, forget_new_jobs: None) -> None:
+    before = set(registry.all_jobs())
+    namespace = run_block(block_of(section), "readme_" + section.lower().replace(" ", "_"))
+    added = set(registry.all_jobs()) - before
+    defined = {v.name for v in namespace.values() if isinstance(v, registry.JobDefinition)}
+    assert added and added == defined
+
+
+def test_the_flow_control_sample_has_the_options_it_describes(forget_new_jobs: None) -> None:
+    namespace = run_block(block_of("Flow control"), "readme_flow_control")
+    sync = namespace["sync_order"]
+    assert sync.concurrency.limit == 2 and sync.throttle.limit == 10
+    assert sync.on_failure == "readme_shop.alert_ops"
+    assert namespace["we_miss_you"].rate_limit.limit == 1
+    assert namespace["dunning"].cancel_on[0].event == "invoice.paid"
+
+
+@pytest.mark.django_db
+def test_the_testing_helpers_sample_passes_on_the_example_project() -> None:
+    namespace = run_block(block_of("Testing your jobs"), "readme_testing")
+    tests = [fn for name, fn in namespace.items() if name.startswith("test_")]
+    assert len(tests) == 2
+    for test in tests:
+        with InlineJobs() as durable_jobs:
+            test(durable_jobs)
