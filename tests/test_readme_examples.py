@@ -128,3 +128,66 @@ def test_the_testing_helpers_sample_passes_on_the_example_project() -> None:
     for test in tests:
         with InlineJobs() as durable_jobs:
             test(durable_jobs)
+
+
+def section_text(title: str) -> str:
+    """The README's text from the heading ``title`` to the next heading of any level."""
+    text = README.read_text(encoding="utf-8")
+    match = re.search(rf"^#{{2,3}} {re.escape(title)}\n(.*?)(?=^#{{2,3}} )", text, re.S | re.M)
+    assert match, f"README has no section {title!r}"
+    return match.group(1)
+
+
+def table_column(text: str) -> set[str]:
+    """The backquoted names in the first column of a table's rows."""
+    return set(re.findall(r"^\| `([A-Z_0-9]+)` \|", text, re.M))
+
+
+def test_the_settings_table_lists_every_setting() -> None:
+    from django_durable_jobs.conf import DEFAULTS
+
+    assert table_column(section_text("Settings")) == set(DEFAULTS)
+
+
+def test_the_errors_table_lists_every_public_error_code() -> None:
+    import django_durable_jobs
+    from django_durable_jobs.exceptions import DurableJobsError
+    from django_durable_jobs.migrated import NotMigrated
+
+    exported = [getattr(django_durable_jobs, name) for name in django_durable_jobs.__all__]
+    errors = [e for e in exported if isinstance(e, type) and issubclass(e, DurableJobsError)]
+    codes = ({e.code for e in errors} | {NotMigrated.code}) - {DurableJobsError.code}
+    assert table_column(section_text("Errors")) == codes
+
+
+def test_the_signals_and_statuses_the_readme_lists_are_the_codes() -> None:
+    from django.dispatch import Signal
+
+    from django_durable_jobs import signals
+    from django_durable_jobs.models import RunStatus, StepStatus
+
+    sent = {name for name, value in vars(signals).items() if isinstance(value, Signal)}
+    listed = re.search(
+        r"- Signals \(`django_durable_jobs\.signals`.*?(?=\n- |\n\n)", README.read_text(), re.S
+    )
+    assert listed and set(re.findall(r"`(\w+)\(", listed.group(0))) == sent
+    run_statuses = re.search(
+        r"- Run statuses: (.*?)(?=\n- |\n\n)", section_text("Starting runs"), re.S
+    )
+    assert run_statuses and set(re.findall(r"`([a-z]+)`", run_statuses.group(1))) == set(
+        RunStatus.values
+    )
+    step_statuses = re.search(r"^Step statuses: (.*)$", section_text("The step API"), re.M)
+    assert step_statuses and set(re.findall(r"`(\w+)`", step_statuses.group(1))) == set(
+        StepStatus.values
+    )
+
+
+def test_the_files_the_readme_cites_exist() -> None:
+    root = README.parent
+    cited = set(re.findall(r"`((?:[\w.-]+/)*[\w-]+\.(?:py|md|png|toml))`", README.read_text()))
+    cited |= set(re.findall(r"\]\(((?:docs|benchmarks)/[^)]+)\)", README.read_text()))
+    places = [root, root / "django_durable_jobs", root / "example_project", root / "benchmarks"]
+    yours = {"settings.py", "urls.py", "jobs.py", "tasks.py", "admin.py", "pyproject.toml"}
+    missing = {f for f in cited - yours if not any((place / f).exists() for place in places)}
+    assert not missing, f"README cites files that do not exist: {sorted(missing)}"
