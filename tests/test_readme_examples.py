@@ -191,3 +191,17 @@ def test_the_files_the_readme_cites_exist() -> None:
     yours = {"settings.py", "urls.py", "jobs.py", "tasks.py", "admin.py", "pyproject.toml"}
     missing = {f for f in cited - yours if not any((place / f).exists() for place in places)}
     assert not missing, f"README cites files that do not exist: {sorted(missing)}"
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_contents_list_every_section_and_every_link_has_its_heading() -> None:
+    text = README.read_text(encoding="utf-8")
+    headings = re.findall(r"^#{2,3} (.+)$", text, re.M)
+    contents = text.split("**Contents**", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^ *- \[(.+)\]\(#", contents, re.M) == headings
+    anchors = {anchor(heading) for heading in headings}
+    assert set(re.findall(r"\]\(#([^)]+)\)", text)) <= anchors
