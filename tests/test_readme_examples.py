@@ -102,6 +102,24 @@ def test_the_job_definitions_import_everything_they_use(section: str) -> None:
     assert not missing, f"README {section!r} uses names it never imports: {sorted(missing)}"
 
 
+# Samples that continue one above: the names they take from it (or from the reader).
+ELSEWHERE = {
+    "Starting runs": {"onboarding"},
+    "Events": {"Order"},
+    "Runs about your objects": set(),
+    "Figures and metrics": set(),
+    "From code and the terminal": {"run_id"},
+    "Testing your jobs": set(),
+}
+
+
+@pytest.mark.parametrize("section", sorted(ELSEWHERE))
+def test_the_other_samples_import_what_they_use(section: str) -> None:
+    for code in [code for heading, code in python_blocks() if heading == section]:
+        missing = undefined_names(code) - ELSEWHERE[section]
+        assert not missing, f"README {section!r} uses names it never imports: {sorted(missing)}"
+
+
 @pytest.mark.parametrize("section", sorted(YOURS))
 def test_the_job_definitions_register(section: str, forget_new_jobs: None) -> None:
     before = set(registry.all_jobs())
