@@ -161,6 +161,18 @@ def table_column(text: str) -> set[str]:
     return set(re.findall(r"^\| `([A-Z_0-9]+)` \|", text, re.M))
 
 
+def test_the_job_options_table_lists_every_option_of_job() -> None:
+    import inspect
+
+    from django_durable_jobs import job
+
+    options = [
+        p.name for p in inspect.signature(job).parameters.values() if p.kind == p.KEYWORD_ONLY
+    ]
+    listed = re.findall(r"^\| `(\w+)` \| ", section_text("Defining a job"), re.M)
+    assert listed == options
+
+
 def test_the_settings_table_lists_every_setting() -> None:
     from django_durable_jobs.conf import DEFAULTS
 
