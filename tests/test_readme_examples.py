@@ -173,6 +173,17 @@ def test_the_job_options_table_lists_every_option_of_job() -> None:
     assert listed == options
 
 
+def test_the_terminal_section_lists_every_jobs_subcommand() -> None:
+    import argparse
+
+    from django_durable_jobs.management.commands.jobs import Command
+
+    parser = Command().create_parser("manage.py", "jobs")
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    listed = re.findall(r"^manage\.py jobs (\w+)", section_text("From code and the terminal"), re.M)
+    assert sorted(listed) == sorted(sub.choices)
+
+
 def test_the_settings_table_lists_every_setting() -> None:
     from django_durable_jobs.conf import DEFAULTS
 
