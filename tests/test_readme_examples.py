@@ -184,6 +184,19 @@ def test_the_terminal_section_lists_every_jobs_subcommand() -> None:
     assert sorted(listed) == sorted(sub.choices)
 
 
+def test_the_models_section_lists_every_field_of_the_public_models() -> None:
+    from django.apps import apps
+
+    text = section_text("Models")
+    for name in ["JobRun", "StepRecord", "Event", "Schedule", "Worker"]:
+        entry = re.search(rf"^- `{name}`: (.*?)(?=\n- |\n\n)", text, re.S | re.M)
+        assert entry, f"README Models has no entry for {name}"
+        listed = set(re.findall(r"`(\w+)`", entry.group(1)))
+        model = apps.get_model("django_durable_jobs", name)
+        fields = {f.name for f in model._meta.get_fields() if f.concrete} - {"id"}
+        assert fields <= listed, f"README Models, {name}: {sorted(fields - listed)} missing"
+
+
 def test_the_settings_table_lists_every_setting() -> None:
     from django_durable_jobs.conf import DEFAULTS
 
