@@ -86,7 +86,7 @@ def test_retry_of_a_cancelled_fan_out_parent_starts_its_cancelled_children_again
 ) -> None:
     parent = fanout_jobs.squares.enqueue(2)
     driver.step(parent)
-    first, second = children(parent)
+    first, _ = children(parent)
     driver.step(first)
     runs.cancel(parent.pk)
     clock.advance("1m")
@@ -101,9 +101,7 @@ def test_retry_of_a_cancelled_fan_out_parent_starts_its_cancelled_children_again
     ]
 
 
-def test_a_timed_out_fan_out_retried_gets_a_fresh_window(
-    clock: FakeClock, driver: Driver
-) -> None:
+def test_a_timed_out_fan_out_retried_gets_a_fresh_window(clock: FakeClock, driver: Driver) -> None:
     parent = fanout_jobs.slow.enqueue()
     driver.drain()
     clock.advance("11m")
