@@ -204,39 +204,40 @@ class Steps:
         if existing is not None and existing.status is StepStatus.COMPLETED:
             self._replay(existing)
             return
-        now = self._clock.now()
-        if existing is not None and existing.status is StepStatus.SLEEPING and existing.wake_at:
-            if existing.wake_at <= now:
-                self._save(replace(existing, status=StepStatus.COMPLETED, completed_at=now))
+        with self._span(name, "sleep", existing):
+            now = self._clock.now()
+            if existing is not None and existing.status is StepStatus.SLEEPING and existing.wake_at:
+                if existing.wake_at <= now:
+                    self._save(replace(existing, status=StepStatus.COMPLETED, completed_at=now))
+                    return
+                raise Suspension(name, existing.wake_at, "sleep")
+            wake_at = wake_at_from(now)
+            if wake_at <= now:  # sleeping zero (or into the past) is a no-op that is still traced
+                self._save(
+                    StepRecord(
+                        run_id=self.run_id,
+                        name=name,
+                        kind="sleep",
+                        status=StepStatus.COMPLETED,
+                        started_at=now,
+                        completed_at=now,
+                        wake_at=wake_at,
+                        attempts=1,
+                    )
+                )
                 return
-            raise Suspension(name, existing.wake_at, "sleep")
-        wake_at = wake_at_from(now)
-        if wake_at <= now:  # sleeping zero (or into the past) is a no-op that is still traced
             self._save(
                 StepRecord(
                     run_id=self.run_id,
                     name=name,
                     kind="sleep",
-                    status=StepStatus.COMPLETED,
+                    status=StepStatus.SLEEPING,
                     started_at=now,
-                    completed_at=now,
                     wake_at=wake_at,
                     attempts=1,
                 )
             )
-            return
-        self._save(
-            StepRecord(
-                run_id=self.run_id,
-                name=name,
-                kind="sleep",
-                status=StepStatus.SLEEPING,
-                started_at=now,
-                wake_at=wake_at,
-                attempts=1,
-            )
-        )
-        raise Suspension(name, wake_at, "sleep")
+            raise Suspension(name, wake_at, "sleep")
 
     # -- wait_for_event ----------------------------------------------------
     def wait_for_event(
@@ -269,42 +270,43 @@ class Steps:
         existing = self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
-        now = self._clock.now()
-        if existing is None or existing.event_cursor is None:
-            started_at, cursor, attempts = now, self._events.cursor(event, match), 1
-        else:
-            started_at, cursor = existing.started_at, existing.event_cursor
-            attempts = _executions(existing)
-        record = StepRecord(
-            run_id=self.run_id,
-            name=name,
-            kind="wait",
-            status=StepStatus.WAITING,
-            started_at=started_at,
-            attempts=attempts,
-            event=event,
-            correlation_key=match,
-            event_cursor=cursor,
-            deadline=self._deadline(existing, now, limit, timeout),
-        )
-        hit = self._events.find(event, match, cursor)
-        if hit is not None:
-            self._save(
-                replace(
-                    record,
-                    status=StepStatus.COMPLETED,
-                    output=hit.payload,
-                    completed_at=now,
-                    wake_at=None,
-                )
+        with self._span(name, "wait", existing):
+            now = self._clock.now()
+            if existing is None or existing.event_cursor is None:
+                started_at, cursor, attempts = now, self._events.cursor(event, match), 1
+            else:
+                started_at, cursor = existing.started_at, existing.event_cursor
+                attempts = _executions(existing)
+            record = StepRecord(
+                run_id=self.run_id,
+                name=name,
+                kind="wait",
+                status=StepStatus.WAITING,
+                started_at=started_at,
+                attempts=attempts,
+                event=event,
+                correlation_key=match,
+                event_cursor=cursor,
+                deadline=self._deadline(existing, now, limit, timeout),
             )
-            return hit.payload
-        deadline = record.deadline or now
-        if now >= deadline:
-            return self._wait_timed_out(record, limit, required, now)
-        resume_at = min(deadline, after(now, self._limits.event_poll))
-        self._save(replace(record, wake_at=resume_at))
-        raise Suspension(name, resume_at, "event")
+            hit = self._events.find(event, match, cursor)
+            if hit is not None:
+                self._save(
+                    replace(
+                        record,
+                        status=StepStatus.COMPLETED,
+                        output=hit.payload,
+                        completed_at=now,
+                        wake_at=None,
+                    )
+                )
+                return hit.payload
+            deadline = record.deadline or now
+            if now >= deadline:
+                return self._wait_timed_out(record, limit, required, now)
+            resume_at = min(deadline, after(now, self._limits.event_poll))
+            self._save(replace(record, wake_at=resume_at))
+            raise Suspension(name, resume_at, "event")
 
     def _wait_timed_out(
         self, record: StepRecord, limit: timedelta, required: bool, now: datetime
@@ -372,45 +374,46 @@ class Steps:
         existing = self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
-        now = self._clock.now()
-        deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
-        child = self._child(name, existing, job, args, kwargs)
-        attempts = _executions(existing) if existing is not None else 1
-        record = StepRecord(
-            run_id=self.run_id,
-            name=name,
-            kind="invoke",
-            status=StepStatus.WAITING,
-            started_at=existing.started_at if existing else now,
-            attempts=attempts,
-            correlation_key=child,
-            deadline=deadline,
-        )
-        outcome = self._children.outcome(child)
-        if outcome is not None and outcome.succeeded:
-            self._save(
-                replace(
-                    record, status=StepStatus.COMPLETED, output=outcome.result, completed_at=now
+        with self._span(name, "invoke", existing):
+            now = self._clock.now()
+            deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
+            child = self._child(name, existing, job, args, kwargs)
+            attempts = _executions(existing) if existing is not None else 1
+            record = StepRecord(
+                run_id=self.run_id,
+                name=name,
+                kind="invoke",
+                status=StepStatus.WAITING,
+                started_at=existing.started_at if existing else now,
+                attempts=attempts,
+                correlation_key=child,
+                deadline=deadline,
+            )
+            outcome = self._children.outcome(child)
+            if outcome is not None and outcome.succeeded:
+                self._save(
+                    replace(
+                        record, status=StepStatus.COMPLETED, output=outcome.result, completed_at=now
+                    )
                 )
-            )
-            return outcome.result
-        if outcome is not None:
-            error = ChildRunFailed(
-                f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
-                f"failed: {outcome.error.message if outcome.error else 'unknown error'}"
-            )
-            self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))
-            raise error
-        if now >= deadline:
-            timed_out = JobTimeoutError(
-                f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
-                f"did not finish within {format_duration(limit)}"
-            )
-            self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(timed_out)))
-            raise timed_out
-        resume_at = min(deadline, after(now, self._limits.event_poll))
-        self._save(replace(record, wake_at=resume_at))
-        raise Suspension(name, resume_at, "child")
+                return outcome.result
+            if outcome is not None:
+                error = ChildRunFailed(
+                    f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
+                    f"failed: {outcome.error.message if outcome.error else 'unknown error'}"
+                )
+                self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))
+                raise error
+            if now >= deadline:
+                timed_out = JobTimeoutError(
+                    f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
+                    f"did not finish within {format_duration(limit)}"
+                )
+                self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(timed_out)))
+                raise timed_out
+            resume_at = min(deadline, after(now, self._limits.event_poll))
+            self._save(replace(record, wake_at=resume_at))
+            raise Suspension(name, resume_at, "child")
 
     def _child(
         self, name: str, existing: StepRecord | None, job: Any, args: Any, kwargs: Any
@@ -479,6 +482,11 @@ class Steps:
             )
         self._used.append(name)
         return self._records.get(name)
+
+    def _span(self, name: str, kind: str, existing: StepRecord | None) -> Any:
+        """The span of one execution of a step that may suspend the run (``otel.py``)."""
+        attempt = _executions(existing) if existing is not None else 1
+        return otel.step_span(name, self.run_id, attempt, kind)
 
     def _lost(self, name: str, attempts: int) -> ErrorInfo:
         return ErrorInfo(
