@@ -145,19 +145,19 @@ class Steps:
         existing = self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
-        started_at = existing.started_at if existing else self._clock.now()
+        began = self._clock.now()
         attempts = (existing.attempts if existing else 0) + 1
         record = StepRecord(
             run_id=self.run_id,
             name=name,
             kind="run",
             status=StepStatus.FAILED,
-            started_at=started_at,
+            started_at=existing.started_at if existing else began,
             attempts=attempts,
+            last_started_at=began,  # rides in the statement that records the step
         )
         if self._mark_starts:
             self._save(replace(record, error=self._lost(name, attempts)))
-        began = self._clock.now()
         try:
             with self._step_limit(name), otel.step_span(name, self.run_id, attempts):
                 value = fn(*args, **kwargs)
