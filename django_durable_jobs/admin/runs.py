@@ -341,6 +341,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
             )
         else:
             chosen = VERBS[verb]
+            if not confirm.confirmed(request):  # say what happens to it, act on "yes"
+                return confirm.verb_page(self, request, run, verb, chosen.label)
             self._apply(request, run, chosen.call, chosen.logged)
         return redirect(f"{self.admin_site.name}:{self._url_name('change')}", str(run.pk))
 
