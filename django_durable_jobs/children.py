@@ -13,7 +13,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from . import conf, fanout
+from . import conf
+from .fanout import KIND as FANOUT
 from .models import (
     FINISHED,
     RUNNABLE,
@@ -29,7 +30,14 @@ from .models import (
 def release_failed(parent: uuid.UUID) -> int:
     """``retry``: the children that failed or were cancelled give up their keys and the
     steps that invoked them forget them, so those steps start new children (also after
-    the parent was cancelled with its children). Unfinished children stay attached."""
+    the parent was cancelled with its children). Unfinished children stay attached.
+
+    A fan-out step that did not complete forgets its list of children: it starts its
+    children again, and the bulk insert skips every key still held, so only the failed
+    or cancelled children get a new run and the others (finished or not) keep theirs."""
+    _steps().filter(run_id=parent, kind=FANOUT).exclude(status=StepStatus.COMPLETED).update(
+        output=None
+    )
     failed = list(
         _runs()
         .filter(parent_id=parent, status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
@@ -61,28 +69,13 @@ def release_forgotten(parent: uuid.UUID) -> int:
     )
 
 
-def restart_fanouts(parent: uuid.UUID) -> int:
-    """``retry``: fan-out steps that did not complete forget their children and their
-    start, so the engine starts them again: the children that still hold their keys
-    (succeeded or unfinished) are found again by key, the ones ``release_failed`` let
-    go of are started anew, and the step's time limit counts from now. Without this
-    the step kept its old child ids (the released ones then read as "gone") and its
-    old start (a timed-out fan-out timed out again at once)."""
-    return (
-        _steps()
-        .filter(run_id=parent, kind=fanout.KIND)
-        .exclude(status=StepStatus.COMPLETED)
-        .update(output=None)
-    )
-
-
 def fresh_windows(run: uuid.UUID) -> int:
-    """``retry`` and ``replay_from``: waits and invokes that did not complete forget their
+    """``retry`` and ``replay_from``: waits, invokes and fan-outs that did not complete forget their
     deadline; the engine opens a new window (the step's timeout from now) when it meets
     them, instead of failing again at once because the old one has passed."""
     return (
         _steps()
-        .filter(run_id=run, kind__in=("wait", "invoke"))
+        .filter(run_id=run, kind__in=("wait", "invoke", FANOUT))
         .exclude(status=StepStatus.COMPLETED)
         .update(deadline=None)
     )
@@ -132,6 +125,5 @@ __all__ = [
     "fresh_windows",
     "release_failed",
     "release_forgotten",
-    "restart_fanouts",
     "wake_parent",
 ]

@@ -202,9 +202,10 @@ def _run(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
 
 _INSERT_MANY = """
 INSERT INTO {table} (id, job_name, queue, priority, status, args, kwargs, result,
-    error_code, error, error_type, traceback, attempt, created_at, wake_at, lease_owner)
+    error_code, error, error_type, traceback, attempt, created_at, wake_at, lease_owner,
+    trace_context)
 SELECT id, %s, %s, %s, 'queued', args::jsonb, kwargs::jsonb, NULL, '', '', '', '', 0, %s,
-    wake_at, ''
+    wake_at, '', %s::jsonb
 FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::timestamptz[]) AS r(id, args, kwargs, wake_at)
 """
 
@@ -227,6 +228,8 @@ def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
                     first.queue,
                     first.priority,
                     first.created_at,
+                    # One enqueue_many call has one caller, hence one trace context.
+                    None if first.trace_context is None else json.dumps(first.trace_context),
                     [run.pk for run in batch],
                     [json.dumps(run.args, ensure_ascii=False) for run in batch],
                     [json.dumps(run.kwargs, ensure_ascii=False) for run in batch],

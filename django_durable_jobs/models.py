@@ -261,6 +261,8 @@ class StepRecord(models.Model):
     kind = models.CharField(max_length=16, default="run")
     #: When a wait or an invoke gives up.
     deadline = InstantField(null=True, blank=True)
+    #: When the latest execution began (``started_at`` is the first); NULL: the first.
+    last_started_at = InstantField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
     error_type = models.CharField(max_length=200, blank=True, default="")

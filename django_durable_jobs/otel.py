@@ -1,15 +1,16 @@
-"""OpenTelemetry spans: one per run execution, one per ``step.run``, joined to the
-trace of the code that enqueued the run.
+"""OpenTelemetry spans: one per run execution, one per step execution (``step.run``,
+sleeps, waits, invokes, fan-outs; not replays), joined to the trace of the code that
+enqueued the run.
 
 Optional: with ``opentelemetry-api`` installed (``pip install
 'django-durable-jobs[otel]'``) spans go to whatever tracer provider the project set
 up; without it every function here is a no-op. No Django import: the engine
 (``steps.py``) uses it too.
 
-``enqueue`` stores ``carrier()`` (the W3C ``traceparent``/``tracestate`` of the span
-current at enqueue time, e.g. the request's) on the run; the worker starts the run's
-span as its child, so a request and the runs it started are one trace, across
-processes and machines.
+``enqueue`` and ``enqueue_many`` store ``carrier()`` (the W3C
+``traceparent``/``tracestate`` of the span current at enqueue time, e.g. the
+request's) on the run; the worker starts the run's span as its child, so a request
+and the runs it started are one trace, across processes and machines.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+from .exceptions import Suspension
 
 try:
     from opentelemetry import propagate, trace
@@ -74,8 +77,10 @@ def run_span(
 
 
 @contextmanager
-def step_span(name: str, run_id: str, attempt: int) -> Iterator[Any]:
-    """A span around the function of one ``step.run`` execution (not its replays)."""
+def step_span(name: str, run_id: str, attempt: int, kind: str = "run") -> Iterator[Any]:
+    """A span around one execution of a step (not its replays). A step that suspends
+    the run (a sleep, a wait, an invoke) ends its span with the outcome "suspended" and
+    the time the run resumes; a suspension is not an error."""
     if trace is None:
         yield None
         return
@@ -83,8 +88,15 @@ def step_span(name: str, run_id: str, attempt: int) -> Iterator[Any]:
         f"step {name}",
         attributes={
             "durable_jobs.step": name,
+            "durable_jobs.step_kind": kind,
             "durable_jobs.run_id": run_id,
             "durable_jobs.step_attempt": attempt,
         },
     ) as span:
-        yield span
+        try:
+            yield span
+        except Suspension as suspended:
+            span.set_attribute("durable_jobs.outcome", "suspended")
+            if suspended.resume_at is not None:
+                span.set_attribute("durable_jobs.resume_at", suspended.resume_at.isoformat())
+            raise

@@ -46,6 +46,9 @@ class StepRecord:
     kind: str = "run"
     #: When a wait or an invoke gives up (its timeout from the first start).
     deadline: datetime | None = None
+    #: When the step's latest execution began (``started_at`` is its first, for
+    #: deadlines): what "took" is measured from after a retry. None: as ``started_at``.
+    last_started_at: datetime | None = None
 
 
 class StepStore(Protocol):

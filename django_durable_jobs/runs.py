@@ -110,7 +110,7 @@ def enqueue_many_job(
             f"job {job.name!r}: enqueue_many does not apply rate_limit, debounce or "
             "cancel_on; use enqueue() for this job"
         )
-    now = clock.current().now()
+    now, context = clock.current().now(), otel.carrier()
     wake_at = _wake_at(options.run_after, now)
     runs = []
     for index, call in enumerate(calls):
@@ -131,6 +131,7 @@ def enqueue_many_job(
             kwargs=kwargs,
             created_at=now,
             wake_at=wake_at,
+            trace_context=context,
         )
         flow.stamp(run, job, args, kwargs)
         runs.append(run)
@@ -284,7 +285,6 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
             pk, changed, "retry", "only failed or cancelled runs can be retried"
         )
         children.release_failed(pk)
-        children.restart_fanouts(pk)
         children.fresh_windows(pk)
     return run
 

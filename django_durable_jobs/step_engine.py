@@ -150,17 +150,18 @@ class StepEngine:
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
         attempts = (existing.attempts if existing else 0) + 1
+        began = self._clock.now()
         record = StepRecord(
             run_id=self.run_id,
             name=name,
             kind="run",
             status=StepStatus.FAILED,
-            started_at=existing.started_at if existing else self._clock.now(),
+            started_at=existing.started_at if existing else began,
             attempts=attempts,
+            last_started_at=began,  # rides in the statement that records the step
         )
         if self._mark_starts:
             yield from self._save(replace(record, error=self._lost(name, attempts)))
-        began = self._clock.now()
         try:
             value = yield Call(name, fn, args, kwargs, attempts)
             self._check_took(name, began)

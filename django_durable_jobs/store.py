@@ -43,6 +43,7 @@ _COLUMNS = (
     "traceback",
     "kind",
     "deadline",
+    "last_started_at",
 )
 
 
@@ -63,6 +64,7 @@ def _columns(record: Record) -> dict[str, Any]:
         "traceback": error.traceback if error else "",
         "kind": record.kind,
         "deadline": record.deadline,
+        "last_started_at": record.last_started_at,
     }
 
 
@@ -85,6 +87,7 @@ def to_record(row: StepRecord) -> Record:
         error=error,
         kind=row.kind,
         deadline=row.deadline,
+        last_started_at=row.last_started_at,
     )
 
 
@@ -104,6 +107,7 @@ _INSERT_TYPES = [
     "text",
     "text",
     "text",
+    "timestamptz",
     "timestamptz",
     "uuid",
     "text",

@@ -305,7 +305,9 @@ def _row(
     axis: _Axis,
     children: tuple[Child, ...] = (),
 ) -> StepRow:
-    took = end - step.started_at if step.status == StepStatus.COMPLETED and end else None
+    # The latest execution's duration, not the time since a first, failed attempt.
+    began = step.last_started_at or step.started_at
+    took = end - began if step.status == StepStatus.COMPLETED and end else None
     still = step.status in (StepStatus.SLEEPING, StepStatus.WAITING)
     return StepRow(
         number=number,

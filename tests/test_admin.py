@@ -35,6 +35,10 @@ def change_url(run: JobRun) -> str:
     return reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk])
 
 
+#: The run page's buttons ask first; this is the "Yes" on their confirmation page.
+YES = {"confirmed": "yes"}
+
+
 def operate_url(run: JobRun, verb: str) -> str:
     return reverse(
         "admin:django_durable_jobs_jobrun_operate", kwargs={"object_id": run.pk, "verb": verb}
@@ -208,7 +212,7 @@ def test_wake_is_offered_for_a_queued_run_only_while_it_is_scheduled(
 
 def test_retry_button_retries_and_logs(admin_client: Client, driver: Driver) -> None:
     run = failed_run(driver)
-    response = admin_client.post(operate_url(run, "retry"))
+    response = admin_client.post(operate_url(run, "retry"), YES)
     assert response.status_code == 302 and response["Location"] == change_url(run)
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
@@ -223,10 +227,10 @@ def test_retry_button_retries_and_logs(admin_client: Client, driver: Driver) -> 
 def test_cancel_and_wake_buttons(admin_client: Client, driver: Driver, clock: FakeClock) -> None:
     run = napper.enqueue()
     driver.step()
-    admin_client.post(operate_url(run, "wake"))
+    admin_client.post(operate_url(run, "wake"), YES)
     run.refresh_from_db()
     assert run.wake_at == clock.now()
-    admin_client.post(operate_url(run, "cancel"))
+    admin_client.post(operate_url(run, "cancel"), YES)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert [e.get_change_message() for e in LogEntry.objects.order_by("id")] == [
@@ -245,7 +249,7 @@ def test_replay_from_a_step_button(admin_client: Client, driver: Driver) -> None
 
 def test_a_refused_verb_is_a_message_not_an_error(admin_client: Client) -> None:
     run = JobRunFactory.create(status=RunStatus.SUCCEEDED)
-    response = admin_client.post(operate_url(run, "cancel"), follow=True)
+    response = admin_client.post(operate_url(run, "cancel"), YES, follow=True)
     assert response.status_code == 200
     assert "only queued, sleeping, waiting or running runs can be cancelled" in (
         response.content.decode()
@@ -329,7 +333,7 @@ def test_staff_with_the_change_permission_may_operate(
     client.force_login(user)
     run = failed_run(driver)
     assert operate_url(run, "retry") in client.get(change_url(run)).content.decode()
-    client.post(operate_url(run, "retry"))
+    client.post(operate_url(run, "retry"), YES)
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
 

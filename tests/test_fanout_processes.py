@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from django_durable_jobs import runs
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from tests.test_worker_processes import Workers, wait_until, workers
 from tests.testapp import fanout_jobs
@@ -51,3 +52,17 @@ def test_a_thousand_children_in_one_step_with_two_workers(workers: Workers) -> N
     assert parent.result is not None
     assert parent.result["results"] == [n * n for n in range(1000)]
     assert JobRun.objects.filter(parent=parent, status=RunStatus.SUCCEEDED).count() == 1000
+
+
+def test_an_operator_retry_of_a_failed_fan_out_with_a_real_worker(workers: Workers) -> None:
+    parent = fanout_jobs.flaky_all.enqueue(3)
+    worker = workers.start("fan-retry")
+    failed = JobRun.objects.filter(pk=parent.pk, status=RunStatus.FAILED)
+    wait_until(failed.exists, timeout=120, what="the fan-out to fail", workers=[worker])
+    runs.retry(parent.pk)  # child 1 now succeeds; only it runs again
+    wait_until(lambda: succeeded(parent), timeout=120, what="the retried parent", workers=[worker])
+    parent.refresh_from_db()
+    assert parent.result == [0, 10, 20]
+    ran = Counter(Effect.objects.values_list("name", flat=True))
+    assert [ran[f"flaky-{n}"] for n in range(3)] == [1, 2, 1]
+    assert JobRun.objects.filter(parent=parent).count() == 4

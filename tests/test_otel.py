@@ -84,3 +84,19 @@ def test_no_trace_no_context(spans: InMemorySpanExporter, driver: Driver) -> Non
     driver.step()
     [execution] = named(spans, "run tests.noop")
     assert execution.parent is None  # a trace of its own
+
+
+def test_enqueue_many_carries_the_trace_into_each_run(
+    spans: InMemorySpanExporter, driver: Driver
+) -> None:
+    with trace.get_tracer("the-web-app").start_as_current_span("POST /import") as request:
+        created = jobs.add.enqueue_many([(1, 2), {"a": 3, "b": 4}])
+    assert all(run.trace_context and "traceparent" in run.trace_context for run in created)
+    stored = JobRun.objects.filter(pk__in=[run.pk for run in created])
+    assert [run.trace_context for run in stored] == [created[0].trace_context] * 2
+    driver.drain()
+    executions = named(spans, "run tests.add")
+    assert len(executions) == 2
+    for execution in executions:
+        assert execution.parent is not None
+        assert execution.parent.span_id == request.get_span_context().span_id

@@ -1,5 +1,6 @@
-"""Confirmation pages: replaying from a step and the list actions say what will run
-again, and act only when the operator confirms (as Django asks before a delete)."""
+"""Confirmation pages: replaying from a step, the run page's retry / cancel / wake
+buttons and the list actions say what will run again, and act only when the operator
+confirms (as Django asks before a delete)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from ..models import JobRun, StepRecord
+from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -82,3 +83,47 @@ def action_page(
     return TemplateResponse(
         request, "admin/django_durable_jobs/jobrun/confirm_action.html", context
     )
+
+
+#: What each run-page button does to its run, in the operator's words.
+VERB_CONSEQUENCES = {
+    "retry": "The run is queued now and runs again from the top, its attempts starting "
+    "again from 1.",
+    "cancel": "The run is cancelled (X_RUN_CANCELLED); if it is running, it stops at its "
+    "next step. A parent waiting for it is woken and fails.",
+    "wake": "The run is runnable now: a sleep ends now, a wait looks for its event now "
+    "(and waits again if none came), a run scheduled for later runs now.",
+}
+
+
+def verb_page(
+    model_admin: ModelAdmin[JobRun], request: HttpRequest, run: JobRun, verb: str, label: str
+) -> TemplateResponse:
+    """One run, one verb: for a retry, which steps replay from storage and which run
+    again (and the failed child runs started again); for a cancel, the child runs
+    cancelled with it."""
+    steps = list(StepRecord.objects.filter(run=run).order_by("id").values_list("name", "status"))
+    children = JobRun.objects.filter(parent=run)
+    context: dict[str, Any] = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": f"{label}?",
+        "label": label,
+        "verb": verb,
+        "run": run,
+        "consequence": VERB_CONSEQUENCES[verb],
+        "kept": [name for name, status in steps if status == StepStatus.COMPLETED],
+        "again": [name for name, status in steps if status != StepStatus.COMPLETED],
+        "children_again": children.filter(status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
+        .only("id", "job_name", "status")
+        .order_by("created_at")[:SHOWN]
+        if verb == "retry"
+        else [],
+        "children_cancelled": children.exclude(status__in=FINISHED)
+        .only("id", "job_name", "status")
+        .order_by("created_at")[:SHOWN]
+        if verb == "cancel"
+        else [],
+        "confirmed_field": CONFIRMED,
+    }
+    return TemplateResponse(request, "admin/django_durable_jobs/jobrun/confirm_verb.html", context)

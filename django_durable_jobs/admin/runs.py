@@ -29,7 +29,7 @@ from ..run_ids import MIN_PREFIX
 from . import confirm
 from .display import badge, json_block, text_block, tools_beside_title
 from .family import RunFamily
-from .times import EMPTY, RunTimes
+from .times import EMPTY, RunTimes, with_wait_deadlines
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         qs = super().get_queryset(request)
         if getattr(request, "_durable_jobs_list", False):
             # Arguments, results and tracebacks can be large and the list shows none.
-            qs = qs.defer("args", "kwargs", "result", "error", "traceback")
+            qs = with_wait_deadlines(qs.defer("args", "kwargs", "result", "error", "traceback"))
         return qs
 
     def get_search_results(
@@ -341,6 +341,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
             )
         else:
             chosen = VERBS[verb]
+            if not confirm.confirmed(request):  # say what happens to it, act on "yes"
+                return confirm.verb_page(self, request, run, verb, chosen.label)
             self._apply(request, run, chosen.call, chosen.logged)
         return redirect(f"{self.admin_site.name}:{self._url_name('change')}", str(run.pk))
 

@@ -3,14 +3,16 @@ admin's time zone, to the second) with how long ago (or how far ahead) it is."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from django.contrib import admin
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from .. import clock, trace
-from ..models import RUNNABLE, JobRun
+from ..models import RUNNABLE, JobRun, RunStatus, StepRecord, StepStatus
 
 EMPTY = "—"
 
@@ -51,10 +53,41 @@ class RunTimes:
 
     @admin.display(description="wakes", ordering="wake_at")
     def wakes(self, run: JobRun) -> SafeString | str:
+        """A waiting run's deadline (it may resume any time before: its ``wake_at`` is
+        only the next safety poll); a sleeping or queued run's wake time."""
         if run.status not in RUNNABLE:
             return EMPTY
-        return when(run.wake_at, clock.current().now())
+        now = clock.current().now()
+        if run.status == RunStatus.WAITING:
+            deadline = getattr(run, "wait_deadline", None)
+            if deadline is None and not hasattr(run, "wait_deadline"):
+                deadline = waiting_deadline(run.pk)  # the run page: one run, one query
+            if deadline is not None:
+                return format_html("by {}", when(deadline, now))
+        return when(run.wake_at, now)
 
     @admin.display(description="lease expires")
     def lease_expires(self, run: JobRun) -> SafeString | str:
         return when(run.lease_expires_at, clock.current().now())
+
+
+def _waiting_steps() -> QuerySet[StepRecord]:
+    return StepRecord.objects.filter(status=StepStatus.WAITING).exclude(deadline=None)
+
+
+def with_wait_deadlines(runs: QuerySet[JobRun]) -> QuerySet[JobRun]:
+    """``runs`` with ``wait_deadline``: the deadline of the step a waiting run waits in,
+    read in the list's own query (a subquery per row on the steps' run index, not one
+    query per row)."""
+    waiting = _waiting_steps().filter(run=OuterRef("pk")).order_by("-id").values("deadline")
+    return runs.annotate(wait_deadline=Subquery(waiting[:1]))
+
+
+def waiting_deadline(run_id: uuid.UUID) -> datetime | None:
+    return (
+        _waiting_steps()
+        .filter(run_id=run_id)
+        .order_by("-id")
+        .values_list("deadline", flat=True)
+        .first()
+    )

@@ -11,6 +11,7 @@ from django_durable_jobs.models import JobRun
 
 from .flow_jobs import dunning, global_limit, welcome_once
 from .jobs import CALLS, effect
+from .models import Effect
 
 
 @job(name="tests.fan.square", retries=0)
@@ -61,6 +62,21 @@ def rate_limited(ctx: Any) -> list[Any]:
 @job(name="tests.fan.slow", retries=0)
 def slow(ctx: Any) -> list[Any]:
     return list(ctx.step.invoke_all("naps", [sleepy.call(1), square.call(2)], timeout="10m"))
+
+
+@job(name="tests.fan.flaky", retries=0)
+def flaky(ctx: Any, n: int) -> int:
+    """Child 1 fails the first time it runs (counted in the database, so it holds across
+    worker processes) and succeeds after."""
+    effect(f"flaky-{n}", ctx.run_id)
+    if n == 1 and Effect.objects.filter(name="flaky-1").count() == 1:
+        raise ValueError("flaky 1 refuses the first time")
+    return n * 10
+
+
+@job(name="tests.fan.flaky_all", retries=0)
+def flaky_all(ctx: Any, count: int) -> list[Any]:
+    return list(ctx.step.map("flaky", flaky, range(count)))
 
 
 @job(name="tests.fan.bad", retries=0)
