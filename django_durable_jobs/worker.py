@@ -25,7 +25,7 @@ from uuid import UUID
 
 from django.db import DatabaseError, connections
 
-from . import claims_pg, conf
+from . import claims_pg, conf, faults
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, SystemClock
 from .exceptions import RunCancelled
@@ -187,9 +187,12 @@ class Worker:
         for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
         raises, the outcome stays pending under the owner that still holds its lease."""
         using = conf.database()
+        if pending is not None:
+            faults.hit("outcome.before", using)
         if pending is not None and not (claims_pg.available(using) and pending.fused):
             record(pending, self._owner)
             pending = self._pending = None
+            faults.hit("outcome.after", using)
         if claims_pg.available(using):
             finish = None
             if pending is not None:
@@ -209,6 +212,7 @@ class Worker:
             recorded = False  # pending was None here: recorded on its own above
         previous, self._owner, self._pending = self._owner, owner, None
         if pending is not None:
+            faults.hit("outcome.after", using)
             log_outcome(pending.run, settle(pending, recorded, previous))
         return runs
 
@@ -237,6 +241,7 @@ class Worker:
         beat = self._heartbeat()
         beat.hold(self._owner, run.id)
         try:
+            faults.hit("claim.after", conf.database())
             self._pending = run_to_stop(
                 run,
                 clock=self.clock,
@@ -306,6 +311,7 @@ class _Heartbeat(threading.Thread):
             connections.close_all()
 
     def _beat(self, owner: str, run_id: UUID) -> None:
+        faults.hit("heartbeat", conf.database())
         if renew(owner, [run_id], now=self.clock.now(), lease=self.lease):
             return
         status = (

@@ -96,7 +96,7 @@ class Workers:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self, name: str, *args: str) -> Worker:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Worker:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log_path = LOG_DIR / f"{self.test_name}-{name}.log"
         log_file = log_path.open("wb")
@@ -104,7 +104,7 @@ class Workers:
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_DIR,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -104,4 +104,4 @@ def stubborn(ctx: Any) -> str:
 
 
 # Jobs of other test modules register when this module is autodiscovered.
-from . import admin_jobs, event_jobs, hole_jobs, worker_jobs  # noqa: E402,F401
+from . import admin_jobs, event_jobs, fault_jobs, hole_jobs, worker_jobs  # noqa: E402,F401
