@@ -38,7 +38,7 @@ BIN = .venv/$(LEG)/bin
 # Every tool runs from the repo root with no inherited database or settings choice.
 CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
 
-.PHONY: test test-leg lint format venv venv-leg clean
+.PHONY: test test-leg lint format venv venv-leg clean faults
 
 test:
 	@for leg in $(LEGS); do $(MAKE) test-leg LEG=$$leg; done
@@ -87,6 +87,13 @@ venv-leg: .venv/$(LEG)/.installed
 
 clean:
 	rm -rf .venv .tmp
+
+# The whole fault-injection battery (CONTRIBUTING.md; CI runs its middle slice): every
+# fault point x action x position with real workers, on SQLite and PostgreSQL, then the
+# database restart under load (FAULTS_PG_CLUSTER names the PostgreSQL it may restart).
+faults: .venv/$(LEG)/.installed
+	$(CLEAN_ENV) $(BIN)/python -m pytest -m "faults or not faults" tests/test_faults.py $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -m "faults or not faults" tests/test_faults.py $(PYTEST_ARGS)
 
 # Benchmark against the peers in shared/bench (PostgreSQL on 127.0.0.1:5432; see
 # benchmarks/README.md). BENCH_ARGS=--quick for a one-minute smoke run without peers.

@@ -250,18 +250,32 @@ class Worker:
                 interrupt=beat.interruption,
             )
         except StopNow:
-            try:
-                released = release(run, self._owner, now=self.clock.now())
-            except DatabaseError:  # the stop cut job code's query: once more, afresh
-                close_broken_connections()
-                released = release(run, self._owner, now=self.clock.now())
+            released = self._release(run)
             log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
             self.stopping.set()
             return
+        except DatabaseError:
+            # Outside the attempt (its first read, the engine's setup): nothing of the job
+            # ran, so give the run back at once instead of letting its lease expire,
+            # which would count an attempt that never was (X_ATTEMPTS_EXHAUSTED).
+            with contextlib.suppress(DatabaseError):  # still down: the lease decides
+                log.warning(
+                    "run released: run=%s database error before it executed (released=%s)",
+                    run.id,
+                    self._release(run),
+                )
+            raise
         finally:
             self._in_hand = self._guard = None
             beat.drop()
         self.executed += 1
+
+    def _release(self, run: JobRun) -> bool:
+        try:
+            return release(run, self._owner, now=self.clock.now())
+        except DatabaseError:  # the stop or the fault cut the connection: once more, afresh
+            close_broken_connections()
+            return release(run, self._owner, now=self.clock.now())
 
 
 def _queues(queues: Sequence[str] | None) -> list[str] | None:

@@ -16,6 +16,8 @@ of every point and action (``-m "not faults"`` keeps the rest out).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -50,8 +52,8 @@ POSITIONS = {
 RELAY_POINTS = {"event.matched", "invoke.start"}
 
 
-def _cases() -> list[object]:
-    cases = []
+def _cases() -> list[Any]:
+    cases: list[Any] = []
     for point in faults.POINTS:
         for action in faults.ACTIONS:
             for where, nth in zip(("first", "middle", "last"), POSITIONS[point], strict=True):
@@ -68,8 +70,17 @@ def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> No
     run = (fault_jobs.relay if relay else fault_jobs.trio).enqueue()
     first = workers.start("first", env={faults.ENV: f"{point}:{action}:{nth}"})
     pump = _EventPump(run) if relay else None
+
+    def pumped(condition: Callable[[], bool]) -> Callable[[], bool]:
+        def check() -> bool:
+            if pump is not None:
+                pump.publish()
+            return condition()
+
+        return check
+
     wait_until(
-        lambda: (pump.publish() if pump else None) or "FAULT FIRED" in first.log(),
+        pumped(lambda: "FAULT FIRED" in first.log()),
         timeout=90,
         what=f"the fault {point}:{action}:{nth} to fire",
         workers=[first] if action != "kill" else [],
@@ -77,7 +88,7 @@ def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> No
     second = workers.start("second")
     workers.wait_started(second)
     wait_until(
-        lambda: (pump.publish() if pump else None) or _finished(run),
+        pumped(lambda: _finished(run)),
         timeout=120,
         what="every run to finish",
         workers=[second],
@@ -121,9 +132,7 @@ def _assert_outcome(run: JobRun, point: str, action: str, nth: int, relay: bool)
         children = JobRun.objects.filter(parent=run)
         assert children.count() == 3  # one child per invoke, however often it replayed
         assert set(children.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
-        child_effects = Counter(
-            name for child in children for name in effects(child).elements()
-        )
+        child_effects = Counter(name for child in children for name in effects(child).elements())
         assert child_effects == {"child1": 1, "child2": 1, "child3": 1}
         return
     assert run.result == ["s1", "s2", "s3"]
@@ -139,7 +148,7 @@ def _assert_outcome(run: JobRun, point: str, action: str, nth: int, relay: bool)
         assert repeated == {}, counts
 
 
-def _pinged(result: list[object]) -> bool:
+def _pinged(result: Any) -> bool:
     return result[0::2] == [1, 2, 3] and all(isinstance(p, dict) for p in result[1::2])
 
 
@@ -160,10 +169,26 @@ class _EventPump:
                 publish_event("ping", {"round": name}, key=f"{self.run.id}:{name[-1]}")
 
 
+def test_a_database_error_before_the_run_executes_gives_it_back_without_an_attempt(
+    workers: Workers,  # noqa: F811
+) -> None:
+    run = fault_jobs.once.enqueue()
+    worker = workers.start("first", env={faults.ENV: "claim.after:dberror"})
+    wait_until(lambda: _finished(run), timeout=90, what="the run to finish", workers=[worker])
+    run.refresh_from_db()
+    # Before: the run sat claimed for a lease, was requeued as a dead worker's, and a
+    # job without retries failed X_ATTEMPTS_EXHAUSTED although it never executed.
+    assert (run.status, run.attempt, run.error_code) == (RunStatus.SUCCEEDED, 1, "")
+    assert effects(run) == {"s1": 1}
+    assert "database error before it executed" in worker.log()
+    assert worker.terminate() == 0
+
+
 def test_fault_points_are_inert_unless_armed() -> None:
-    assert faults.hit.__code__.co_code == (lambda point, using="default": None).__code__.co_code
+    assert faults.hit.__qualname__ == "hit"  # the empty module function, not an armed one
     faults.arm("")  # no spec: stays inert
-    faults.hit("step.before_record")
+    assert faults.hit.__qualname__ == "hit"
+    assert faults.hit("step.before_record") is None
 
 
 @pytest.mark.parametrize("spec", ["nowhere:kill", "heartbeat:explode", "heartbeat:kill:0", "x"])

@@ -49,3 +49,9 @@ def relay(ctx: Any) -> list[Any]:
         got.append(ctx.step.invoke(f"invoke{i}", child, i, timeout="5m"))
         got.append(ctx.step.wait_for_event(f"wait{i}", "ping", match=f"{ctx.run_id}:{i}"))
     return got
+
+
+@job(name="tests.faults.once", retries=0)
+def once(ctx: Any) -> str:
+    """No retries: an attempt counted for nothing would fail it."""
+    return str(ctx.step.run("s1", _effect, "s1", ctx.run_id))
