@@ -1,7 +1,7 @@
 # Build and test toolchain. `make test` is what CI runs (via .ci/run).
 #
-#   make test                     lint + Django checks + pytest on SQLite and PostgreSQL, and
-#                                 the claim/store/worker tests on MariaDB, every leg
+#   make test                     lint + Django checks + pytest on SQLite, PostgreSQL and
+#                                 MariaDB, every leg
 #   make test LEGS=py312-dj61     one leg only
 #   make test PYTEST_ARGS="-x -k steps -m 'not slow'"
 #   make lint | make format | make venv | make clean
@@ -14,12 +14,6 @@ MAKEFLAGS += --no-print-directory
 LEGS ?= py311-dj52 py312-dj61
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
 MARIADB_URL ?= mysql://root@127.0.0.1:3306/durable_jobs
-# On MariaDB only what touches SQL that differs per database: claims, the ORM step
-# store, enqueue, and real worker processes (overlap under contention, kill -9).
-MARIADB_TESTS ?= tests/test_execution.py tests/test_store_contract.py tests/test_enqueue.py \
-	tests/test_worker_processes.py::test_many_workers_execute_every_run_exactly_once \
-	tests/test_worker_processes.py::test_killed_worker_run_is_taken_over_and_completed_steps_replay \
-	tests/test_naive_time.py tests/test_edge_inputs.py
 PYTEST_ARGS ?=
 PIP_FLAGS ?= -q --disable-pip-version-check
 
@@ -57,7 +51,9 @@ test-leg: .venv/$(LEG)/.installed
 	@echo "== $(LEG) / postgresql =="
 	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest $(PYTEST_ARGS)
 	@echo "== $(LEG) / mariadb =="
-	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python -m pytest -m "not postgres" $(MARIADB_TESTS) $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py check --database default --fail-level WARNING
+	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --database default --fail-level WARNING
+	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: .venv/$(LEG)/.installed
 	@echo "== $(LEG) / lint =="
@@ -76,8 +72,14 @@ venv-leg: .venv/$(LEG)/.installed
 	@:
 
 # Idempotent: the venv is created once; the install re-runs whenever pyproject.toml changes.
+# First the system packages (scripts/system-packages installs them, or says what to run)
+# and the leg's interpreter, each with a one-line message instead of a build failure.
 .venv/%/.installed: pyproject.toml
 	@test -n "$(PYENV_$*)" || { echo "unknown leg '$*' (known: py311-dj52 py312-dj61)" >&2; exit 2; }
+	@scripts/system-packages
+	@PYENV_VERSION=$(PYENV_$*) $(PYBIN_$*) -c 'import venv, ensurepip' 2>/dev/null || { echo \
+		"make test needs $(PYBIN_$*) with venv: pyenv install $(PYENV_$*)" \
+		"(or sudo apt-get install -y $(PYBIN_$*)-venv), or LEGS=... for the other leg" >&2; exit 2; }
 	@echo "== $* / venv =="
 	test -x .venv/$*/bin/python || PYENV_VERSION=$(PYENV_$*) $(PYBIN_$*) -m venv .venv/$*
 	.venv/$*/bin/python -m pip install $(PIP_FLAGS) --upgrade pip

@@ -5,8 +5,9 @@
     .venv/py312-dj61/bin/python benchmarks/run.py --quick    # smoke run, ours only
 
 Prints one table (our figures beside procrastinate's, django-tasks-db's and Absurd's,
-the latter measured by the scripts in shared/bench), then the plan of our claim query
-and the database round trips per durable step. Progress goes to stderr, the report to
+the latter measured by the scripts in shared/bench), then our figures on MariaDB beside
+PostgreSQL's (benchmarks/mariadb.py), the plan of our claim query and the database
+round trips per durable step. Progress goes to stderr, the report to
 stdout. See benchmarks/README.md for what each column means.
 """
 
@@ -954,6 +955,52 @@ def run_peer(peer: Peer, n: int, nb: int) -> tuple[Row, dict[str, Any]]:
     return row, metrics
 
 
+# ---------------------------------------------------------------- MariaDB (ours only)
+
+
+def measure_mariadb(quick: bool) -> dict[str, Any] | str:
+    """benchmarks/mariadb.py in its own process (Django is set up once per process):
+    its figures, or why there are none."""
+    say("mariadb: our figures on MariaDB (benchmarks/mariadb.py)")
+    out = WORK / "mariadb.json"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, str(REPO / "benchmarks" / "mariadb.py"), "--json", str(out)]
+    log = WORK / "mariadb.log"
+    with open(log, "w") as log_file:
+        code = subprocess.call(
+            [*cmd, *(["--quick"] if quick else [])], stdout=log_file, stderr=log_file, cwd=REPO
+        )
+    if code != 0 or not out.exists():
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+        return f"benchmarks/mariadb.py exited {code}: {tail[0]} (see {log})"
+    figures: dict[str, Any] = json.loads(out.read_text())
+    return figures
+
+
+def per_database(ours: Row, wakeup: Wakeup, mariadb: dict[str, Any] | str) -> list[str]:
+    """Our figures on PostgreSQL beside MariaDB's."""
+    if isinstance(mariadb, str):
+        return [f"Ours per database: MariaDB n/a — {mariadb}"]
+    rows = [
+        ("1 worker jobs/s", ours.values.get("w1"), mariadb["w1"], ",.0f"),
+        ("2 workers jobs/s", ours.values.get("w2"), mariadb["w2"], ",.0f"),
+        ("10-step steps/s", ours.values.get("steps"), mariadb["steps"], ",.0f"),
+        ("event wake p50 ms", pct(wakeup.latency_ms, 50), mariadb["wake_p50"], ",.1f"),
+        ("event wake p99 ms", pct(wakeup.latency_ms, 99), mariadb["wake_p99"], ",.1f"),
+    ]
+    out = [
+        f"Ours per database (PostgreSQL: wake={wakeup.mode}; MariaDB "
+        f"{mariadb['server'].split('-')[0]}: wake={mariadb['wake_mode']}):",
+        f"  {'':18s} | {'PostgreSQL':>10s} | {'MariaDB':>10s}",
+        f"  {'-' * 18}-+-{'-' * 10}-+-{'-' * 10}",
+    ]
+    for title, pg, maria, spec in rows:
+        pg_text = "—" if pg is None else format(pg, spec)
+        out.append(f"  {title:18s} | {pg_text:>10s} | {format(maria, spec):>10s}")
+    out += ["", "MariaDB:", *mariadb["wake_report"], *mariadb["explain"]]
+    return out
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -1040,6 +1087,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated peers to run (default: %(default)s)",
     )
     parser.add_argument("--no-setup", action="store_true", help="do not create missing peer venvs")
+    parser.add_argument("--no-mariadb", action="store_true", help="skip the MariaDB column")
     args = parser.parse_args(argv)
     n = 1000 if args.quick else int(os.environ.get("N", "5000"))
     nb = 100 if args.quick else int(os.environ.get("NB", "500"))
@@ -1060,6 +1108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     round_trips = measure_round_trips()
     plans = measure_explain()
     header = environment(n, nb, wakeup.events)
+    mariadb = "skipped (--no-mariadb)" if args.no_mariadb else measure_mariadb(args.quick)
 
     peer_rows: list[Row] = []
     extras: list[str] = []
@@ -1103,6 +1152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(ratios(ours, peer_rows)) if peer_rows else "  (no peers run)")
     print()
     print("\n".join(wakeup_report(wakeup)))
+    print()
+    print("\n".join(per_database(ours, wakeup, mariadb)))
     print()
     print("\n".join(plans))
     print()

@@ -2,7 +2,7 @@
 
 The database (``bench_durable_jobs`` on 127.0.0.1:5432, user postgres) is dropped and
 recreated by ``benchmarks/run.py``; override with ``BENCH_DB``, ``BENCH_PG_HOST``,
-``BENCH_PG_PORT`` and ``BENCH_PG_USER``.
+``BENCH_PG_PORT`` and ``BENCH_PG_USER``; ``BENCH_ENGINE=mysql`` for MariaDB/MySQL.
 """
 
 import os
@@ -35,6 +35,20 @@ DATABASES = {
         ),
     }
 }
+# BENCH_ENGINE=mysql: the same on MariaDB/MySQL (benchmarks/mariadb.py, the MariaDB column),
+# database BENCH_MYSQL_DB (default bench_durable_jobs) on 127.0.0.1:3306, user root.
+if os.environ.get("BENCH_ENGINE") == "mysql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": os.environ.get("BENCH_MYSQL_DB", "bench_durable_jobs"),
+            "USER": os.environ.get("BENCH_MYSQL_USER", "root"),
+            "HOST": os.environ.get("BENCH_MYSQL_HOST", "127.0.0.1"),
+            "PORT": int(os.environ.get("BENCH_MYSQL_PORT", "3306")),
+            "OPTIONS": {"charset": "utf8mb4"},
+            "CONN_MAX_AGE": None,
+        }
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Only documented settings. An idle PostgreSQL worker is woken by LISTEN/NOTIFY; the

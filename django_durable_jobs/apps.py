@@ -21,9 +21,9 @@ class DurableJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import backends, checks, conf, registry
+        from . import backends, checks, conf, migrated, registry
 
-        del checks  # registers the system checks on import
+        del checks, migrated  # register the system checks on import
         connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
         if conf.get("AUTODISCOVER"):
             registry.autodiscover()

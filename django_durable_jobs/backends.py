@@ -43,18 +43,19 @@ from django.utils.module_loading import import_string
 
 from . import clock, conf, signals
 from .attempt import JobContext
-from .exceptions import RunCancelled, UnknownJob
+from .exceptions import UnknownJob
 from .models import JobRun, RunStatus, StepRecord
 from .registry import JobDefinition, job, register_job
 from .serialization import check_payload
 from .steps import Steps
+from .task_errors import RecordedFailure, call_task, recorded_failure, task_errors
 
 HAS_TASKS = django.VERSION >= (6, 0)
 
 if TYPE_CHECKING or HAS_TASKS:
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task, TaskError
+    from django.tasks.base import Task
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 else:  # Django 5.2: stand-ins, so that this module imports and says what it needs
@@ -224,7 +225,7 @@ class DurableJobsBackend(BaseTaskBackend):
             args=list(stored.get("args", [])),
             kwargs=dict(stored.get("kwargs", {})),
             backend=self.alias,
-            errors=_errors(run),
+            errors=task_errors(run),
             worker_ids=[worker for worker, _ in workers],
         )
         if status == TaskResultStatus.SUCCESSFUL:
@@ -268,7 +269,7 @@ def run_task(
     definition = _import_task(task, ctx.run_id)
     ctx.step.run(f"{WORKER_STEP}{ctx.attempt}", _worker_id, ctx.run_id)
     if not definition.takes_context:
-        return definition.func(*args, **kwargs)
+        return call_task(ctx, task, lambda: definition.func(*args, **kwargs))
     backend = task_backends[ctx.job_name.removeprefix(JOB_PREFIX)]
     assert isinstance(backend, DurableJobsBackend)
     run = _current_run(ctx.run_id)
@@ -278,7 +279,7 @@ def run_task(
         run_id=ctx.run_id,
         logger=ctx.logger,
     )
-    return definition.func(context, *args, **kwargs)
+    return call_task(ctx, task, lambda: definition.func(context, *args, **kwargs))
 
 
 def install() -> None:
@@ -350,15 +351,6 @@ def _aware(when: datetime | timedelta | None) -> datetime | timedelta | None:
     return when
 
 
-def _errors(run: JobRun) -> list[TaskError]:
-    if run.error_type:
-        return [TaskError(exception_class_path=run.error_type, traceback=run.traceback)]
-    if run.status == RunStatus.CANCELLED:
-        path = f"{RunCancelled.__module__}.{RunCancelled.__qualname__}"
-        return [TaskError(exception_class_path=path, traceback="")]
-    return []
-
-
 def _worker_id(run_id: str) -> str:
     run = _executing.get()
     if run is not None and str(run.id) == run_id:
@@ -416,6 +408,13 @@ def _announce(run: JobRun, signal: Any, *, starting: bool = False) -> None:
         return
     if starting:
         object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    if signal is task_finished and result.status == TaskResultStatus.FAILED:
+        # Django's log_task_finished logs sys.exc_info(): send it with the failure in hand.
+        try:
+            raise recorded_failure(run)
+        except RecordedFailure:
+            _send(signal, backend, result)
+        return
     _send(signal, backend, result)
 
 

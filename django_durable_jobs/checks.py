@@ -50,6 +50,14 @@ def _bool(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"expected True or False, got {value!r}"
 
 
+def _module_names(value: Any) -> str | None:
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(name, str) and name.replace(".", "_").isidentifier() for name in value
+    ):
+        return f"expected a list of module names, got {value!r}"
+    return None
+
+
 _NULLABLE = {"TIMEOUT", "STEP_TIMEOUT"}
 #: key -> (check id, validator, what to write instead)
 RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
@@ -58,6 +66,7 @@ RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
     "MAX_PAYLOAD_BYTES": ("E004", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "AUTODISCOVER": ("E006", _bool, "True or False"),
+    "JOB_MODULES": ("E031", _module_names, 'a list of module names, e.g. ["jobs", "tasks"]'),
 }
 _DURATION_IDS = {
     "BACKOFF": "E010",

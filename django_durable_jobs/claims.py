@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Case, F, PositiveIntegerField, Value, When
@@ -19,7 +20,10 @@ from django.db.models.functions import Coalesce
 
 from . import claims_pg, conf
 from .fields import InstantField
-from .models import RUNNABLE, JobRun, RunStatus
+from .models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus
+
+#: What the claim reads of each run it picks.
+PICKED = ("id", "status", "started_at")
 
 
 def claim(
@@ -42,13 +46,18 @@ def claim(
         return claims_pg.claim(using, owner, now, lease, queue_list, limit)[0]
     runs = JobRun.objects.using(using)
     candidates = runs.runnable(now, queue_list)
-    locking = connections[using].features.has_select_for_update_skip_locked
+    features = connections[using].features
+    locking = features.has_select_for_update_skip_locked
     # Without row locks (SQLite) no transaction is opened: a read that later writes
     # would fail with "database is locked" instead of waiting for the writer.
     with transaction.atomic(using=using) if locking else nullcontext():
-        if locking:
-            candidates = candidates.select_for_update(skip_locked=True)
-        picked = list(candidates.values_list("id", "status", "started_at")[:limit])
+        if not locking:
+            picked = list(candidates.values_list(*PICKED)[:limit])
+        elif features.supports_partial_indexes:
+            locked = candidates.select_for_update(skip_locked=True)
+            picked = list(locked.values_list(*PICKED)[:limit])
+        else:
+            picked = lock_shortlisted(candidates, limit)
         before = {run_id: status for run_id, status, _ in picked}
         fresh = {run_id for run_id, _, started_at in picked if started_at is None}
         if not before:
@@ -74,6 +83,35 @@ def claim(
         run.claimed_fresh = run.id in fresh
     claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
     return claimed
+
+
+#: Runs shortlisted beyond ``limit``: so many workers claiming at the same moment each
+#: still find an unlocked one.
+SHORTLIST_SPARE = 16
+
+
+def lock_shortlisted(candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+    """Lock up to ``limit`` of the best runnable runs (MariaDB, MySQL): ``PICKED`` values.
+
+    There the claim's index leads with ``status`` (``schema.PartialIndex``: no partial
+    indexes), so the database sorts the due runs rather than reading them in order,
+    and a sorting ``FOR UPDATE`` locks every row it sorted: a concurrent worker,
+    skipping locked rows, would find nothing. So the best runs are shortlisted by a
+    read without locks, then locked by primary key alone (no other condition that
+    could lead the database to another index), no more at a time than are still
+    wanted; rows another worker holds are skipped and the next ones tried. A run
+    taken meanwhile is dropped here by its status; the claim's guarded UPDATE
+    checks the rest.
+    """
+    ids = list(candidates.values_list("id", flat=True)[: limit + SHORTLIST_SPARE])
+    by_id = JobRun.objects.using(candidates.db).order_by()
+    picked: list[tuple[Any, ...]] = []
+    while ids and len(picked) < limit:
+        wanted = limit - len(picked)
+        chunk, ids = ids[:wanted], ids[wanted:]
+        locked = by_id.filter(pk__in=chunk).select_for_update(skip_locked=True)
+        picked += [row for row in locked.values_list(*PICKED) if row[1] in RUNNABLE]
+    return picked
 
 
 def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:

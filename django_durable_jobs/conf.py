@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": "1s",
     # Import every installed app's jobs.py at startup.
     "AUTODISCOVER": True,
+    # The module names autodiscovery imports in each installed app (["jobs", "tasks"]
+    # for jobs kept where Celery's habit puts them).
+    "JOB_MODULES": ["jobs"],
 }
 
 DURATION_KEYS = {

@@ -56,6 +56,8 @@ def _parse(value: object) -> timedelta:
         return timedelta(seconds=value)
     if isinstance(value, str):
         text = value.strip()
+        if text == "0":  # zero needs no unit ("0 retries at once"); "5" stays ambiguous
+            return timedelta(0)
         if not _WHOLE.fullmatch(text):
             raise _invalid(
                 value, 'write a number with a unit, e.g. "250ms", "30s", "5m", "1h30m", "3d", "1w"'

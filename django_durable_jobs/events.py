@@ -12,6 +12,7 @@ from django.dispatch import Signal
 
 from . import clock, conf, signals
 from .exceptions import InvalidName
+from .migrated import needs_tables
 from .models import Event, JobRun, RunStatus, StepRecord
 from .records import StepRecord as StepRecordValue
 from .registry import JobOptions, jobs_on_event
@@ -20,6 +21,7 @@ from .serialization import check_payload, unstorable
 from .store import OrmChildRuns, OrmEventLog
 
 
+@needs_tables
 def publish_event(event: str, payload: Any = None, *, key: str | None = None) -> Event:
     """Publish ``event`` in the caller's transaction; waiting runs that match wake
     when it commits (a rollback publishes nothing and wakes nothing).

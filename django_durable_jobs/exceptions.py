@@ -38,8 +38,10 @@ class UnknownJob(DurableJobsError):
     retryable = False
 
 
-class InvalidPayload(DurableJobsError):
-    """Arguments or an event payload that are not strict JSON."""
+class InvalidPayload(DurableJobsError, TypeError):
+    """Arguments or an event payload that are not strict JSON, or arguments that do not
+    fit the job's signature. A ``TypeError`` too, as Django documents for ``django.tasks``
+    arguments and as calling a function with wrong arguments raises."""
 
     code = "X_PAYLOAD_INVALID"
     retryable = False

@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from .fields import InstantField
+from .schema import ExactCharField, PartialIndex
 
 
 class RunStatus(models.TextChoices):
@@ -61,8 +62,8 @@ class JobRun(models.Model):
     """One execution of a job, across all its attempts and suspensions."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    job_name = models.CharField(max_length=200)
-    queue = models.CharField(max_length=100, default="default")
+    job_name = ExactCharField(max_length=200)
+    queue = ExactCharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     args = models.JSONField(default=list, blank=True)
@@ -74,13 +75,13 @@ class JobRun(models.Model):
     traceback = models.TextField(blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     # NULL, not "": runs without a key must not collide in the unique constraint.
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    idempotency_key = ExactCharField(max_length=255, null=True, blank=True)
     created_at = InstantField()
     started_at = InstantField(null=True, blank=True)
     finished_at = InstantField(null=True, blank=True)
     #: When a queued, sleeping or waiting run becomes runnable.
     wake_at = InstantField(null=True, blank=True)
-    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_owner = ExactCharField(max_length=200, blank=True, default="")
     lease_expires_at = InstantField(null=True, blank=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
@@ -103,20 +104,25 @@ class JobRun(models.Model):
         indexes = (
             # The claim: runnable runs of a queue by priority, then wake time. Partial, so
             # millions of finished runs do not make it slower.
-            models.Index(
+            PartialIndex(
                 fields=("queue", "-priority", "wake_at"),
-                condition=Q(status__in=RUNNABLE),
+                where=Q(status__in=RUNNABLE),
+                # Without partial indexes: a range on the wake time (due runs only,
+                # not those sleeping for days), then a sort of the few by priority.
+                elsewhere=("status", "queue", "wake_at", "priority"),
                 name="durable_run_runnable",
             ),
             # The same for a worker that serves every queue.
-            models.Index(
+            PartialIndex(
                 fields=("-priority", "wake_at"),
-                condition=Q(status__in=RUNNABLE),
+                where=Q(status__in=RUNNABLE),
+                elsewhere=("status", "wake_at", "priority"),
                 name="durable_run_runnable_all",
             ),
-            models.Index(
+            PartialIndex(
                 fields=("lease_expires_at",),
-                condition=Q(status=RunStatus.RUNNING),
+                where=Q(status=RunStatus.RUNNING),
+                elsewhere=("status", "lease_expires_at"),
                 name="durable_run_lease",
             ),
             models.Index(fields=("status", "finished_at"), name="durable_run_finished"),
@@ -145,15 +151,15 @@ class StepRecord(models.Model):
     """One step of one run: its status, memoized output, timing and error."""
 
     run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="steps")
-    name = models.CharField(max_length=200)
+    name = ExactCharField(max_length=200)
     status = models.CharField(max_length=16, choices=StepStatus.choices)
     output = models.JSONField(null=True, blank=True)
     started_at = InstantField()
     completed_at = InstantField(null=True, blank=True)
     wake_at = InstantField(null=True, blank=True)
-    event = models.CharField(max_length=200, blank=True, default="")
+    event = ExactCharField(max_length=200, blank=True, default="")
     # NULL means "any key"; "" is a key like any other.
-    correlation_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    correlation_key = ExactCharField(max_length=255, null=True, blank=True)
     event_cursor = models.BigIntegerField(null=True, blank=True)
     #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
     kind = models.CharField(max_length=16, default="run")
@@ -173,15 +179,17 @@ class StepRecord(models.Model):
             models.UniqueConstraint(fields=("run", "name"), name="durable_step_run_name"),
         )
         indexes = (
-            models.Index(
+            PartialIndex(
                 fields=("event", "correlation_key"),
-                condition=Q(status=StepStatus.WAITING),
+                where=Q(status=StepStatus.WAITING),
+                elsewhere=("status", "event", "correlation_key"),
                 name="durable_step_waiting",
             ),
             # The admin's events page: which waits an event completed.
-            models.Index(
+            PartialIndex(
                 fields=("event", "event_cursor"),
-                condition=Q(status=StepStatus.COMPLETED) & ~Q(event=""),
+                where=Q(status=StepStatus.COMPLETED) & ~Q(event=""),
+                elsewhere=("status", "event", "event_cursor"),
                 name="durable_step_event_done",
             ),
         )
@@ -203,8 +211,8 @@ class Event(models.Model):
     """A published event. ``id`` is its position in the event log."""
 
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=200)
-    key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL: no key
+    name = ExactCharField(max_length=200)
+    key = ExactCharField(max_length=255, null=True, blank=True)  # NULL: no key
     payload = models.JSONField(null=True, blank=True)
     published_at = InstantField()
 

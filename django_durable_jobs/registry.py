@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from .durations import Duration, parse_duration
-from .exceptions import InvalidDuration, InvalidName, UnknownJob
+from .exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
 from .serialization import unstorable
 
 if TYPE_CHECKING:
@@ -167,9 +169,20 @@ def job(
             if concurrency is None
             else _integer(concurrency, "concurrency", minimum=1),
         )
+        if definition.on_event is not None:  # at import, not in the publisher's save
+            _takes_a_payload(definition)
         return register_job(definition)
 
     return register(fn) if fn is not None else register
+
+
+def _takes_a_payload(definition: JobDefinition) -> None:
+    try:
+        check_arguments(definition, ({},), {})
+    except InvalidPayload as exc:
+        raise TypeError(
+            f"@job(on_event={definition.on_event!r}) is called as fn(ctx, payload): {exc}"
+        ) from None
 
 
 def register_job(definition: JobDefinition) -> JobDefinition:
@@ -185,13 +198,16 @@ def register_job(definition: JobDefinition) -> JobDefinition:
 
 
 def get_job(name: str) -> JobDefinition:
-    """The job registered as ``name``, or ``UnknownJob`` listing close matches."""
+    """The job registered as ``name``, or ``UnknownJob`` listing close matches and
+    which modules this process imported jobs from."""
     try:
         return _registry[name]
     except KeyError:
         close = difflib.get_close_matches(name, _registry, n=3)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise UnknownJob(f"no job is registered as {name!r}{hint}") from None
+        raise UnknownJob(
+            f"no job is registered as {name!r}{hint}; {where_jobs_come_from()}"
+        ) from None
 
 
 def jobs_on_event(event: str) -> list[JobDefinition]:
@@ -208,11 +224,70 @@ def unregister(name: str) -> None:
     _registry.pop(name, None)
 
 
-def autodiscover() -> None:
-    """Import every installed app's ``jobs`` module (like ``admin.autodiscover``)."""
-    from django.utils.module_loading import autodiscover_modules
+#: The modules autodiscovery imported, or None before it ran (or with it turned off).
+_discovered: list[str] | None = None
 
-    autodiscover_modules("jobs")
+
+def autodiscover() -> list[str]:
+    """Import every installed app's ``jobs`` module (like ``admin.autodiscover``), or the
+    module names ``DURABLE_JOBS["JOB_MODULES"]`` lists; returns the modules imported."""
+    global _discovered
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    from . import conf
+
+    found = []
+    for app in apps.get_app_configs():
+        for module in conf.get("JOB_MODULES"):
+            if module_has_submodule(app.module, module):
+                importlib.import_module(f"{app.name}.{module}")
+                found.append(f"{app.name}.{module}")
+    _discovered = found
+    return found
+
+
+def where_jobs_come_from() -> str:
+    """Where this process looked for jobs, for people: the start-up banner, UnknownJob."""
+    from . import conf
+
+    if _discovered is None:
+        return 'jobs were not autodiscovered (DURABLE_JOBS["AUTODISCOVER"] is off)'
+    names = " or ".join(f"{module}.py" for module in conf.get("JOB_MODULES"))
+    found = ", ".join(_discovered) or "none"
+    return (
+        f"jobs are imported from each installed app's {names} (found: {found}); "
+        'define it there, or add its module name to DURABLE_JOBS["JOB_MODULES"]'
+    )
+
+
+def check_arguments(
+    definition: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], where: str = ""
+) -> None:
+    """Refuse arguments the job's function cannot be called with, at enqueue rather than
+    on every attempt in the worker: ``InvalidPayload`` naming the job, the parameter and
+    the signature."""
+    try:
+        signature = inspect.signature(definition.fn)
+    except (TypeError, ValueError):  # a callable without a readable signature
+        return
+    params = signature.parameters.values()
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    # bind() reports a missing parameter before an unknown one; the typo comes first.
+    unknown = [] if takes_any else [k for k in kwargs if k not in signature.parameters]
+    try:
+        if unknown:
+            raise TypeError(f"got an unexpected keyword argument {unknown[0]!r}")
+        signature.bind(None, *args, **kwargs)  # None stands for ctx
+    except TypeError as exc:
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in params],
+            return_annotation=signature.empty,
+        )
+        raise InvalidPayload(
+            f"job {definition.name!r}: {where}{exc}; the job is "
+            f"{getattr(definition.fn, '__name__', definition.name)}{bare}"
+        ) from None
 
 
 def _origin(fn: Callable[..., Any]) -> str:

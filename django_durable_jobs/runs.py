@@ -24,8 +24,10 @@ from .exceptions import (
     RunStateError,
     StepNotFound,
 )
+from .migrated import needs_tables
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
-from .registry import JobDefinition, JobOptions, get_job
+from .registry import JobDefinition, JobOptions, check_arguments, get_job
+from .run_ids import resolve as _pk
 from .serialization import MAX_DEPTH, NotStorable, check_payload, roundtrip, unstorable
 
 
@@ -37,6 +39,7 @@ def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:
     return enqueue_job(get_job(job_name), args, kwargs, JobOptions())
 
 
+@needs_tables
 def enqueue_job(
     job: JobDefinition,
     args: Sequence[Any],
@@ -52,7 +55,7 @@ def enqueue_job(
     returned and nothing is written (also under concurrent enqueues: the unique
     constraint decides).
     """
-    clean_args, clean_kwargs = _checked_arguments(job.name, args, kwargs)
+    clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
     now = now or clock.current().now()
     run = JobRun(
         job_name=job.name,
@@ -78,6 +81,7 @@ def enqueue_job(
 Call = Mapping[str, Any] | tuple[Any, ...]
 
 
+@needs_tables
 def enqueue_many_job(
     job: JobDefinition, calls: Iterable[Call], options: JobOptions, *, batch_size: int = 1000
 ) -> list[JobRun]:
@@ -94,9 +98,9 @@ def enqueue_many_job(
     runs = []
     for index, call in enumerate(calls):
         if isinstance(call, tuple):
-            args, kwargs = _checked_arguments(job.name, call, {}, where=f"call {index}: ")
+            args, kwargs = _checked_arguments(job, call, {}, where=f"call {index}: ")
         elif isinstance(call, Mapping):
-            args, kwargs = _checked_arguments(job.name, (), call, where=f"call {index}: ")
+            args, kwargs = _checked_arguments(job, (), call, where=f"call {index}: ")
         else:
             raise TypeError(
                 f"job {job.name!r}: enqueue_many call {index} must be a dict of keyword "
@@ -128,17 +132,20 @@ def enqueue_many_job(
 
 
 def _checked_arguments(
-    job_name: str, args: Sequence[Any], kwargs: Mapping[str, Any], *, where: str = ""
+    job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], *, where: str = ""
 ) -> tuple[list[Any], dict[str, Any]]:
+    job_name = job.name
     limit = int(conf.get("MAX_PAYLOAD_BYTES"))
     try:  # the common case in one encoding; the slow path only names the culprit
         # Two levels of wrapping: each argument may still nest MAX_DEPTH levels.
         clean_args, clean_kwargs = roundtrip(
             [list(args), dict(kwargs)], limit=limit, max_depth=MAX_DEPTH + 2
         )
-        return clean_args, clean_kwargs
     except NotStorable:
         pass
+    else:
+        check_arguments(job, args, kwargs, where)
+        return clean_args, clean_kwargs
     for index, value in enumerate(args):
         check_payload(value, what=f"job {job_name!r}: {where}argument {index}", limit=limit)
     for name, value in kwargs.items():
@@ -354,15 +361,6 @@ def recent_runs(
     if job:
         runs = runs.filter(job_name=job)
     return list(runs.defer("args", "kwargs", "result", "traceback")[:limit])
-
-
-def _pk(run_id: RunId) -> uuid.UUID:
-    if isinstance(run_id, uuid.UUID):
-        return run_id
-    try:
-        return uuid.UUID(str(run_id).strip())
-    except ValueError:
-        raise RunNotFound(f"{run_id!r} is not a run id (run ids are UUIDs)") from None
 
 
 def _rows(pk: uuid.UUID) -> JobRunQuerySet:

@@ -8,6 +8,7 @@ language accept: no NaN or Infinity, no NUL character, no lone surrogate, at mos
 from __future__ import annotations
 
 import json
+import math
 import traceback as tb
 from dataclasses import dataclass
 from typing import Any
@@ -83,8 +84,34 @@ def check_payload(value: Any, *, what: str, limit: int) -> Any:
     try:
         return roundtrip(value, limit=limit)
     except NotStorable as exc:
-        error = PayloadTooLarge if exc.too_large else InvalidPayload
-        raise error(f"{what} cannot be stored as JSON: {exc}") from None
+        if exc.too_large:
+            raise PayloadTooLarge(f"{what} cannot be stored as JSON: {exc}") from None
+        inside = culprit(value) or ""
+        raise InvalidPayload(f"{what}{inside} cannot be stored as JSON: {exc}") from None
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def culprit(value: Any, path: str = "", seen: frozenset[int] = frozenset()) -> str | None:
+    """Where inside ``value`` the first part that strict JSON refuses is, as a subscript
+    path (``"['items'][2]"``; ``""`` for ``value`` itself), or None if there is none."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, _SCALARS):
+        return None
+    if not isinstance(value, dict | list | tuple) or id(value) in seen:
+        return path  # not a JSON type, or a circular reference
+    seen = seen | {id(value)}
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(value, dict) and (culprit(key) is not None or isinstance(key, tuple)):
+            return f"{path}[{key!r}]"
+        if (found := culprit(item, f"{path}[{key!r}]", seen)) is not None:
+            return found
+    return None
 
 
 def _depth(value: Any) -> int:

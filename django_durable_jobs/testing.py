@@ -38,7 +38,7 @@ from . import clock as clocks
 from . import conf
 from .claims import claim, release
 from .clock import FakeClock
-from .durations import Duration
+from .durations import Duration, parse_duration
 from .events import publish_event
 from .execution import execute
 from .models import RUNNABLE, Event, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
@@ -143,13 +143,34 @@ class InlineJobs:
             )
             executed += 1
 
-    def advance(self, duration: Duration, *, drain: bool = True) -> datetime:
-        """Move the clock forward (``"3d"``, a ``timedelta``, seconds), then ``drain``;
-        returns the new time."""
-        now = self.clock.advance(duration)
-        if drain:
+    def advance(self, duration: Duration, *, drain: bool = True, limit: int = 1000) -> datetime:
+        """Let ``duration`` pass (``"3d"``, a ``timedelta``, seconds) with a worker running:
+        what is runnable now executes first, then the clock stops at each wake-up on the
+        way (a sleep, a wait's timeout, a backoff) to drain, and ends ``duration`` later.
+        Right after ``enqueue``, ``advance("3d")`` therefore runs the job up to its
+        ``sleep("3d")`` and on past it. Returns the new time.
+
+        With ``drain=False`` only the clock moves.
+        """
+        target = self.now + parse_duration(duration)
+        if not drain:
+            self.clock.set(target)
+            return target
+        self.drain()
+        for _ in range(limit):
+            upcoming = self._runs().filter(
+                status__in=RUNNABLE, wake_at__gt=self.now, wake_at__lte=target
+            )
+            wake_at = upcoming.aggregate(next=Min("wake_at"))["next"]
+            if wake_at is None:
+                break
+            self.clock.set(wake_at)
             self.drain()
-        return now
+        else:
+            raise RuntimeError(f"advance: runs still wake up after {limit} wake-ups")
+        self.clock.set(target)
+        self.drain()
+        return target
 
     def finish(self, run: JobRun, *, limit: int = 1000) -> JobRun:
         """Drain, and fast-forward the clock to the next wake-up (a sleep, a wait's

@@ -107,7 +107,8 @@ class Worker:
     def _drain(self, why: str) -> None:
         if self.stopping.is_set():
             return
-        log.info("worker %s: stopping (%s): finishing the run in hand", self.options.worker_id, why)
+        doing = "finishing the run in hand" if self._in_hand is not None else "idle, exiting"
+        log.info("worker %s: stopping (%s): %s", self.options.worker_id, why, doing)
         self.stop()
         drain = self.options.drain_timeout.total_seconds()
         timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGUSR2))

@@ -78,6 +78,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "INFO"},
+    # Django's default config gives "django" its own console handler, and its records
+    # also reach the root's: every line twice. Let them reach the root's only.
+    "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True}},
 }
 
 _email_backend = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

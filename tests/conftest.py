@@ -15,6 +15,26 @@ from django_durable_jobs.models import JobRun
 from django_durable_jobs.timeouts import TimeGuard
 from tests.testapp import jobs
 
+#: The vendor each database marker needs (Django's ``connection.vendor``).
+DATABASE_MARKERS = {"postgres": ("postgresql", "PostgreSQL"), "mariadb": ("mysql", "MariaDB/MySQL")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, with its reason, a test marked for another database than the one in use.
+
+    ``@pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")``: the whole suite
+    runs on every database, and the summary says what each one did not cover and why.
+    """
+    from django.db import connection
+
+    for item in items:
+        for marker_name, (vendor, label) in DATABASE_MARKERS.items():
+            marker = item.get_closest_marker(marker_name)
+            if marker is None or connection.vendor == vendor:
+                continue
+            why = marker.kwargs.get("reason", f"needs {label}")
+            item.add_marker(pytest.mark.skip(reason=f"{why} (this run: {connection.vendor})"))
+
 
 @pytest.fixture
 def clock() -> Iterator[FakeClock]:

@@ -110,7 +110,8 @@ def test_enqueue_writes_a_queued_run_and_sends_task_enqueued(
 @pytest.mark.django_db
 def test_a_task_runs_as_a_run_and_get_result_matches_it(jobs: InlineJobs, sent: list[Any]) -> None:
     result = tasks.add.enqueue(2, 3)
-    jobs.advance("1s")
+    jobs.advance("1s", drain=False)
+    jobs.drain()
     fetched = tasks.add.get_result(result.id)
     run = JobRun.objects.get(pk=result.id)
     assert run.status == RunStatus.SUCCEEDED and run.result == 5
@@ -162,6 +163,7 @@ def test_higher_priority_runs_first(jobs: InlineJobs) -> None:
 def test_a_failing_task_is_retried_then_fails_with_its_errors(
     jobs: InlineJobs, sent: list[Any]
 ) -> None:
+    start = jobs.now
     result = tasks.fails.enqueue("bad input")
     jobs.drain()
     retrying = tasks.fails.get_result(result.id)
@@ -170,7 +172,9 @@ def test_a_failing_task_is_retried_then_fails_with_its_errors(
     assert "bad input" in retrying.errors[0].traceback
     jobs.advance("10s")  # the backoff (OPTIONS: retries=1, backoff=10s)
     failed = tasks.fails.get_result(result.id)
-    assert failed.status == TaskResultStatus.FAILED and failed.finished_at == jobs.now
+    assert failed.status == TaskResultStatus.FAILED and failed.finished_at is not None
+    # The retry ran when its backoff ended: between 1/2 and 1 x 10s (equal jitter).
+    assert timedelta(seconds=5) <= failed.finished_at - start <= timedelta(seconds=10)
     assert failed.errors[0].exception_class_path == "builtins.ValueError"
     assert failed.worker_ids == ["inline-test-worker"] * 2 and failed.attempts == 2
     assert testjobs.CALLS["tasks.fails"] == 2
@@ -222,7 +226,9 @@ def test_a_retried_task_replays_its_completed_steps(jobs: InlineJobs) -> None:
     done = tasks.flaky.get_result(result.id)
     assert done.return_value == 2 and done.attempts == 2
     assert testjobs.CALLS["flaky-before"] == 1
-    assert done.errors == []  # errors describe the failure of a failed or retrying run
+    # As Django documents it: the errors of each execution, also when a later one succeeded.
+    assert [error.exception_class for error in done.errors] == [RuntimeError]
+    assert "first attempt fails" in done.errors[0].traceback
 
 
 @needs_tasks
@@ -232,7 +238,9 @@ def test_a_return_value_that_is_not_json_fails_the_run(jobs: InlineJobs) -> None
     jobs.drain()
     failed = tasks.not_json.get_result(result.id)
     assert failed.status == TaskResultStatus.FAILED
-    assert failed.errors[0].exception_class_path.endswith("StepOutputInvalid")
+    # TypeError, as Django's own backends report a return value that is not JSON.
+    assert failed.errors[0].exception_class_path == "builtins.TypeError"
+    assert issubclass(failed.errors[0].exception_class, TypeError)
     assert JobRun.objects.get(pk=result.id).error_code == "X_STEP_OUTPUT_INVALID"
 
 
@@ -392,3 +400,52 @@ def test_a_real_worker_process_executes_an_enqueued_task() -> None:
     assert fetched.status == TaskResultStatus.SUCCESSFUL, done.stderr
     assert fetched.return_value == "welcome -> grace@example.com"
     assert fetched.worker_ids == ["task-worker"]
+
+
+# -- what django.tasks users expect of errors (issue "the first hour") -------------------
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_errors_holds_the_error_of_each_failed_execution(jobs: InlineJobs) -> None:
+    result = tasks.fails.enqueue("bad input")
+    jobs.advance("1m")  # both attempts (OPTIONS: retries=1)
+    failed = tasks.fails.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED and failed.attempts == 2
+    assert [error.exception_class for error in failed.errors] == [ValueError, ValueError]
+    assert all("ValueError: bad input" in error.traceback for error in failed.errors)
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_the_error_log_line_of_a_failed_task_carries_its_traceback(
+    jobs: InlineJobs, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    result = tasks.fails.enqueue("bad input")
+    with caplog.at_level(logging.INFO, logger="django.tasks"):
+        jobs.advance("1m")
+    (line,) = [r for r in caplog.records if r.name == "django.tasks" and r.levelname == "ERROR"]
+    assert f"id={result.id}" in line.getMessage() and "state=FAILED" in line.getMessage()
+    assert line.exc_info is not None and line.exc_info[0] is not None  # Django reads exc_info
+    text = logging.Formatter().format(line)
+    assert "builtins.ValueError: bad input" in text
+    assert "raise ValueError(message)" in text  # the task's own frame, as the worker saw it
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_arguments_that_are_not_json_raise_a_type_error_as_django_documents() -> None:
+    with pytest.raises(TypeError, match=r"task 'tests\.testapp\.tasks\.add'"):
+        tasks.add.enqueue({1, 2}, 3)  # type: ignore[arg-type]
+
+
+@needs_tasks
+@pytest.mark.django_db
+def test_a_return_value_that_is_not_json_is_not_retried(jobs: InlineJobs) -> None:
+    result = tasks.not_json.enqueue()
+    jobs.advance("1m")
+    run = JobRun.objects.get(pk=result.id)
+    assert (run.status, run.attempt, run.error_code) == ("failed", 1, "X_STEP_OUTPUT_INVALID")
+    assert len(tasks.not_json.get_result(result.id).errors) == 1

@@ -22,13 +22,13 @@ LEASE = timedelta(minutes=1)
 
 @pytest.mark.django_db
 def test_enqueue_many_writes_every_call() -> None:
-    runs = jobs.add.using(queue="bulk", priority=3).enqueue_many([(1, 2), {"a": 3, "b": 4}, (5,)])
+    runs = jobs.add.using(queue="bulk", priority=3).enqueue_many([(1, 2), {"a": 3, "b": 4}, (5, 6)])
     assert len(runs) == 3
     stored = list(JobRun.objects.order_by("created_at", "args"))
     assert {(tuple(r.args), tuple(sorted(r.kwargs.items()))) for r in stored} == {
         ((1, 2), ()),
         ((), (("a", 3), ("b", 4))),
-        ((5,), ()),
+        ((5, 6), ()),
     }
     assert {(r.queue, r.priority, r.status) for r in stored} == {("bulk", 3, RunStatus.QUEUED)}
 
@@ -56,10 +56,9 @@ def test_enqueue_many_refuses_idempotency_keys() -> None:
         jobs.add.using(idempotency_key="k").enqueue_many([(1, 2)])
 
 
+@pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_enqueue_notifies_listeners_on_commit_only() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     import psycopg
 
     params = {
@@ -112,10 +111,9 @@ def test_heartbeat_notices_cancellation(clock: FakeClock) -> None:
     assert beat.interruption() is None
 
 
+@pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_a_run_becoming_runnable_notifies_listeners() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     import psycopg
     from django.utils import timezone
 

@@ -305,3 +305,10 @@ def test_three_or_more_beats_per_lease_pass(value: dict[str, str]) -> None:
 
 def test_a_bad_lease_is_reported_once_not_compared() -> None:
     assert _ids({"LEASE": "soon", "HEARTBEAT": "10s"}) == ["django_durable_jobs.E015"]
+
+
+@pytest.mark.parametrize("value", ["tasks", ["jobs", 3], ["my jobs"], None])
+def test_job_modules_must_be_a_list_of_module_names(value: Any) -> None:
+    (error,) = _check({"JOB_MODULES": value})
+    assert error.id == "django_durable_jobs.E031"
+    assert not _check({"JOB_MODULES": ["jobs", "tasks", "background.jobs"]})

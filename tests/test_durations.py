@@ -168,3 +168,17 @@ def test_format_duration_compact_form(value: timedelta, text: str) -> None:
 )
 def test_format_then_parse_round_trips(value: timedelta) -> None:
     assert parse_duration(format_duration(value)) == value
+
+
+def test_a_bare_zero_string_is_zero_as_the_backoff_docs_say() -> None:
+    from django_durable_jobs import job
+    from django_durable_jobs.registry import unregister
+
+    assert parse_duration("0") == parse_duration(" 0 ") == timedelta(0)
+    try:
+        definition = job(name="tests.zero_backoff", backoff="0")(lambda ctx: None)
+        assert definition.backoff == "0"
+    finally:
+        unregister("tests.zero_backoff")
+    with pytest.raises(ValueError, match="longer than zero"):  # a zero timeout stays a mistake
+        job(name="tests.zero_timeout", timeout="0")(lambda ctx: None)

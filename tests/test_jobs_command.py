@@ -209,3 +209,17 @@ def test_a_real_process_prints_one_line_and_no_traceback(args: tuple[str, ...]) 
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("CommandError: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_list_shows_the_error_type_and_message_of_a_users_own_exception() -> None:
+    JobRunFactory.create(
+        status=RunStatus.FAILED, error_type="builtins.ValueError", error="card\ndeclined"
+    )
+    JobRunFactory.create(
+        status=RunStatus.FAILED, error_code="X_JOB_TIMEOUT", error="run took over 1m: " + "x" * 80
+    )
+    out = jobs_command("list")
+    assert "ValueError: card declined" in out
+    assert "X_JOB_TIMEOUT: run took over 1m: xxx" in out
+    (timed_out,) = [line for line in out.splitlines() if "X_JOB_TIMEOUT" in line]
+    assert timed_out.rstrip().endswith("x…")

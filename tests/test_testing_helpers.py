@@ -187,3 +187,26 @@ class InlineJobsInATestCase(TestCase):
         publish_event("order.paid", {"order_id": 1}, key="11")
         self.jobs.drain()
         assert self.jobs.result(run)["order"] == {"order_id": 1}
+
+
+@pytest.mark.django_db
+def test_advance_right_after_enqueue_lets_the_time_pass_with_a_worker_running(
+    durable_jobs: InlineJobs,
+) -> None:
+    start = durable_jobs.now
+    run = durable_jobs.enqueue(testjobs.onboarding, user_id=7)
+    assert durable_jobs.advance("3d") == start + timedelta(days=3)
+    # It ran at once, slept three days and now waits; not "still sleeping until day 6".
+    assert durable_jobs.refresh(run).status == RunStatus.WAITING
+    sleep = durable_jobs.step(run, "sleep:3d")
+    assert sleep.started_at == start and sleep.wake_at == start + timedelta(days=3)
+    durable_jobs.advance("7d")  # the wait times out on day 10, inside this advance
+    assert durable_jobs.result(run)["ordered"] is False
+    assert durable_jobs.step(run, "nudge").started_at == start + timedelta(days=10)
+
+
+@pytest.mark.django_db
+def test_advance_without_drain_only_moves_the_clock(durable_jobs: InlineJobs) -> None:
+    run = durable_jobs.enqueue(testjobs.onboarding, user_id=7)
+    durable_jobs.advance("3d", drain=False)
+    assert durable_jobs.refresh(run).status == RunStatus.QUEUED

@@ -15,6 +15,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Lower
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.urls import URLPattern, path, reverse
@@ -24,6 +25,7 @@ from django.utils.safestring import SafeString
 from .. import clock, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
+from ..run_ids import MIN_PREFIX
 from .display import badge, json_block, text_block
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
@@ -34,6 +36,8 @@ else:
 
 #: A full or partial run id (the list shows the first 8 characters).
 _ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,35}")
+#: Too short to search as a run id.
+_ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,4}")
 
 
 @dataclass(frozen=True)
@@ -164,10 +168,20 @@ class JobRunAdmin(_ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(job_name__icontains=term) | Q(idempotency_key=term)
+        # Lower(), not icontains: MySQL's icontains is a LIKE that follows the column's
+        # collation, and job names compare exactly (binary) there.
+        match = Q(job_name_folded__contains=term.lower()) | Q(idempotency_key=term)
         if _ID_PREFIX.fullmatch(term):
             match |= Q(id__startswith=term.lower())
-        return queryset.filter(match), False
+        found = queryset.annotate(job_name_folded=Lower("job_name")).filter(match)
+        if not _ID_PREFIX.fullmatch(term) and _ID_START.fullmatch(term) and not found.exists():
+            # Silence here reads as "no such run": say why it was not searched as an id.
+            messages.info(
+                request,
+                f"No run matches {term!r}. To find a run by its id, type at least "
+                f"{MIN_PREFIX} of its first characters.",
+            )
+        return found, False
 
     @admin.display(description="run", ordering="id")
     def short_id(self, run: JobRun) -> str:

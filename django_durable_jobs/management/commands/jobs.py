@@ -22,6 +22,19 @@ from django_durable_jobs.models import FINISHED, JobRun, RunStatus
 RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
 
 
+#: Widest error cell of ``jobs list``; ``jobs show`` prints the whole error.
+ERROR_WIDTH = 60
+
+
+def error_cell(run: JobRun) -> str:
+    """The run's error on one line: its code, or the class of the user's own exception,
+    then the message (``ValueError: card declined``)."""
+    kind = run.error_code or run.error_type.rsplit(".", 1)[-1]
+    message = " ".join(run.error.split())
+    text = f"{kind}: {message}" if kind and message else kind or message
+    return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 1] + "…"
+
+
 class Command(BaseCommand):
     help = "Inspect and operate runs: show, list, retry, cancel, wake, replay, publish, purge."
 
@@ -127,7 +140,7 @@ class Command(BaseCommand):
             run.queue,
             trace.stamp(run.created_at),
             trace.stamp(run.wake_at) if run.status not in FINISHED else "",
-            run.error_code,
+            error_cell(run),
         )
 
     # -- operating -------------------------------------------------------------------

@@ -12,6 +12,7 @@ from django_durable_jobs.durations import parse_duration
 from django_durable_jobs.exceptions import InvalidDuration
 from django_durable_jobs.models import JobRun
 from django_durable_jobs.serialization import unstorable
+from django_durable_jobs.startup import log_jobs, refuse_unmigrated
 from django_durable_jobs.worker import WorkerOptions, run_workers
 
 
@@ -78,6 +79,8 @@ class Command(BaseCommand):
         if options["worker_id"] is not None:
             _check_worker_id(options["worker_id"])
         _configure_logging(int(options["verbosity"]))
+        refuse_unmigrated()
+        log_jobs()
         try:
             faults.arm()  # a test's fault (tests/test_faults.py); nothing otherwise
         except faults.FaultSpecError as exc:
