@@ -34,6 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 continue
             why = marker.kwargs.get("reason", f"needs {label}")
             item.add_marker(pytest.mark.skip(reason=f"{why} (this run: {connection.vendor})"))
+    _skip_full_fault_battery(config, items)
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def driver(clock: FakeClock) -> Driver:
     return Driver(clock)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _skip_full_fault_battery(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The full fault battery (``faults``) runs only when asked for: ``make faults``
     (``-m faults``); CI runs the representative slice that is not marked."""
     if "faults" in (config.getoption("markexpr") or ""):
