@@ -93,9 +93,17 @@ clean:
 # The whole fault-injection battery (CONTRIBUTING.md; CI runs its middle slice): every
 # fault point x action x position with real workers, on SQLite and PostgreSQL, then the
 # database restart under load (FAULTS_PG_CLUSTER names the PostgreSQL it may restart).
+#   make faults RESTART_CLUSTER="15 faults" RESTART_URL=postgres://postgres@127.0.0.1:5433/dj
+# (a cluster of its own: pg_createcluster 15 faults --port 5433 --start -- --auth-host=trust)
+RESTART_CLUSTER ?=
+RESTART_URL ?= postgres://postgres@127.0.0.1:5433/durable_jobs
+FAULT_TESTS := tests/test_faults.py tests/test_zombie_processes.py
 faults: .venv/$(LEG)/.installed
-	$(CLEAN_ENV) $(BIN)/python -m pytest -m "faults or not faults" tests/test_faults.py $(PYTEST_ARGS)
-	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -m "faults or not faults" tests/test_faults.py $(PYTEST_ARGS)
+	$(CLEAN_ENV) $(BIN)/python -m pytest -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
+	@if [ -z '$(RESTART_CLUSTER)' ]; then echo "== restart: skipped (set RESTART_CLUSTER) =="; else \
+	  $(CLEAN_ENV) DURABLE_JOBS_RESTART_CLUSTER='$(RESTART_CLUSTER)' DATABASE_URL='$(RESTART_URL)' \
+	    $(BIN)/python -m pytest -s -m faults tests/test_db_restart.py $(PYTEST_ARGS); fi
 
 # Benchmark against the peers in shared/bench (PostgreSQL on 127.0.0.1:5432; see
 # benchmarks/README.md). BENCH_ARGS=--quick for a one-minute smoke run without peers.

@@ -55,3 +55,13 @@ def relay(ctx: Any) -> list[Any]:
 def once(ctx: Any) -> str:
     """No retries: an attempt counted for nothing would fail it."""
     return str(ctx.step.run("s1", _effect, "s1", ctx.run_id))
+
+
+def _square(n: int) -> int:
+    return n * n
+
+
+@job(name="tests.faults.five", retries=20, backoff="200ms")
+def five(ctx: Any, n: int) -> int:
+    """Five steps; retries enough to ride out two database restarts."""
+    return sum(int(ctx.step.run(f"s{i}", _square, n + i)) for i in range(5))
