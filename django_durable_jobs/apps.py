@@ -21,9 +21,12 @@ class DurableJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import backends, checks, conf, migrated, registry
+        from . import backends, checks, clock, conf, migrated, registry
+        from .dbclock import DatabaseClock
 
         del checks, migrated  # register the system checks on import
+        # Leases and wake times are compared across processes: tell the database's time.
+        clock.install(DatabaseClock())
         connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
         if conf.get("AUTODISCOVER"):
             registry.autodiscover()

@@ -61,8 +61,15 @@ _current: Clock = SystemClock()
 
 
 def current() -> Clock:
-    """The clock that stamps new runs and events (the system clock unless swapped)."""
+    """The clock that stamps new runs and events and that workers read: the app
+    installs the database's clock (``dbclock.DatabaseClock``); tests swap in a fake."""
     return _current
+
+
+def install(clock: Clock) -> None:
+    """Make ``clock`` the process-wide clock (``use`` swaps it for a while)."""
+    global _current
+    _current = clock
 
 
 @contextmanager

@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import BigIntegerField, Exists, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
 from . import clock, conf, signals
@@ -108,17 +109,27 @@ def _event_name(event: object) -> str:
     return event
 
 
+#: Larger than any cursor: stands for "not positioned yet" in comparisons.
+_AFTER_EVERY_CURSOR = 2**62
+
+
 def wake_waiters(event: Event) -> int:
     """Make every run waiting for ``event`` runnable now; returns how many.
 
     Runs after the event commits, so a run that parks concurrently either is seen
-    here or sees the event itself when it re-checks after parking.
+    here or sees the event itself when it re-checks after parking. A wait whose cursor
+    came after the event (it positioned the event at or before itself) is not woken;
+    an event no cursor has positioned yet committed after every waiting step's cursor.
     """
     using = conf.database()
+    position = Event.objects.using(using).filter(pk=event.pk).values("position")[:1]
+    committed_after = Coalesce(
+        Subquery(position, output_field=BigIntegerField()), Value(_AFTER_EVERY_CURSOR)
+    )
     waiting = (
         StepRecord.objects.using(using)
         .waiting_for(event.name, event.key)
-        .filter(run=OuterRef("pk"), event_cursor__lt=event.id)
+        .filter(run=OuterRef("pk"), event_cursor__lt=committed_after)
     )
     # Idle workers are told by the row trigger of migration 0005 (PostgreSQL).
     return (

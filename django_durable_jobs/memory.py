@@ -48,7 +48,8 @@ class MemoryEventLog:
         self._events.append((event, key, roundtrip(payload), self._clock.now()))
         return len(self._events)
 
-    def cursor(self) -> int:
+    def cursor(self, event: str | None = None, key: str | None = None) -> int:
+        # One process, no transactions: the list is already in commit order.
         return len(self._events)
 
     def find(self, event: str, key: str | None, after: int) -> EventHit | None:

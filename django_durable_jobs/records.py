@@ -39,7 +39,7 @@ class StepRecord:
     wake_at: datetime | None = None
     event: str | None = None
     correlation_key: str | None = None
-    #: Events after this position in the event log count for a waiting step.
+    #: Events committed after this cursor (``EventLookup.cursor``) count for a waiting step.
     event_cursor: int | None = None
     error: ErrorInfo | None = None
     #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
@@ -74,16 +74,19 @@ class EventHit:
 class EventLookup(Protocol):
     """The slice of the event log a waiting step needs.
 
-    Positions order events as the database committed them, so "published after
-    the wait started" never compares clocks of different machines.
+    Cursors order events as the database committed them, so "published after
+    the wait started" never compares clocks of different machines, nor ids that
+    were handed out before their transactions committed.
     """
 
-    def cursor(self) -> int:
-        """The position of the newest event now; later events have larger ones."""
+    def cursor(self, event: str | None = None, key: str | None = None) -> int:
+        """A cursor for a wait on ``event`` (with ``key``; both None: every event):
+        events committed now are at or before it, events committed later after it."""
         ...
 
     def find(self, event: str, key: str | None, after: int) -> EventHit | None:
-        """The first event named ``event`` (with ``key``, if given) after ``after``."""
+        """The first event named ``event`` (with ``key``, if given) committed after
+        the cursor ``after``."""
         ...
 
     def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:

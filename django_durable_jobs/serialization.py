@@ -93,23 +93,28 @@ def check_payload(value: Any, *, what: str, limit: int) -> Any:
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def culprit(value: Any, path: str = "", seen: frozenset[int] = frozenset()) -> str | None:
+def culprit(
+    value: Any, path: str = "", seen: frozenset[int] = frozenset(), depth: int = 0
+) -> str | None:
     """Where inside ``value`` the first part that strict JSON refuses is, as a subscript
-    path (``"['items'][2]"``; ``""`` for ``value`` itself), or None if there is none."""
+    path (``"['items'][2]"``; ``""`` for ``value`` itself), or None if there is none.
+
+    Past ``MAX_DEPTH`` levels the value itself is the culprit: the walk stops there
+    instead of recursing as deep as the value goes."""
     if isinstance(value, str):
-        return path if "\x00" in value else None
+        return path if unstorable(value) is not None else None
     if isinstance(value, float):
         return None if math.isfinite(value) else path
     if isinstance(value, _SCALARS):
         return None
-    if not isinstance(value, dict | list | tuple) or id(value) in seen:
-        return path  # not a JSON type, or a circular reference
+    if not isinstance(value, dict | list | tuple) or id(value) in seen or depth >= MAX_DEPTH:
+        return path  # not a JSON type, a circular reference, or nested too deep
     seen = seen | {id(value)}
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, item in items:
         if isinstance(value, dict) and (culprit(key) is not None or isinstance(key, tuple)):
             return f"{path}[{key!r}]"
-        if (found := culprit(item, f"{path}[{key!r}]", seen)) is not None:
+        if (found := culprit(item, f"{path}[{key!r}]", seen, depth + 1)) is not None:
             return found
     return None
 

@@ -267,7 +267,7 @@ class Steps:
             return self._replay(existing)
         now = self._clock.now()
         if existing is None or existing.event_cursor is None:
-            started_at, cursor, attempts = now, self._events.cursor(), 1
+            started_at, cursor, attempts = now, self._events.cursor(event, match), 1
         else:
             started_at, cursor = existing.started_at, existing.event_cursor
             attempts = existing.attempts + 1

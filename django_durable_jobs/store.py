@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from django.db import connections, transaction
-from django.db.models import Field
+from django.db.models import Exists, F, Field, Max
 
 from . import claims_pg, faults, signals
 from .exceptions import DurableJobsError, RunCancelled
-from .models import Event, JobRun, RunStatus, StepRecord
+from .models import Event, EventPosition, JobRun, RunStatus, StepRecord
 from .records import ChildOutcome, EventHit, StepStatus
 from .serialization import ErrorInfo
 from .steps import StepRecord as Record
@@ -282,15 +282,60 @@ class OrmChildRuns:
         return None
 
 
+_BATCH = 1000
+
+
+def _next_position(using: str) -> int:
+    """Take the next position; the row stays locked until the caller's transaction ends."""
+    rows = EventPosition.objects.using(using).filter(pk=1)
+    if not rows.update(position=F("position") + 1):
+        # The row is missing (a flushed database): start after the largest position.
+        start = Event.objects.using(using).aggregate(top=Max("position"))["top"] or 0
+        EventPosition.objects.using(using).bulk_create(
+            [EventPosition(pk=1, position=start)], ignore_conflicts=True
+        )
+        rows.update(position=F("position") + 1)
+    return int(rows.values_list("position", flat=True).get())
+
+
 class OrmEventLog:
-    """``EventLookup`` over ``Event`` rows; positions are the rows' ids."""
+    """``EventLookup`` over ``Event`` rows: cursors are positions, hits carry the ids."""
 
     def __init__(self, *, using: str = "default") -> None:
         self.using = using
 
-    def cursor(self) -> int:
-        newest = Event.objects.using(self.using).order_by("-id").values_list("id", flat=True)[:1]
-        return next(iter(newest), 0)
+    def cursor(self, event: str | None = None, key: str | None = None) -> int:
+        """A position such that the events committed now (named ``event``, with
+        ``key``, if given) come at or before it, and those committed later after it.
+
+        Ids cannot be that: an id is taken at INSERT, so a transaction that inserted
+        an event and commits later leaves a smaller id behind a cursor. Instead the
+        cursor takes the next position (its row lock makes cursors one after another)
+        and stamps it on every committed event still without one; events that commit
+        later keep NULL until a later cursor stamps a larger position on them.
+        Publishing is untouched: an INSERT, as before.
+        """
+        events = Event.objects.using(self.using)
+        # Usually every committed event of this name and key has a position: then the
+        # newest position handed out already separates them from later ones. One
+        # statement reads both in one snapshot, and nothing is written.
+        newest = (
+            EventPosition.objects.using(self.using)
+            .filter(pk=1)
+            .filter(~Exists(events.unpositioned(event, key)))
+            .values_list("position", flat=True)
+            .first()
+        )
+        if newest is not None:
+            return int(newest)
+        with transaction.atomic(using=self.using):
+            position = _next_position(self.using)
+            # Read the ids first, then write by primary key: an UPDATE over the index
+            # range would wait (MariaDB) on rows other transactions have not committed.
+            ids = list(events.unpositioned(event, key).values_list("id", flat=True))
+            for start in range(0, len(ids), _BATCH):
+                events.filter(id__in=ids[start : start + _BATCH]).update(position=position)
+        return position
 
     def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
         from .events import publish_event

@@ -27,7 +27,7 @@ from django.db import DatabaseError, connections
 
 from . import claims_pg, conf, faults
 from .claims import claim, release, renew, requeue_expired
-from .clock import Clock, SystemClock
+from .clock import Clock, current
 from .exceptions import RunCancelled
 from .execution import UNSTORABLE, Pending, run_to_stop, settle
 from .health import close_broken_connections, keep_healthy
@@ -60,7 +60,9 @@ class Worker:
 
     def __init__(self, options: WorkerOptions, *, clock: Clock | None = None) -> None:
         self.options = options
-        self.clock = clock or SystemClock()
+        # The database's clock (installed by the app): leases and wake times are
+        # compared with times other processes wrote.
+        self.clock = clock or current()
         self.lease = conf.required_duration("LEASE")
         self.heartbeat = conf.required_duration("HEARTBEAT")
         self.stopping = threading.Event()

@@ -1,34 +1,26 @@
-"""Run a command with this process's clock shifted: ``python tests/skewed.py SECONDS
--m django runjobs ...`` (or ``-c CODE``). Every wall-clock read of the app goes through
-``SystemClock`` (STYLE: only it reads the clock), so shifting it is the process's skew.
+"""Run a management command in a process whose wall clock is wrong, as on a machine
+with a bad clock: ``python -m tests.skewed SECONDS COMMAND [ARGS...]``.
+
+``time.time``, ``datetime.now`` and friends are shifted by SECONDS (time-machine
+patches them where Python reads the clock, so every library sees the shift);
+``time.monotonic`` and the database server's clock are not.
 """
 
 from __future__ import annotations
 
-import runpy
 import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-# Run as a script, its own folder would come first: the repository's code must.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
-from django_durable_jobs import clock  # noqa: E402
+import time_machine
 
 
-def main() -> None:
-    shift = timedelta(seconds=float(sys.argv[1]))
+def main(argv: list[str]) -> None:
+    seconds = float(argv[1])
+    time_machine.travel(datetime.now(UTC) + timedelta(seconds=seconds), tick=True).start()
+    from django.core.management import execute_from_command_line
 
-    def skewed_now(self: clock.SystemClock) -> datetime:
-        return datetime.now(UTC) + shift
-
-    clock.SystemClock.now = skewed_now  # type: ignore[method-assign]
-    if sys.argv[2] == "-m":
-        sys.argv = [sys.argv[3], *sys.argv[4:]]
-        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-    else:  # -c CODE
-        exec(compile(sys.argv[3], "<skewed>", "exec"), {"__name__": "__main__"})
+    execute_from_command_line([argv[0], *argv[2:]])
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv)

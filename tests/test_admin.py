@@ -18,7 +18,7 @@ from django.urls import reverse
 
 import django_durable_jobs
 from django_durable_jobs.admin.display import BADGES
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.clock import FakeClock, current
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from tests.conftest import Driver
 from tests.factories import T0, JobRunFactory, StepRecordFactory
@@ -103,6 +103,7 @@ def test_list_query_count_does_not_grow_with_runs(
         JobRunFactory.create_batch(14, status=status, job_name=f"job.{status}", queue=status)
     JobRunFactory.create_batch(2)
     assert JobRun.objects.count() == 100
+    current().now()  # the database's clock measures its offset once a minute, not per page
     # Session, user, count, the page, the date hierarchy (2), the job and queue filters.
     with django_assert_num_queries(8):
         assert admin_client.get(reverse(CHANGELIST)).status_code == 200

@@ -151,9 +151,9 @@ def log(request: pytest.FixtureRequest) -> tuple[EventLookup, Publish]:
 def test_event_cursor_and_find(log: tuple[EventLookup, Publish]) -> None:
     events, publish = log
     start = events.cursor()
-    before = publish("order.paid", {"n": 0}, key="42")
-    assert before > start and events.cursor() == before
+    publish("order.paid", {"n": 0}, key="42")
     after = events.cursor()
+    assert after > start
     assert events.find("order.paid", "42", after) is None
     publish("order.paid", {"n": 1}, key="7")
     publish("order.shipped", {"n": 2}, key="42")

@@ -43,7 +43,7 @@ def steps_completed_by(events: Sequence[Event]) -> dict[int, list[Woken]]:
 
     A wait completes with the first matching event after its cursor, so a step is
     attributed to the earliest event of ``events`` that matches its name and key
-    (or any key), comes after the step's cursor, was published before the step
+    (or any key), committed after the step's cursor, was published before the step
     completed and carries the payload the step returned. An earlier match outside
     ``events`` would make that attribution wrong, hence "may have".
     """
@@ -55,31 +55,35 @@ def steps_completed_by(events: Sequence[Event]) -> dict[int, list[Woken]]:
         .filter(
             status=StepStatus.COMPLETED,
             event__in={event.name for event in events},
-            event_cursor__lt=max(event.id for event in events),
             completed_at__gte=min(event.published_at for event in events),
         )
         .filter(Q(correlation_key__isnull=True) | Q(correlation_key__in=keys))
-        .values_list(
-            "run_id",
-            "run__job_name",
-            "name",
-            "event",
-            "correlation_key",
-            "event_cursor",
-            "completed_at",
-            "output",
-        )
-        .order_by("-completed_at")[:CANDIDATES]
     )
+    positions = [event.position for event in events]
+    if None not in positions:  # else one of them is after every cursor
+        rows = rows.filter(event_cursor__lt=max(p for p in positions if p is not None))
+    candidates = rows.values_list(
+        "run_id",
+        "run__job_name",
+        "name",
+        "event",
+        "correlation_key",
+        "event_cursor",
+        "completed_at",
+        "output",
+    ).order_by("-completed_at")[:CANDIDATES]
     found: dict[int, list[Woken]] = {event.id: [] for event in events}
-    oldest_first = sorted(events, key=lambda event: event.id)
-    for run_id, job_name, step, name, key, cursor, completed_at, output in rows:
+    # In commit order: positioned events by position, then those not positioned yet.
+    oldest_first = sorted(
+        events, key=lambda event: (event.position is None, event.position or 0, event.id)
+    )
+    for run_id, job_name, step, name, key, cursor, completed_at, output in candidates:
         for event in oldest_first:
             if (
                 event.name == name
                 and (key is None or key == event.key)
                 and cursor is not None
-                and cursor < event.id
+                and (event.position is None or cursor < event.position)
                 and completed_at is not None
                 and event.published_at <= completed_at
                 and output == event.payload

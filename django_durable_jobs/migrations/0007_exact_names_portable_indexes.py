@@ -44,7 +44,7 @@ def partial(fields: list[str], name: str, where: models.Q, elsewhere: tuple[str,
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_durable_jobs", "0005_notify_woken_trigger"),
+        ("django_durable_jobs", "0006_event_position"),
     ]
 
     operations = [

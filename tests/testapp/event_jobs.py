@@ -39,3 +39,8 @@ def parent(ctx: Any, value: int) -> dict[str, Any]:
 @job(name="tests.waiter")
 def waiter(ctx: Any, key: str) -> Any:
     return ctx.step.wait_for_event("wait", "keyed", match=key, timeout="1h")
+
+
+@job(name="tests.any_key_waiter")
+def any_key_waiter(ctx: Any) -> Any:
+    return ctx.step.wait_for_event("wait", "keyed", timeout="1h")

@@ -74,3 +74,11 @@ def _spin() -> NoReturn:
 @job(name="tests.spin", timeout="1s", retries=0)
 def spin(ctx: Any) -> None:
     ctx.step.run("spin", _spin)
+
+
+@job(name="tests.napper", retries=0)
+def napper(ctx: Any, seconds: float) -> str:
+    """Sleeps durably between two steps: the run is parked, not a process."""
+    ctx.step.run("before", _effect, "nap-before", ctx.run_id)
+    ctx.step.sleep("nap", seconds)
+    return str(ctx.step.run("after", _effect, "nap-after", ctx.run_id))
