@@ -32,7 +32,7 @@ BIN = .venv/$(LEG)/bin
 # Every tool runs from the repo root with no inherited database or settings choice.
 CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
 
-.PHONY: test test-leg lint format venv venv-leg clean faults
+.PHONY: test test-leg lint format venv venv-leg clean faults soak
 
 test:
 	@for leg in $(LEGS); do $(MAKE) test-leg LEG=$$leg; done
@@ -98,6 +98,12 @@ clean:
 RESTART_CLUSTER ?=
 RESTART_URL ?= postgres://postgres@127.0.0.1:5433/durable_jobs
 FAULT_TESTS := tests/test_faults.py tests/test_zombie_processes.py
+# The soak: mixed load under random SIGKILLs for SOAK_SECONDS, on SOAK_URL (default PostgreSQL).
+SOAK_SECONDS ?= 600
+SOAK_URL ?= $(PG_URL)
+soak: .venv/$(LEG)/.installed
+	$(CLEAN_ENV) DATABASE_URL='$(SOAK_URL)' DURABLE_JOBS_SOAK_SECONDS='$(SOAK_SECONDS)' \
+	  $(BIN)/python -m pytest -s -m soak tests/test_soak.py $(PYTEST_ARGS)
 faults: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) $(BIN)/python -m pytest -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
 	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)

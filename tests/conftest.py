@@ -92,11 +92,13 @@ def driver(clock: FakeClock) -> Driver:
 
 
 def _skip_full_fault_battery(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The full fault battery (``faults``) runs only when asked for: ``make faults``
-    (``-m faults``); CI runs the representative slice that is not marked."""
-    if "faults" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="the full fault battery: make faults (-m faults)")
-    for item in items:
-        if item.get_closest_marker("faults") is not None:
-            item.add_marker(skip)
+    """The full fault battery (``faults``) and the soak (``soak``) run only when asked
+    for: ``make faults``, ``make soak``; CI runs the fault slice that is not marked."""
+    asked = config.getoption("markexpr") or ""
+    for marker, target in (("faults", "make faults"), ("soak", "make soak")):
+        if marker in asked:
+            continue
+        skip = pytest.mark.skip(reason=f"only when asked for: {target} (-m {marker})")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

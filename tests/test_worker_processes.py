@@ -96,16 +96,12 @@ class Workers:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(
-        self, name: str, *args: str, env: dict[str, str] | None = None, skew: float = 0
-    ) -> Worker:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Worker:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         # Per database: the suite may run on two databases at once.
         log_path = LOG_DIR / f"{connection.vendor}-{self.test_name}-{name}.log"
         log_file = log_path.open("wb")
         cmd = [sys.executable, "-m", "django", "runjobs", "--worker-id", name, *args]
-        if skew:  # a process whose clock is off by ``skew`` seconds (tests/skewed.py)
-            cmd = [sys.executable, str(REPO_DIR / "tests" / "skewed.py"), str(skew), *cmd[1:]]
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_DIR,

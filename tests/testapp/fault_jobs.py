@@ -65,3 +65,38 @@ def _square(n: int) -> int:
 def five(ctx: Any, n: int) -> int:
     """Five steps; retries enough to ride out two database restarts."""
     return sum(int(ctx.step.run(f"s{i}", _square, n + i)) for i in range(5))
+
+
+# -- the soak (tests/test_soak.py, make soak) -----------------------------------------
+
+
+def _note(name: str, run_id: str) -> str:
+    Effect.objects.create(name=name, run_id=run_id)
+    return name
+
+
+def _flaky(run_id: str, attempt: int) -> int:
+    Effect.objects.create(name="flaky", run_id=run_id)
+    if attempt == 1:
+        raise RuntimeError("the first attempt of a flaky step fails")
+    return attempt
+
+
+@job(name="tests.soak.leaf", retries=10, backoff=0)
+def leaf(ctx: Any, n: int) -> int:
+    ctx.step.run("leaf", _note, "leaf", ctx.run_id)
+    return n
+
+
+@job(name="tests.soak.mixed", retries=10, backoff="100ms")
+def mixed(ctx: Any, n: int) -> int:
+    """A sleep, a child run, a wait for an event the soak publishes, a step that fails
+    its first attempt (one run in three): the mixed load of the soak."""
+    ctx.step.run("a", _note, "a", ctx.run_id)
+    ctx.step.sleep("nap", "200ms")
+    got = int(ctx.step.invoke("child", leaf, n))
+    ctx.step.wait_for_event("wait", "soak.ping", match=ctx.run_id, timeout="2m")
+    if n % 3 == 0:
+        ctx.step.run("flaky", _flaky, ctx.run_id, ctx.attempt)
+    ctx.step.run("b", _note, "b", ctx.run_id)
+    return got
