@@ -92,7 +92,8 @@ def test_soak(workers: Workers) -> None:  # noqa: F811
         starts.append((first_start - run_created).total_seconds())
     print(
         f"\n[soak] {SECONDS:.0f}s: runs={sum(statuses.values())} statuses={statuses} "
-        f"kills={kills} duplicate step records={twice.count()} side effects repeated by kills={repeated} "
+        f"kills={kills} duplicate step records={twice.count()} "
+        f"side effects repeated by kills={repeated} "
         f"p99 step duration={_p99(durations) * 1000:.0f}ms "
         f"p99 enqueue-to-first-step={_p99(starts) * 1000:.0f}ms worker RSS max={rss // 1024}MiB"
     )
