@@ -44,3 +44,6 @@ def bench_wake(ctx: Any, key: str) -> float:
     started (wall time, same machine as the publisher): that is the run's result."""
     ctx.step.wait_for_event("w", "bench.go", match=key, timeout="1h")
     return float(ctx.step.run("mark", time.time))
+
+
+from . import fanout_jobs  # noqa: E402,F401  (benchmarks/fanout.py)

@@ -6,6 +6,7 @@ Public API: ``job``, ``enqueue``, the errors. Models live in
 
 from typing import TYPE_CHECKING, Any
 
+from .cron import Cron
 from .exceptions import (
     AttemptsExhausted,
     ChildRunFailed,
@@ -13,6 +14,7 @@ from .exceptions import (
     InvalidDuration,
     InvalidName,
     InvalidPayload,
+    InvalidSchedule,
     JobTimeoutError,
     PayloadTooLarge,
     RunCancelled,
@@ -32,10 +34,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AttemptsExhausted",
     "ChildRunFailed",
+    "Cron",
     "DurableJobsError",
     "InvalidDuration",
     "InvalidName",
     "InvalidPayload",
+    "InvalidSchedule",
     "JobTimeoutError",
     "PayloadTooLarge",
     "RunCancelled",

@@ -2,6 +2,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.db.backends.signals import connection_created
+from django.db.models.signals import post_migrate
 
 
 def _tune_sqlite(sender: Any, connection: Any, **kwargs: Any) -> None:
@@ -15,21 +16,31 @@ def _tune_sqlite(sender: Any, connection: Any, **kwargs: Any) -> None:
             cursor.execute("PRAGMA busy_timeout=30000")
 
 
+def _sync_schedules(sender: Any, using: str = "default", **kwargs: Any) -> None:
+    """After ``migrate``: the schedules declared in code appear as rows at once."""
+    from . import clock, conf, schedules
+
+    if using == conf.database():
+        schedules.sync(clock.current().now())
+
+
 class DurableJobsConfig(AppConfig):
     name = "django_durable_jobs"
     verbose_name = "Durable jobs"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import backends, checks, clock, conf, migrated, registry
+        from . import backends, checks, clock, conf, migrated, registry, retention
         from .dbclock import DatabaseClock
 
         del checks, migrated  # register the system checks on import
         # Leases and wake times are compared across processes: tell the database's time.
         clock.install(DatabaseClock())
         connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
+        post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="django_durable_jobs.cron")
         if conf.get("AUTODISCOVER"):
             registry.autodiscover()
+        retention.install()  # DURABLE_JOBS["RETENTION"]: an hourly purge schedule
         # The jobs of django.tasks backends (Django >= 6.0; a no-op before): a worker
         # must know them although it never enqueues a task itself.
         backends.install()

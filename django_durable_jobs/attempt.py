@@ -34,6 +34,8 @@ class JobContext:
     attempt: int
     job_name: str
     logger: logging.Logger
+    #: The slot a schedule started this run for (aware); None if no schedule did.
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,20 @@ def _module_names(value: Any) -> str | None:
     return None
 
 
+def _retention(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        return f"expected a dict of status -> age, or None, got {value!r}"
+    statuses = ("succeeded", "failed", "cancelled")
+    for status, age in value.items():
+        if status not in statuses:
+            return f"unknown status {status!r}; finished statuses are {', '.join(statuses)}"
+        if problem := _duration(age, nullable=False):
+            return f"{status}: {problem}"
+    return None
+
+
 _NULLABLE = {"TIMEOUT", "STEP_TIMEOUT"}
 #: key -> (check id, validator, what to write instead)
 RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
@@ -67,6 +81,7 @@ RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
     "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "AUTODISCOVER": ("E006", _bool, "True or False"),
     "JOB_MODULES": ("E031", _module_names, 'a list of module names, e.g. ["jobs", "tasks"]'),
+    "RETENTION": ("E030", _retention, 'e.g. {"succeeded": "7d", "failed": "30d"}, or None'),
 }
 _DURATION_IDS = {
     "BACKOFF": "E010",

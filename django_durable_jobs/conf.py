@@ -36,6 +36,9 @@ DEFAULTS: dict[str, Any] = {
     # The module names autodiscovery imports in each installed app (["jobs", "tasks"]
     # for jobs kept where Celery's habit puts them).
     "JOB_MODULES": ["jobs"],
+    # Delete finished runs after an age per status, e.g. {"succeeded": "7d",
+    # "failed": "30d"}, through an hourly schedule (None: keep every run).
+    "RETENTION": None,
 }
 
 DURATION_KEYS = {

@@ -130,3 +130,10 @@ class Suspension(BaseException):
         self.step = step
         self.resume_at = resume_at
         self.reason = reason
+
+
+class InvalidSchedule(DurableJobsError, ValueError):
+    """A cron expression or time zone that cannot be a schedule."""
+
+    code = "X_SCHEDULE_INVALID"
+    retryable = False

@@ -22,6 +22,7 @@ from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
 from .exceptions import AttemptsExhausted, RunCancelled, StepOutputInvalid, UnknownJob
+from .fanout_db import OrmChildBatches, last_sibling
 from .models import JobRun, RunStatus, StepRecord, StepStatus
 from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
@@ -121,6 +122,7 @@ def run_to_stop(
         store=OrmStepStore(using=using, owner=owner),
         events=OrmEventLog(using=using),
         children=OrmChildRuns(using=using),
+        batches=OrmChildBatches(using=using),
         clock=clock,
         limits=StepLimits(
             step_timeout=definition.step_timeout or conf.duration("STEP_TIMEOUT"),
@@ -140,6 +142,7 @@ def run_to_stop(
         attempt=run.attempt,
         job_name=run.job_name,
         logger=run_logger(str(run.id), run.job_name, run.attempt),
+        scheduled_at=run.scheduled_at,
     )
     signals.run_started.send(sender=JobRun, run=run)
     outcome = run_attempt(
@@ -221,7 +224,7 @@ def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:
     if recorded:
         for name, value in changes.items():
             setattr(run, name, value)
-        if run.parent_id is not None and run.is_finished:
+        if run.parent_id is not None and run.is_finished and last_sibling(run):
             wake_parent(run.parent_id, pending.now)
         if pending.parked is not None:
             recheck_after_park(run.pk, pending.parked, pending.now)

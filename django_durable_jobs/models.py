@@ -86,6 +86,11 @@ class JobRun(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
+    #: The schedule that started this run, and the slot it was for (``ctx.scheduled_at``).
+    schedule = models.ForeignKey(
+        "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    scheduled_at = InstantField(null=True, blank=True)
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.
@@ -253,3 +258,41 @@ class EventPosition(models.Model):
 
     def __str__(self) -> str:
         return f"event position {self.position}"
+
+
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def due(self, now: datetime) -> ScheduleQuerySet:
+        """Enabled schedules whose next slot has come."""
+        return self.filter(enabled=True, next_run_at__lte=now).order_by("next_run_at")
+
+
+class Schedule(models.Model):
+    """Starts a run of ``job_name`` at every slot of ``cron`` in ``timezone``.
+
+    Declared in code with ``@job(cron=...)`` (``code_key`` set) or added in the admin.
+    """
+
+    job_name = ExactCharField(max_length=200)
+    cron = models.CharField(max_length=200, help_text='5 fields, e.g. "0 9 * * 1".')
+    timezone = models.CharField(max_length=64, default="UTC", help_text='e.g. "Europe/Paris".')
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    #: The next slot to start; NULL while disabled.
+    next_run_at = InstantField(null=True, blank=True)
+    #: The slot of the last run started.
+    last_run_at = InstantField(null=True, blank=True)
+    # NULL for schedules added in the admin; "job|cron|timezone" as first declared.
+    code_key = models.CharField(max_length=300, null=True, blank=True, unique=True, editable=False)
+    #: Why the schedule is disabled when no operator paused it (e.g. removed from code).
+    note = models.CharField(max_length=300, blank=True, default="")
+
+    objects = ScheduleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ("job_name", "id")
+        # Not a partial index: MariaDB has none, and the table is small.
+        indexes = (models.Index(fields=("enabled", "next_run_at"), name="durable_schedule_due"),)
+
+    def __str__(self) -> str:
+        return f"{self.job_name} ({self.cron} {self.timezone})"

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
+from .cron import Cron, crons
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
+from .fanout import Call
 from .serialization import unstorable
 
 if TYPE_CHECKING:
@@ -57,6 +59,8 @@ class JobDefinition:
     step_timeout: timedelta | None = None
     on_event: str | None = None
     concurrency: int | None = None
+    #: ``@job(cron=...)``: the schedules declared in code (see ``schedules.sync``).
+    cron: tuple[Cron, ...] = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -67,6 +71,10 @@ class JobDefinition:
         >>> run = onboarding.enqueue(user_id=42)  # doctest: +SKIP
         """
         return JobCall(self, JobOptions()).enqueue(*args, **kwargs)
+
+    def call(self, *args: Any, **kwargs: Any) -> Call:
+        """A child run for ``ctx.step.invoke_all``: ``[send.call(i) for i in ids]``."""
+        return Call(self, args, kwargs)
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
         """Start many runs in batched INSERTs: ``job.enqueue_many([{"user_id": 1}, (2,)])``.
@@ -130,6 +138,7 @@ def job(
     step_timeout: Duration | None = None,
     on_event: str | None = None,
     concurrency: int | None = None,
+    cron: str | Cron | list[str | Cron] | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 
 
@@ -146,6 +155,7 @@ def job(
     step_timeout: Duration | None = None,
     on_event: str | None = None,
     concurrency: int | None = None,
+    cron: str | Cron | list[str | Cron] | None = None,
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a durable job. Bare (``@job``) or with options.
 
@@ -168,6 +178,7 @@ def job(
             concurrency=None
             if concurrency is None
             else _integer(concurrency, "concurrency", minimum=1),
+            cron=crons(cron),
         )
         if definition.on_event is not None:  # at import, not in the publisher's save
             _takes_a_payload(definition)

@@ -29,6 +29,7 @@ from .exceptions import (
     StepOutputInvalid,
     Suspension,
 )
+from .fanout import Call, ChildBatches, calls_of, invoke_all
 from .memory import MemoryChildRuns, MemoryEventLog, MemoryStepStore
 from .records import (
     ChildOutcome,
@@ -102,6 +103,7 @@ class Steps:
         interrupt: Callable[[], BaseException | None] | None = None,
         children: ChildRuns | None = None,
         mark_starts: bool = False,
+        batches: ChildBatches | None = None,
     ) -> None:
         """``records``: the run's records if the caller already knows them (a run that
         never started has none), saving a read. ``interrupt``: asked before each step;
@@ -121,6 +123,7 @@ class Steps:
         self._interrupt = interrupt
         self._children = children
         self._mark_starts = mark_starts
+        self._batches = batches
         self._used: list[str] = []
         self._replayed: list[str] = []
 
@@ -428,6 +431,33 @@ class Steps:
         if existing is not None and existing.deadline is not None:
             return existing.deadline
         return after(now, limit, timeout)
+
+    # -- fan-out (fanout.py) -------------------------------------------------
+    def invoke_all(
+        self, name: str, calls: Sequence[Call], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
+    ) -> list[Any]:
+        """Start one child run per ``job.call(...)`` in ``calls`` and suspend until all
+        finished (woken once, by the last); their results in order. If any failed,
+        ``ChildRunFailed`` names the first, once all have finished.
+
+        >>> totals = ctx.step.invoke_all("totals", [total.call(o) for o in ids])  # doctest: +SKIP
+        """
+        if self._batches is None:
+            raise RuntimeError("step.invoke_all needs child runs; this engine has none")
+        checked = calls_of(calls, f"job {self.job_name!r} step {name!r}")
+        return invoke_all(self, self._batches, name, checked, parse_duration(timeout))
+
+    def map(
+        self,
+        name: str,
+        job: Any,
+        items: Sequence[Any],
+        /,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+    ) -> list[Any]:
+        """``invoke_all`` with ``job.call(item)`` for each item."""
+        return self.invoke_all(name, [Call(job, (item,)) for item in items], timeout=timeout)
 
     # -- helpers -----------------------------------------------------------
     def _begin(self, name: str) -> StepRecord | None:

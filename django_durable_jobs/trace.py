@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import clock
+from .fanout import KIND, key_prefix
 from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
 from .models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from .registry import all_jobs
@@ -37,6 +38,18 @@ class Bar:
 class Tick:
     left: float
     label: str
+
+
+@dataclass(frozen=True)
+class Child:
+    """One child run of a fan-out step (``step.invoke_all`` / ``step.map``)."""
+
+    id: str
+    status: str
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +77,13 @@ class StepRow:
     error_type: str
     traceback: str
     bar: Bar
+    #: A fan-out step's child runs, in call order (empty for other steps).
+    children: tuple[Child, ...] = ()
+
+    @property
+    def fanout_text(self) -> str:
+        done = sum(child.finished for child in self.children)
+        return f"{done} of {len(self.children)} child runs finished"
 
     @property
     def output_json(self) -> str:
@@ -85,7 +105,9 @@ class StepRow:
     def wake_text(self) -> str:
         """The wake time of a sleep, or what a wait is (or was) waiting for."""
         if self.kind == "wait":
-            if self.event:
+            if self.children:
+                text = self.fanout_text
+            elif self.event:
                 text = self.event + (f" key={self.key}" if self.key is not None else "")
             else:
                 text = f"child run {self.key}"
@@ -139,9 +161,15 @@ class Trace:
 
 
 def build(
-    run: JobRun, steps: Sequence[StepRecord], *, now: datetime, max_attempts: int | None
+    run: JobRun,
+    steps: Sequence[StepRecord],
+    *,
+    now: datetime,
+    max_attempts: int | None,
+    children: Mapping[str, tuple[Child, ...]] | None = None,
 ) -> Trace:
-    """The trace of ``run``; ``steps`` in the order each first ran (id order)."""
+    """The trace of ``run``; ``steps`` in the order each first ran (id order);
+    ``children``: the child runs of each fan-out step, by step name."""
     ends = [_end(step, now) for step in steps]
     start = min([run.created_at, *(step.started_at for step in steps)])
     candidates = [start, *(end for end in ends if end is not None)]
@@ -152,7 +180,7 @@ def build(
     axis = _Axis(start, max(candidates))
     flags = replayed_flags(steps)
     rows = tuple(
-        _row(number, step, end, flags[index], axis)
+        _row(number, step, end, flags[index], axis, (children or {}).get(step.name, ()))
         for index, (number, step, end) in enumerate(
             zip(range(1, len(steps) + 1), steps, ends, strict=True)
         )
@@ -176,8 +204,28 @@ def load(run: JobRun, *, now: datetime | None = None) -> Trace:
     """Read ``run``'s steps (one query) and build its trace."""
     steps = list(StepRecord.objects.using(run._state.db).filter(run=run).order_by("id"))
     return build(
-        run, steps, now=now or clock.current().now(), max_attempts=max_attempts(run.job_name)
+        run,
+        steps,
+        now=now or clock.current().now(),
+        max_attempts=max_attempts(run.job_name),
+        children=_fanout_children(run, steps),
     )
+
+
+def _fanout_children(run: JobRun, steps: Sequence[StepRecord]) -> dict[str, tuple[Child, ...]]:
+    """One query per fan-out step: its children's ids and statuses, in call order."""
+    found: dict[str, tuple[Child, ...]] = {}
+    for step in steps:
+        if step.kind != KIND:
+            continue
+        prefix = key_prefix(str(run.pk), step.name)
+        rows = JobRun.objects.using(run._state.db).filter(
+            parent=run, idempotency_key__startswith=prefix
+        )
+        keyed = rows.values_list("idempotency_key", "id", "status")
+        ordered = sorted(keyed, key=lambda row: int((row[0] or "0").rsplit(":", 1)[-1]))
+        found[step.name] = tuple(Child(str(pk), status) for _, pk, status in ordered)
+    return found
 
 
 def replayed_flags(steps: Sequence[StepRecord]) -> list[bool]:
@@ -234,8 +282,8 @@ def run_duration(run: JobRun, now: datetime) -> timedelta | None:
 
 
 def _kind(step: StepRecord) -> str:
-    # "publish" and "invoke" steps are drawn like a run and a wait respectively.
-    return {"publish": "run", "invoke": "wait"}.get(step.kind, step.kind)
+    # "publish" steps are drawn like a run; "invoke" and "fanout" ones like a wait.
+    return {"publish": "run", "invoke": "wait", KIND: "wait"}.get(step.kind, step.kind)
 
 
 def _end(step: StepRecord, now: datetime) -> datetime | None:
@@ -249,7 +297,12 @@ def _end(step: StepRecord, now: datetime) -> datetime | None:
 
 
 def _row(
-    number: int, step: StepRecord, end: datetime | None, replayed: bool, axis: _Axis
+    number: int,
+    step: StepRecord,
+    end: datetime | None,
+    replayed: bool,
+    axis: _Axis,
+    children: tuple[Child, ...] = (),
 ) -> StepRow:
     took = end - step.started_at if step.status == StepStatus.COMPLETED and end else None
     still = step.status in (StepStatus.SLEEPING, StepStatus.WAITING)
@@ -272,6 +325,7 @@ def _row(
         error_type=step.error_type,
         traceback=step.traceback,
         bar=axis.bar(step.started_at, end, open=still),
+        children=children,
     )
 
 

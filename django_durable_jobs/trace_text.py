@@ -120,6 +120,12 @@ def as_json(trace: Trace) -> dict[str, Any]:
                 "error_type": row.error_type,
                 "error": row.error,
                 "traceback": row.traceback,
+                # Fan-out steps only: their child runs, in call order.
+                **(
+                    {"children": [{"id": c.id, "status": c.status} for c in row.children]}
+                    if row.children
+                    else {}
+                ),
             }
             for row in trace.steps
         ],
@@ -128,3 +134,13 @@ def as_json(trace: Trace) -> dict[str, Any]:
 
 def _iso(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat()
+
+
+def children_lines(trace: Trace) -> list[str]:
+    """Each fan-out step's child runs (``jobs show``), under the step table."""
+    lines: list[str] = []
+    for row in trace.steps:
+        if row.children:
+            lines.append(f"{row.name}: {row.fanout_text}")
+            lines.extend(f"  {index}  {c.id}  {c.status}" for index, c in enumerate(row.children))
+    return lines

@@ -34,6 +34,7 @@ from .health import close_broken_connections, keep_healthy
 from .models import JobRun, RunStatus
 from .orphans import stop_with_parent
 from .recording import log_outcome, record, record_patiently, refused
+from .schedules import Ticker, sync
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 
@@ -75,6 +76,7 @@ class Worker:
         self._beat: _Heartbeat | None = None
         self._pending: Pending | None = None
         self._guard: TimeGuard | None = None
+        self._schedules = Ticker()
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -140,6 +142,7 @@ class Worker:
             self._waker.mode,
             self.lease.total_seconds(),
         )
+        sync(self.clock.now())  # the schedules of the code this worker runs
         try:
             while not self.stopping.is_set():
                 if self.options.max_runs is not None and self.executed >= self.options.max_runs:
@@ -178,6 +181,7 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+        self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         pending = self._pending
         owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
         runs = self._record_and_claim(pending, owner, now)

@@ -93,6 +93,9 @@ DEFAULT_FROM_EMAIL = "shop@example.com"
 # The shop's onboarding flow (example_project/shop/jobs.py).
 SHOP_LOOK_AROUND = env.str("DEMO_SLEEP", default="2s")
 SHOP_FLAKY_MAIL = env.bool("DEMO_FLAKY", default=False)
+# The nightly sales report (a schedule): 03:00 in TIME_ZONE, mailed to SHOP_REPORT_TO.
+SHOP_REPORT_CRON = env.str("SHOP_REPORT_CRON", default="0 3 * * *")
+SHOP_REPORT_TO = env.str("SHOP_REPORT_TO", default="owner@example.com")
 
 DURABLE_JOBS: dict[str, object] = {
     # SQLite cannot wake a worker (PostgreSQL does, with LISTEN/NOTIFY): poll often.

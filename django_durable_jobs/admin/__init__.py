@@ -2,15 +2,18 @@
 
 Operating a run (retry, cancel, wake now, replay from a step) goes through the verbs
 in ``runs.py`` and needs the model's change permission; nothing is edited in a form.
+Schedules are the exception: operators add, pause and edit them (``schedules.py``).
 """
 
 from django.contrib import admin
 
-from ..models import Event, JobRun
+from ..models import Event, JobRun, Schedule
 from .events import EventAdmin
 from .runs import JobRunAdmin
+from .schedules import ScheduleAdmin
 
 admin.site.register(JobRun, JobRunAdmin)
 admin.site.register(Event, EventAdmin)
+admin.site.register(Schedule, ScheduleAdmin)
 
-__all__ = ["EventAdmin", "JobRunAdmin"]
+__all__ = ["EventAdmin", "JobRunAdmin", "ScheduleAdmin"]

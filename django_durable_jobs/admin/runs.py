@@ -101,7 +101,7 @@ class JobRunAdmin(_ModelAdmin):
         "next_wake",
     )
     list_display_links = ("short_id",)
-    list_filter = ("status", "job_name", "queue")
+    list_filter = ("status", "job_name", "queue", "schedule")
     search_fields = ("job_name", "idempotency_key")
     search_help_text = "A run id (or its first characters), a job name or an idempotency key."
     date_hierarchy = "created_at"

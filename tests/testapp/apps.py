@@ -7,3 +7,8 @@ class TestappConfig(AppConfig):
     name = "tests.testapp"
     label = "testapp"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .clocks import install_from_environment
+
+        install_from_environment()  # worker processes of tests/test_schedule_processes.py

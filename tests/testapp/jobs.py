@@ -104,4 +104,12 @@ def stubborn(ctx: Any) -> str:
 
 
 # Jobs of other test modules register when this module is autodiscovered.
-from . import admin_jobs, event_jobs, fault_jobs, hole_jobs, worker_jobs  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    admin_jobs,
+    event_jobs,
+    fanout_jobs,
+    fault_jobs,
+    hole_jobs,
+    schedule_jobs,
+    worker_jobs,
+)

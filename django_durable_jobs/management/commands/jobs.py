@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from django_durable_jobs import conf, runs, trace, trace_text
+from django_durable_jobs import clock, conf, runs, schedule_lines, trace, trace_text
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import DurableJobsError
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus
@@ -36,7 +36,10 @@ def error_cell(run: JobRun) -> str:
 
 
 class Command(BaseCommand):
-    help = "Inspect and operate runs: show, list, retry, cancel, wake, replay, publish, purge."
+    help = (
+        "Inspect and operate runs: show, list, retry, cancel, wake, replay, publish, purge; "
+        "list schedules."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -70,6 +73,9 @@ class Command(BaseCommand):
         publish.add_argument("--key", default=None, metavar="K")
         publish.add_argument("--payload", default=None, metavar="JSON")
 
+        schedules = sub.add_parser("schedules", help="Schedules with their next run times.")
+        schedules.add_argument("--json", action="store_true", help="Print them as JSON.")
+
         purge = sub.add_parser("purge", help="Delete finished runs and their steps.")
         purge.add_argument("--older-than", required=True, metavar="D", help='e.g. "30d".')
         purge.add_argument(
@@ -89,6 +95,7 @@ class Command(BaseCommand):
             "replay": self.verb,
             "publish": self.publish,
             "purge": self.purge,
+            "schedules": self.list_schedules,
         }
         try:
             actions[options["action"]](options)
@@ -114,6 +121,8 @@ class Command(BaseCommand):
             status_column=2,
         )
         for line in table:
+            self.stdout.write(line)
+        for line in trace_text.children_lines(shown):
             self.stdout.write(line)
 
     def list_runs(self, options: dict[str, Any]) -> None:
@@ -172,6 +181,18 @@ class Command(BaseCommand):
     def purge(self, options: dict[str, Any]) -> None:
         count = runs.purge(options["older_than"], options["status"] or FINISHED)
         self.stdout.write(f"deleted {count} run{'s' * (count != 1)} and their steps")
+
+    def list_schedules(self, options: dict[str, Any]) -> None:
+        listed = schedule_lines.listing(clock.current().now())
+        if options["json"]:
+            self.stdout.write(json.dumps(listed, indent=2, ensure_ascii=False))
+        elif not listed:
+            self.stdout.write("no schedules")
+        else:
+            for line in trace_text.text_table(
+                schedule_lines.HEADERS, [schedule_lines.cells(row) for row in listed]
+            ):
+                self.stdout.write(line)
 
     # -- output ----------------------------------------------------------------------
     def paint(self, status: str, text: str) -> str:

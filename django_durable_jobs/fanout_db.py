@@ -1,0 +1,107 @@
+"""The ORM side of fan-out: children as ``JobRun`` rows with ``parent`` set, started
+in one bulk insert, and the rule that only the last of them wakes the parent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+
+from . import clock, conf, signals
+from .fanout import Call, key_prefix
+from .models import FINISHED, JobRun, JobRunQuerySet, RunStatus
+from .records import ChildOutcome
+from .registry import JobDefinition, get_job
+from .runs import _checked_arguments as checked_arguments  # one rule for arguments
+from .serialization import ErrorInfo
+
+
+class OrmChildBatches:
+    """``ChildBatches`` over ``JobRun`` rows."""
+
+    def __init__(self, *, using: str = "default") -> None:
+        self.using = using
+
+    def start_all(self, parent_run_id: str, step: str, calls: Sequence[Call]) -> list[str]:
+        """One INSERT for all children (ignoring the keys already there: a worker killed
+        after it inserted them, before it recorded the step), then one read of their ids."""
+        prefix, now = key_prefix(parent_run_id, step), clock.current().now()
+        runs = [
+            _child(call, f"{prefix}{index}", parent_run_id, now) for index, call in enumerate(calls)
+        ]
+        with transaction.atomic(using=self.using):
+            JobRun.objects.using(self.using).bulk_create(runs, ignore_conflicts=True)
+        ids = dict(self._children(parent_run_id, step).values_list("idempotency_key", "id"))
+        for run in runs:
+            signals.run_enqueued.send(sender=JobRun, run=run)
+        return [str(ids[run.idempotency_key]) for run in runs]
+
+    def outcomes(
+        self, parent_run_id: str, step: str, ids: Sequence[str]
+    ) -> list[ChildOutcome | None]:
+        rows = {
+            str(row["id"]): row
+            for row in self._children(parent_run_id, step).values(
+                "id", "status", "result", "error", "error_type", "error_code"
+            )
+        }
+        return [_outcome(rows.get(child)) for child in ids]
+
+    def _children(self, parent_run_id: str, step: str) -> JobRunQuerySet:
+        return JobRun.objects.using(self.using).filter(
+            parent_id=UUID(parent_run_id),
+            idempotency_key__startswith=key_prefix(parent_run_id, step),
+        )
+
+
+def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
+    job = call.job if isinstance(call.job, JobDefinition) else get_job(str(call.job))
+    args, kwargs = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
+    return JobRun(
+        job_name=job.name,
+        queue=job.queue,
+        priority=job.priority,
+        args=args,
+        kwargs=kwargs,
+        idempotency_key=key,
+        created_at=now,
+        wake_at=now,
+        parent_id=parent_run_id,
+    )
+
+
+def _outcome(row: Mapping[str, Any] | None) -> ChildOutcome | None:
+    if row is None:
+        return ChildOutcome(
+            False, error=ErrorInfo(type="", message="the child run is gone", traceback="")
+        )
+    if row["status"] == RunStatus.SUCCEEDED:
+        return ChildOutcome(True, result=row["result"])
+    if row["status"] in (RunStatus.FAILED, RunStatus.CANCELLED):
+        return ChildOutcome(
+            False,
+            error=ErrorInfo(
+                type=str(row["error_type"]),
+                message=str(row["error"] or row["status"]),
+                traceback="",
+                code=str(row["error_code"]),
+            ),
+        )
+    return None
+
+
+def last_sibling(run: JobRun) -> bool:
+    """Whether the finished child ``run`` should wake its parent: always for a child of
+    ``step.invoke``; for a fan-out child, only when none of its siblings is unfinished
+    (each child writes its own status before it asks, so the last one sees them all)."""
+    key = run.idempotency_key or ""
+    if run.parent_id is None or not key.startswith("fanout:"):
+        return True
+    prefix = key[: key.rindex(":") + 1]
+    siblings = JobRun.objects.using(conf.database()).filter(
+        parent_id=run.parent_id, idempotency_key__startswith=prefix
+    )
+    return not siblings.exclude(status__in=FINISHED).exists()

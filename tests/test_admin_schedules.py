@@ -1,0 +1,95 @@
+"""The schedules admin through the real admin client: add, validate, edit, pause,
+the next five run times, and the runs list filtered by schedule."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.models import JobRun, Schedule
+from django_durable_jobs.schedules import start_due
+
+pytestmark = pytest.mark.django_db
+ADD = "admin:django_durable_jobs_schedule_add"
+T0 = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)  # two days before Paris springs forward
+
+
+def form(**changes: str) -> dict[str, str]:
+    data = {
+        "job_name": "tests.slot",
+        "cron": "30 2 * * *",
+        "timezone": "Europe/Paris",
+        "args": "[]",
+        "kwargs": "{}",
+        "enabled": "on",
+    }
+    data.update(changes)
+    return data
+
+
+def test_adding_a_schedule_shows_its_next_five_runs_in_its_time_zone(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    clock.set(T0)
+    response = admin_client.post(reverse(ADD), form(), follow=True)
+    assert response.status_code == 200
+    schedule = Schedule.objects.get()
+    assert schedule.next_run_at == datetime(2026, 3, 28, 1, 30, tzinfo=UTC)
+    text = response.content.decode()
+    # The night of the change: 02:30 does not exist in Paris; the run starts at 03:00.
+    assert "Sat 2026-03-28 02:30 CET (UTC+0100)" in text
+    assert "Sun 2026-03-29 03:00 CEST (UTC+0200)" in text
+    assert "Mon 2026-03-30 02:30 CEST (UTC+0200)" in text
+    change = reverse("admin:django_durable_jobs_schedule_change", args=[schedule.pk])
+    page = admin_client.get(change)
+    assert page.content.decode().count("<li>") >= 5
+    assert "Wed 2026-04-01 02:30 CEST (UTC+0200)" in page.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("cron", "30 2 * *", "has 4 field(s); write 5: minute hour day-of-month month"),
+        ("cron", "30 26 * * *", "Bad hour"),
+        ("timezone", "Europe/Pari", "unknown time zone &#x27;Europe/Pari&#x27;"),
+        ("job_name", "tests.slott", "did you mean &#x27;tests.slot&#x27;"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_error(
+    admin_client: Client, clock: FakeClock, field: str, value: str, error: str
+) -> None:
+    response = admin_client.post(reverse(ADD), form(**{field: value}))
+    assert response.status_code == 200  # the form again, with the error
+    assert error in response.content.decode()
+    assert not Schedule.objects.exists()
+
+
+def test_pause_edit_and_the_runs_list_filtered_by_schedule(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    clock.set(T0)
+    admin_client.post(reverse(ADD), form(cron="* * * * *", timezone="UTC"))
+    admin_client.post(reverse(ADD), form(cron="*/2 * * * *", timezone="UTC"))
+    every, other = Schedule.objects.order_by("id")
+    clock.advance("2m")
+    start_due(clock.now())
+    assert JobRun.objects.count() == 2
+    listing = admin_client.get(
+        reverse("admin:django_durable_jobs_jobrun_changelist"),
+        {"schedule__id__exact": every.pk},
+    )
+    assert "1 run" in listing.content.decode()  # only this schedule's run
+    change = reverse("admin:django_durable_jobs_schedule_change", args=[every.pk])
+    response = admin_client.post(change, form(cron="* * * * *", timezone="UTC", enabled=""))
+    assert response.status_code == 302
+    every.refresh_from_db()
+    assert not every.enabled and every.next_run_at is None
+    clock.advance("1h")
+    assert [run.schedule_id for run in start_due(clock.now()).started] == [other.pk]
+    admin_client.post(change, form(cron="0 9 * * *", timezone="Asia/Tokyo"))
+    every.refresh_from_db()
+    assert every.enabled and every.next_run_at == datetime(2026, 3, 28, 0, 0, tzinfo=UTC)
