@@ -98,8 +98,9 @@ class Workers:
 
     def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Worker:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        # Per database: the suite may run on two databases at once.
-        log_path = LOG_DIR / f"{connection.vendor}-{self.test_name}-{name}.log"
+        # Per database server: the suite may run on several at once.
+        server = f"{connection.vendor}{connection.settings_dict.get('PORT') or ''}"
+        log_path = LOG_DIR / f"{server}-{self.test_name}-{name}.log"
         log_file = log_path.open("wb")
         cmd = [sys.executable, "-m", "django", "runjobs", "--worker-id", name, *args]
         proc = subprocess.Popen(
