@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from django_durable_jobs import job
+from django_durable_jobs import Concurrency, job
 
 #: The latency job appends (start - enqueue) seconds here; run.py sets it for the worker.
 LAT_FILE_ENV = "BENCH_LAT_FILE"
@@ -44,6 +44,12 @@ def bench_wake(ctx: Any, key: str) -> float:
     started (wall time, same machine as the publisher): that is the run's result."""
     ctx.step.wait_for_event("w", "bench.go", match=key, timeout="1h")
     return float(ctx.step.run("mark", time.time))
+
+
+@job(name="bench.keyed", concurrency=Concurrency(1, key="key"))
+def bench_keyed(ctx: Any, key: str) -> None:
+    """A no-op under ``Concurrency(1, key=...)`` (benchmarks/flow.py)."""
+    return None
 
 
 from . import fanout_jobs  # noqa: E402,F401  (benchmarks/fanout.py)

@@ -716,6 +716,7 @@ def insert_runs(count: int, status: str) -> None:
         "lease_owner": "''",
         "lease_expires_at": "NULL",
         "parent_id": "NULL",
+        "trace_context": "NULL",
     }
     columns = [str(f.column) for f in JobRun._meta.concrete_fields]
     missing = set(columns) - set(values)

@@ -16,7 +16,9 @@ from .exceptions import (
     InvalidPayload,
     InvalidSchedule,
     JobTimeoutError,
+    NonRetriable,
     PayloadTooLarge,
+    RetryAfter,
     RunCancelled,
     RunNotFound,
     RunStateError,
@@ -26,6 +28,7 @@ from .exceptions import (
     Suspension,
     UnknownJob,
 )
+from .limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .registry import job
 
 if TYPE_CHECKING:
@@ -33,15 +36,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AttemptsExhausted",
+    "CancelOn",
     "ChildRunFailed",
+    "Concurrency",
     "Cron",
+    "Debounce",
     "DurableJobsError",
     "InvalidDuration",
     "InvalidName",
     "InvalidPayload",
     "InvalidSchedule",
     "JobTimeoutError",
+    "NonRetriable",
     "PayloadTooLarge",
+    "RateLimit",
+    "RetryAfter",
     "RunCancelled",
     "RunNotFound",
     "RunStateError",
@@ -49,6 +58,7 @@ __all__ = [
     "StepNotFound",
     "StepOutputInvalid",
     "Suspension",
+    "Throttle",
     "UnknownJob",
     "enqueue",
     "job",

@@ -17,10 +17,13 @@ def _tune_sqlite(sender: Any, connection: Any, **kwargs: Any) -> None:
 
 
 def _sync_schedules(sender: Any, using: str = "default", **kwargs: Any) -> None:
-    """After ``migrate``: the schedules declared in code appear as rows at once."""
-    from . import clock, conf, schedules
+    """After ``migrate``: the schedules declared in code appear as rows at once.
 
-    if using == conf.database():
+    Not after a partial ``migrate`` (to an older migration of this app, or of another
+    app before this one's): the schedules table may not exist yet."""
+    from . import clock, conf, migrated, schedules
+
+    if using == conf.database() and not migrated.unapplied_migrations(using):
         schedules.sync(clock.current().now())
 
 

@@ -13,7 +13,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .durations import format_duration
-from .exceptions import DurableJobsError, JobTimeoutError, StepOutputInvalid, Suspension
+from .exceptions import (
+    DurableJobsError,
+    JobTimeoutError,
+    RetryAfter,
+    StepOutputInvalid,
+    Suspension,
+)
 from .serialization import ErrorInfo, NotStorable, roundtrip
 from .steps import Steps
 from .timeouts import Overrun, TimeGuard
@@ -47,6 +53,8 @@ class Succeeded:
 class Failed:
     error: ErrorInfo
     retryable: bool
+    #: From ``RetryAfter``: the delay before the next attempt, instead of the backoff.
+    retry_after: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,8 @@ def run_attempt(
         return Suspended(suspension.step, suspension.resume_at, suspension.reason)
     except Exception as exc:
         retryable = not (isinstance(exc, DurableJobsError) and not exc.retryable)
-        return Failed(ErrorInfo.of(exc), retryable)
+        delay = exc.delay if isinstance(exc, RetryAfter) else None
+        return Failed(ErrorInfo.of(exc), retryable, retry_after=delay)
     except JOB_EXITS as exc:
         # sys.exit(), exit() or KeyboardInterrupt raised by job code ends this attempt,
         # not the worker: the operator's Ctrl-C reaches the worker's own signal handler.

@@ -92,6 +92,7 @@ _DURATION_IDS = {
     "LEASE": "E015",
     "HEARTBEAT": "E016",
     "POLL_INTERVAL": "E017",
+    "WORKER_RETENTION": "E020",
 }
 
 

@@ -18,7 +18,8 @@ from django.db import connections, transaction
 from django.db.models import Case, F, PositiveIntegerField, Value, When
 from django.db.models.functions import Coalesce
 
-from . import claims_pg, conf
+from . import claims_pg, conf, flow
+from .clock import Clock
 from .fields import InstantField
 from .models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus
 
@@ -33,6 +34,7 @@ def claim(
     lease: timedelta,
     queues: Iterable[str] | None = None,
     limit: int = 1,
+    clock: Clock | None = None,
 ) -> list[JobRun]:
     """Take up to ``limit`` runnable runs for ``owner``; the best first.
 
@@ -40,12 +42,29 @@ def claim(
     wait keeps its attempt number. Each returned run remembers the status it was
     claimed from (``claimed_from``) so that ``release`` can give it back unchanged.
     """
-    using = conf.database()
     queue_list = None if queues is None else list(queues)
+    limited: list[JobRun] = []
+    if flow.has_limits():
+        limited = flow.claim_limited(
+            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock
+        )
+    if len(limited) >= limit:
+        return limited
+    return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited))
+
+
+def claim_unlimited(
+    owner: str, now: datetime, lease: timedelta, queue_list: list[str] | None, limit: int
+) -> list[JobRun]:
+    """``claim`` for runs under no limit (flow control has its own, ``flow.claim_limited``)."""
+    using = conf.database()
     if claims_pg.available(using):
         return claims_pg.claim(using, owner, now, lease, queue_list, limit)[0]
     runs = JobRun.objects.using(using)
-    candidates = runs.runnable(now, queue_list)
+    # Runs under a limit are flow.claim_limited's, which locks their key first.
+    candidates = runs.runnable(now, queue_list).filter(
+        concurrency_limit__isnull=True, throttle_limit__isnull=True
+    )
     features = connections[using].features
     locking = features.has_select_for_update_skip_locked
     # Without row locks (SQLite) no transaction is opened: a read that later writes

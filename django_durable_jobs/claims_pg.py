@@ -38,6 +38,8 @@ _SELECT = """
 picked AS (
     SELECT id, status, started_at FROM {table}
     WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= $1 {queues}
+        -- runs under a limit are claimed one key at a time, by flow.claim_limited
+        AND concurrency_limit IS NULL AND throttle_limit IS NULL
     ORDER BY priority DESC, wake_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED

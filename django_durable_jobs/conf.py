@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     # A worker's claim on a run lasts LEASE and is renewed every HEARTBEAT.
     "LEASE": "60s",
     "HEARTBEAT": "10s",
+    # How long stopped and lost workers stay listed (admin, `jobs workers`).
+    "WORKER_RETENTION": "1d",
     # How often an idle worker looks for work when it cannot be notified.
     "POLL_INTERVAL": "1s",
     # Import every installed app's jobs.py at startup.
@@ -50,6 +52,7 @@ DURATION_KEYS = {
     "LEASE",
     "HEARTBEAT",
     "POLL_INTERVAL",
+    "WORKER_RETENTION",
 }
 
 

@@ -11,7 +11,7 @@ from django.db.models import BigIntegerField, Exists, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
-from . import clock, conf, signals
+from . import clock, conf, gates, signals
 from .exceptions import InvalidName
 from .migrated import needs_tables
 from .models import Event, JobRun, RunStatus, StepRecord
@@ -41,6 +41,7 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     row = Event.objects.using(using).create(
         name=event, key=key, payload=clean, published_at=clock.current().now()
     )
+    gates.cancel_on_event(row, using)
     for job in jobs_on_event(event):
         # One run per event and job: the key makes a re-delivery return the same run.
         enqueue_job(job, (clean,), {}, JobOptions(idempotency_key=f"event:{row.id}"))

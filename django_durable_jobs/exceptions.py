@@ -6,7 +6,8 @@ printed by ``manage.py jobs`` and safe to match on in user code.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 
 class DurableJobsError(Exception):
@@ -94,6 +95,32 @@ class AttemptsExhausted(DurableJobsError):
 
     code = "X_ATTEMPTS_EXHAUSTED"
     retryable = False
+
+
+class NonRetriable(DurableJobsError):
+    """Raise in a job or a step to fail the run at once, whatever retries are left.
+
+    >>> raise NonRetriable("customer 42 was deleted")  # doctest: +SKIP
+    """
+
+    code = "X_NON_RETRIABLE"
+    retryable = False
+
+
+class RetryAfter(DurableJobsError):
+    """Raise in a job or a step: this attempt fails and the next one starts after
+    ``delay`` (a duration) instead of the backoff. With no retries left the run fails.
+
+    >>> raise RetryAfter("30s")  # doctest: +SKIP
+    """
+
+    code = "X_RETRY_AFTER"
+
+    def __init__(self, delay: Any, message: str = "") -> None:
+        from .durations import parse_duration  # durations imports this module
+
+        self.delay: timedelta = parse_duration(delay)
+        super().__init__(message or f"retry after {self.delay}")
 
 
 class RunNotFound(DurableJobsError, LookupError):

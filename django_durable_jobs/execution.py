@@ -14,14 +14,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from django.db import DataError
+from django.db import DataError, transaction
 
-from . import conf, signals
+from . import conf, flow, otel, signals
 from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
 from .exceptions import AttemptsExhausted, RunCancelled, StepOutputInvalid, UnknownJob
+from .failure_handlers import handler_for, start_handler
 from .fanout_db import OrmChildBatches, last_sibling
 from .models import JobRun, RunStatus, StepRecord, StepStatus
 from .records import StepRecord as StepRecordValue
@@ -60,8 +61,9 @@ class Pending:
 
     @property
     def fused(self) -> bool:
-        """Whether the outcome fits the PostgreSQL statement that also claims."""
-        return set(self.changes) <= _FUSED
+        """Whether the outcome fits the PostgreSQL statement that also claims: not one
+        that frees a concurrency slot or starts an ``on_failure`` handler."""
+        return set(self.changes) <= _FUSED and not writes_alone(self)
 
     def outcome_values(self) -> dict[str, Any]:
         """Every column an outcome writes: the changes, the rest as claimed."""
@@ -145,15 +147,17 @@ def run_to_stop(
         scheduled_at=run.scheduled_at,
     )
     signals.run_started.send(sender=JobRun, run=run)
-    outcome = run_attempt(
-        definition.fn,
-        ctx,
-        run.args,
-        run.kwargs,
-        timeout=definition.timeout or conf.duration("TIMEOUT"),
-        guard=guard,
-        max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
-    )
+    with otel.run_span(run.job_name, str(run.id), run.attempt, run.trace_context) as done:
+        outcome = run_attempt(
+            definition.fn,
+            ctx,
+            run.args,
+            run.kwargs,
+            timeout=definition.timeout or conf.duration("TIMEOUT"),
+            guard=guard,
+            max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
+        )
+        done(*otel_outcome(outcome))
     pending = _pending(run, definition, outcome, clock.now(), rng)
     if isinstance(outcome, Suspended):
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
@@ -182,6 +186,13 @@ def _where_lost(run: JobRun) -> str:
         return f"while it executed step {lost!r}"
     done = steps.filter(status=StepStatus.COMPLETED).values_list("name", flat=True).first()
     return f"after step {done!r}" if done is not None else "before its first step completed"
+
+
+def otel_outcome(outcome: Outcome) -> tuple[str, str]:
+    """The outcome's name and error code, for the run's span."""
+    if isinstance(outcome, Failed):
+        return "failed", outcome.error.code
+    return ("succeeded" if isinstance(outcome, Succeeded) else "suspended"), ""
 
 
 def max_attempts(definition: JobDefinition | None) -> int:
@@ -229,7 +240,7 @@ def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:
         if pending.parked is not None:
             recheck_after_park(run.pk, pending.parked, pending.now)
         _announce(run, pending.outcome, changes)
-    elif owner is None or not _settle_cancelled(run, owner):
+    elif owner is None or not _settle_cancelled(run, owner, pending.now):
         log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
     return Executed(pending.outcome, str(changes["status"]), recorded)
 
@@ -249,10 +260,12 @@ def _failure(
         "traceback": error.traceback,
     }
     if outcome.retryable and definition is not None and run.attempt < max_attempts(definition):
-        backoff = definition.backoff if definition.backoff is not None else conf.get("BACKOFF")
-        delay = backoff_delay(
-            backoff, run.attempt, cap=conf.required_duration("MAX_BACKOFF"), rng=rng
-        )
+        delay = outcome.retry_after
+        if delay is None:
+            backoff = definition.backoff if definition.backoff is not None else conf.get("BACKOFF")
+            delay = backoff_delay(
+                backoff, run.attempt, cap=conf.required_duration("MAX_BACKOFF"), rng=rng
+            )
         changes.update(status=RunStatus.QUEUED, wake_at=now + delay)
     else:
         changes.update(status=RunStatus.FAILED, finished_at=now, wake_at=None)
@@ -260,11 +273,28 @@ def _failure(
 
 
 def write(pending: Pending, owner: str | None) -> bool:
-    """Write the outcome; with ``owner``, only while that worker holds the lease."""
-    rows = JobRun.objects.using(conf.database()).filter(pk=pending.run.pk)
+    """Write the outcome; with ``owner``, only while that worker holds the lease.
+
+    A final failure of a job with ``on_failure`` enqueues the handler in the same
+    transaction (see ``failure_handlers``); a run under a concurrency limit frees
+    its slot under its key's lock (see ``flow``).
+    """
+    using = conf.database()
+    run = pending.run
+    rows = JobRun.objects.using(using).filter(pk=run.pk)
     if owner is not None:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
-    return bool(rows.update(**pending.changes))
+    if not writes_alone(pending):
+        return bool(rows.update(**pending.changes))
+    with transaction.atomic(using=using):
+        if run.concurrency_limit is not None:
+            flow.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+        recorded = bool(rows.update(**pending.changes))
+        if recorded:
+            start_handler(run, pending.changes, pending.now)
+            if run.concurrency_limit is not None:
+                flow.free_slot(using, run, pending.now)
+    return recorded
 
 
 def shorten(pending: Pending, problem: BaseException) -> Pending:
@@ -292,18 +322,34 @@ def shorten(pending: Pending, problem: BaseException) -> Pending:
     return replace(pending, changes=changes, short=True)
 
 
-def _settle_cancelled(run: JobRun, owner: str) -> bool:
-    """A run cancelled while this worker executed it: let go of it, keep it cancelled."""
-    settled = (
-        JobRun.objects.using(conf.database())
-        .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
-        .update(
-            lease_owner="",
-            lease_expires_at=None,
-            error_code=RunCancelled.code,
-            error="cancelled while running",
-        )
+def writes_alone(pending: Pending) -> bool:
+    """Whether this outcome needs its own transaction (not the claim's statement):
+    it enqueues an ``on_failure`` handler, or it frees a concurrency slot."""
+    if pending.run.concurrency_limit is not None:
+        return True
+    return pending.changes.get("status") == RunStatus.FAILED and (
+        handler_for(pending.run) is not None
     )
+
+
+def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
+    """A run cancelled while this worker executed it: let go of it, keep it cancelled."""
+    using = conf.database()
+    with transaction.atomic(using=using):
+        if run.concurrency_limit is not None:
+            flow.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+        settled = (
+            JobRun.objects.using(using)
+            .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
+            .update(
+                lease_owner="",
+                lease_expires_at=None,
+                error_code=RunCancelled.code,
+                error="cancelled while running",
+            )
+        )
+        if settled and run.concurrency_limit is not None:
+            flow.free_slot(using, run, now)
     if settled:
         log.info("run cancelled: run=%s stopped by cancellation", run.id)
     return bool(settled)

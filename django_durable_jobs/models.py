@@ -28,10 +28,47 @@ class RunStatus(models.TextChoices):
     """Finished after its last attempt failed; see ``error_code`` and ``error``."""
     CANCELLED = "cancelled", "cancelled"
     """Stopped by an operator; it will not run again unless retried."""
+    SKIPPED = "skipped", "skipped"
+    """Enqueued over its job's ``RateLimit``: recorded, never executed."""
 
 
 RUNNABLE = (RunStatus.QUEUED, RunStatus.SLEEPING, RunStatus.WAITING)
-FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
+#: Runs under a concurrency limit or a throttle: only ``flow.claim_limited`` takes them.
+LIMITED = Q(concurrency_limit__isnull=False) | Q(throttle_limit__isnull=False)
+
+
+class FlowKey(models.Model):
+    """One row per limit key of a job: claims lock it to serialise per key (SPEC §8)."""
+
+    job_name = ExactCharField(max_length=200)
+    #: "concurrency" or "throttle".
+    kind = models.CharField(max_length=16)
+    key = ExactCharField(max_length=255, blank=True)
+
+    class Meta:
+        verbose_name = "flow key"
+        constraints = (
+            models.UniqueConstraint(fields=("job_name", "kind", "key"), name="durable_flow_key"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.kind} {self.key!r}"
+
+
+class CancelKey(models.Model):
+    """``CancelOn``: publishing ``event`` (with ``key``, unless NULL) cancels ``run``."""
+
+    run = models.ForeignKey("JobRun", on_delete=models.CASCADE, related_name="cancel_keys")
+    event = ExactCharField(max_length=200)
+    key = ExactCharField(max_length=255, null=True, blank=True)  # NULL: any
+
+    class Meta:
+        verbose_name = "cancel key"
+        indexes = (models.Index(fields=("event", "key"), name="durable_cancel_key"),)
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.key!r} -> {self.run_id}"
 
 
 class StepStatus(models.TextChoices):
@@ -91,6 +128,17 @@ class JobRun(models.Model):
         "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     scheduled_at = InstantField(null=True, blank=True)
+    #: The OpenTelemetry context of the code that enqueued the run (``otel.py``).
+    trace_context = models.JSONField(null=True, blank=True)
+    # Flow control (SPEC §8), copied from the job at enqueue so that the claim can
+    # enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
+    concurrency_key = ExactCharField(max_length=255, null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    throttle_key = ExactCharField(max_length=255, null=True, blank=True)
+    throttle_limit = models.PositiveIntegerField(null=True, blank=True)
+    throttle_period = models.DurationField(null=True, blank=True)
+    rate_limit_key = ExactCharField(max_length=255, null=True, blank=True)
+    debounce_key = ExactCharField(max_length=255, null=True, blank=True)
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.
@@ -133,6 +181,49 @@ class JobRun(models.Model):
             models.Index(fields=("status", "finished_at"), name="durable_run_finished"),
             models.Index(fields=("job_name", "created_at"), name="durable_run_job"),
             models.Index(fields=("created_at",), name="durable_run_created"),
+            # Runs started per minute and per hour (stats, dashboard, metrics).
+            models.Index(fields=("started_at",), name="durable_run_started"),
+            # Flow control: the runnable runs under a limit (claimed one key at a time)...
+            PartialIndex(
+                fields=("-priority", "wake_at"),
+                where=Q(status__in=RUNNABLE) & LIMITED,
+                elsewhere=("status", "wake_at", "priority"),
+                name="durable_run_limited",
+            ),
+            # ... the slots of a key (running, or cancelled but not yet stopped) ...
+            PartialIndex(
+                fields=("job_name", "concurrency_key", "status"),
+                where=Q(concurrency_limit__isnull=False),
+                elsewhere=("job_name", "concurrency_key", "status"),
+                name="durable_run_concurrency",
+            ),
+            # ... the runs held back until a slot frees, oldest first ...
+            PartialIndex(
+                fields=("job_name", "concurrency_key", "created_at"),
+                where=Q(status__in=RUNNABLE, wake_at__isnull=True),
+                elsewhere=("job_name", "concurrency_key", "status", "created_at"),
+                name="durable_run_held",
+            ),
+            # ... the enqueues of a rate-limit key within its period, a debounced run ...
+            PartialIndex(
+                fields=("job_name", "rate_limit_key", "created_at"),
+                where=Q(rate_limit_key__isnull=False),
+                elsewhere=("job_name", "rate_limit_key", "created_at"),
+                name="durable_run_rate_limit",
+            ),
+            PartialIndex(
+                fields=("job_name", "debounce_key"),
+                where=Q(debounce_key__isnull=False, status=RunStatus.QUEUED),
+                elsewhere=("job_name", "debounce_key", "status"),
+                name="durable_run_debounce",
+            ),
+            # ... and the starts of a throttle key within its period.
+            PartialIndex(
+                fields=("job_name", "throttle_key", "started_at"),
+                where=Q(throttle_limit__isnull=False),
+                elsewhere=("job_name", "throttle_key", "started_at"),
+                name="durable_run_throttle",
+            ),
         )
 
     def __str__(self) -> str:
@@ -296,3 +387,53 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} ({self.cron} {self.timezone})"
+
+
+class WorkerStatus(models.TextChoices):
+    LIVE = "live", "live"
+    """Heartbeating; its last beat is younger than the lease."""
+    STOPPED = "stopped", "stopped"
+    """Exited cleanly (it released or finished the runs it held)."""
+    LOST = "lost", "lost"
+    """Stopped beating for longer than the lease: killed, frozen or cut off."""
+
+
+class Worker(models.Model):
+    """One ``runjobs`` process that executes runs, as it last reported itself."""
+
+    #: ``--worker-id`` (default ``host:pid``); a restart with the same id takes over the row.
+    worker_id = ExactCharField(max_length=200, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    #: The version of django-durable-jobs the process runs.
+    version = models.CharField(max_length=50, blank=True, default="")
+    #: The queues it serves; empty: every queue.
+    queues = models.JSONField(default=list, blank=True)
+    #: How many runs this process executes at once.
+    concurrency = models.PositiveIntegerField(default=1)
+    status = models.CharField(
+        max_length=16, choices=WorkerStatus.choices, default=WorkerStatus.LIVE
+    )
+    started_at = InstantField()
+    last_heartbeat = InstantField()
+    #: Runs executed to their next stop since the process started (as of the last beat).
+    executed = models.PositiveIntegerField(default=0)
+
+    objects: models.Manager[Worker] = models.Manager()
+
+    class Meta:
+        ordering = ("worker_id",)
+        indexes = (models.Index(fields=("status", "last_heartbeat"), name="durable_worker_beat"),)
+
+    def __str__(self) -> str:
+        return f"{self.worker_id} ({self.status})"
+
+
+class Dashboard(JobRun):
+    """No table of its own: gives the admin's dashboard page a place in the app list
+    (``/admin/django_durable_jobs/dashboard/``); it shows figures about runs."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"

@@ -14,6 +14,12 @@ from .cron import Cron, crons
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
 from .fanout import Call
+from .limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
+from .limits import cancel_on as _cancel_on
+from .limits import concurrency as _concurrency
+from .limits import debounce as _debounce
+from .limits import rate_limit as _rate_limit
+from .limits import throttle as _throttle
 from .serialization import unstorable
 
 if TYPE_CHECKING:
@@ -58,12 +64,24 @@ class JobDefinition:
     timeout: timedelta | None = None
     step_timeout: timedelta | None = None
     on_event: str | None = None
-    concurrency: int | None = None
+    #: ``@job(concurrency=...)``, validated (see ``limits``).
+    concurrency: Limit | None = None
+    throttle: Limit | None = None
+    rate_limit: Limit | None = None
+    debounce: Limit | None = None
+    cancel_on: tuple[CancelOn, ...] = ()
+    #: The name of the job enqueued when a run finally fails or is cancelled.
+    on_failure: str | None = None
     #: ``@job(cron=...)``: the schedules declared in code (see ``schedules.sync``).
     cron: tuple[Cron, ...] = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """The limits the claim enforces for this job's runs."""
+        return tuple(limit for limit in (self.concurrency, self.throttle) if limit is not None)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
         """Start a run in the caller's transaction; returns the ``JobRun``.
@@ -137,7 +155,12 @@ def job(
     timeout: Duration | None = None,
     step_timeout: Duration | None = None,
     on_event: str | None = None,
-    concurrency: int | None = None,
+    concurrency: Concurrency | int | None = None,
+    throttle: Throttle | None = None,
+    rate_limit: RateLimit | None = None,
+    debounce: Debounce | None = None,
+    cancel_on: CancelOn | list[CancelOn] | None = None,
+    on_failure: JobDefinition | str | None = None,
     cron: str | Cron | list[str | Cron] | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 
@@ -154,7 +177,12 @@ def job(
     timeout: Duration | None = None,
     step_timeout: Duration | None = None,
     on_event: str | None = None,
-    concurrency: int | None = None,
+    concurrency: Concurrency | int | None = None,
+    throttle: Throttle | None = None,
+    rate_limit: RateLimit | None = None,
+    debounce: Debounce | None = None,
+    cancel_on: CancelOn | list[CancelOn] | None = None,
+    on_failure: JobDefinition | str | None = None,
     cron: str | Cron | list[str | Cron] | None = None,
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a durable job. Bare (``@job``) or with options.
@@ -165,8 +193,9 @@ def job(
     """
 
     def register(function: Callable[..., Any]) -> JobDefinition:
+        job_name = _origin(function) if name is None else _text(name, "name", longest=200)
         definition = JobDefinition(
-            name=_origin(function) if name is None else _text(name, "name", longest=200),
+            name=job_name,
             fn=function,
             queue=_text(queue, "queue"),
             priority=_priority(priority),
@@ -175,9 +204,12 @@ def job(
             timeout=_positive(timeout, "timeout"),
             step_timeout=_positive(step_timeout, "step_timeout"),
             on_event=None if on_event is None else _text(on_event, "on_event"),
-            concurrency=None
-            if concurrency is None
-            else _integer(concurrency, "concurrency", minimum=1),
+            concurrency=_concurrency(concurrency, job_name, function),
+            throttle=_throttle(throttle, job_name, function),
+            rate_limit=_rate_limit(rate_limit, job_name, function),
+            debounce=_debounce(debounce, job_name, function),
+            cancel_on=_cancel_on(cancel_on, job_name, function),
+            on_failure=_handler(on_failure),
             cron=crons(cron),
         )
         if definition.on_event is not None:  # at import, not in the publisher's save
@@ -360,6 +392,12 @@ def _backoff(value: Backoff | None) -> Backoff | None:
         return value
     _duration(value, "backoff")  # fail at import time, not at the first retry
     return value
+
+
+def _handler(value: JobDefinition | str | None) -> str | None:
+    if value is None or isinstance(value, JobDefinition):
+        return None if value is None else value.name
+    return _text(value, "on_failure (a job or a job name)", longest=200)
 
 
 def _duration(value: Duration, what: str) -> timedelta:

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import children, claims_pg, clock, conf, signals
+from . import children, claims_pg, clock, conf, flow, gates, otel, signals
 from .durations import Duration, after, before, parse_duration
 from .exceptions import (
     InvalidDuration,
@@ -24,6 +24,7 @@ from .exceptions import (
     RunStateError,
     StepNotFound,
 )
+from .failure_handlers import start_handler
 from .migrated import needs_tables
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, check_arguments, get_job
@@ -67,14 +68,25 @@ def enqueue_job(
         created_at=now,
         wake_at=_wake_at(options.run_after, now),
         parent_id=parent,
+        trace_context=otel.carrier(),
     )
+    flow.stamp(run, job, clean_args, clean_kwargs)
+    gates.stamp(run, job, clean_args, clean_kwargs)
     db = conf.database()
-    if run.idempotency_key is None:
+    outcome = "new"
+    if gates.gated(job):
+        run, outcome = gates.save_gated(run, job, now, db)
+    elif run.idempotency_key is None:
         run.save(using=db, force_insert=True)
     else:
         JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
         run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=run.idempotency_key)
-    signals.run_enqueued.send(sender=JobRun, run=run)
+    if outcome == "new" and job.cancel_on:
+        gates.add_cancel_keys(run, job, clean_args, clean_kwargs, db)
+    if outcome == "skipped":
+        signals.run_skipped.send(sender=JobRun, run=run)
+    elif outcome == "new":
+        signals.run_enqueued.send(sender=JobRun, run=run)
     return run
 
 
@@ -93,6 +105,11 @@ def enqueue_many_job(
     """
     if options.idempotency_key is not None:
         raise ValueError("enqueue_many does not take an idempotency_key; use enqueue()")
+    if gates.gated(job) or job.cancel_on:
+        raise ValueError(
+            f"job {job.name!r}: enqueue_many does not apply rate_limit, debounce or "
+            "cancel_on; use enqueue() for this job"
+        )
     now = clock.current().now()
     wake_at = _wake_at(options.run_after, now)
     runs = []
@@ -106,22 +123,23 @@ def enqueue_many_job(
                 f"job {job.name!r}: enqueue_many call {index} must be a dict of keyword "
                 f"arguments or a tuple of positional arguments, got {type(call).__name__}"
             )
-        runs.append(
-            JobRun(
-                job_name=job.name,
-                queue=options.queue or job.queue,
-                priority=job.priority if options.priority is None else options.priority,
-                args=args,
-                kwargs=kwargs,
-                created_at=now,
-                wake_at=wake_at,
-            )
+        run = JobRun(
+            job_name=job.name,
+            queue=options.queue or job.queue,
+            priority=job.priority if options.priority is None else options.priority,
+            args=args,
+            kwargs=kwargs,
+            created_at=now,
+            wake_at=wake_at,
         )
+        flow.stamp(run, job, args, kwargs)
+        runs.append(run)
     # A microsecond apart and none later than asked, so workers take them in order.
     for index, run in enumerate(runs):
         run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
     using = conf.database()
-    if runs and claims_pg.available(using):
+    # The unnest INSERT writes the columns every run has; limits need bulk_create.
+    if runs and claims_pg.available(using) and not job.limits:
         claims_pg.insert_runs(using, runs, batch_size)
         created = runs
     else:
@@ -205,7 +223,9 @@ _AGAIN: dict[str, Any] = {
 }
 
 
-def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
+def cancel(
+    run_id: RunId, *, now: datetime | None = None, reason: str = "cancelled by an operator"
+) -> JobRun:
     """Stop a run. A queued, sleeping or waiting run is cancelled at once; a running
     one is marked cancelled and stops at its next step (``X_RUN_CANCELLED``). Its
     unfinished child runs are cancelled with it, and a parent waiting for it in
@@ -221,7 +241,7 @@ def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         "wake_at": None,
         **_NO_ERROR,
         "error_code": RunCancelled.code,
-        "error": "cancelled by an operator",
+        "error": reason,
     }
     with transaction.atomic(using=using):
         rows = _rows(pk)
@@ -240,6 +260,7 @@ def cancel(run_id: RunId, *, now: datetime | None = None) -> JobRun:
         below = children.cancel_descendants(
             pk, {**stopped, "error": f"cancelled along with run {pk}"}
         )
+        start_handler(run, stopped, now)
     signals.run_cancelled.send(sender=JobRun, run=run)
     for child in JobRun.objects.using(using).filter(pk__in=below, status=RunStatus.CANCELLED):
         signals.run_cancelled.send(sender=JobRun, run=child)

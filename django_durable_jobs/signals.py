@@ -10,4 +10,5 @@ run_suspended = Signal()  # run, step, resume_at, reason
 run_succeeded = Signal()  # run
 run_failed = Signal()  # run, error, will_retry
 run_cancelled = Signal()  # run
+run_skipped = Signal()  # run: enqueued over a RateLimit, never executed
 event_published = Signal()  # event

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from . import otel
 from .clock import Clock, SystemClock, aware
 from .durations import Duration, after, format_duration, parse_duration
 from .exceptions import (
@@ -158,7 +159,7 @@ class Steps:
             self._save(replace(record, error=self._lost(name, attempts)))
         began = self._clock.now()
         try:
-            with self._step_limit(name):
+            with self._step_limit(name), otel.step_span(name, self.run_id, attempts):
                 value = fn(*args, **kwargs)
             self._check_took(name, began)
             output = self._storable(name, value)
@@ -273,7 +274,7 @@ class Steps:
             started_at, cursor, attempts = now, self._events.cursor(event, match), 1
         else:
             started_at, cursor = existing.started_at, existing.event_cursor
-            attempts = existing.attempts + 1
+            attempts = _executions(existing)
         record = StepRecord(
             run_id=self.run_id,
             name=name,
@@ -374,13 +375,14 @@ class Steps:
         now = self._clock.now()
         deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
         child = self._child(name, existing, job, args, kwargs)
+        attempts = _executions(existing) if existing is not None else 1
         record = StepRecord(
             run_id=self.run_id,
             name=name,
             kind="invoke",
             status=StepStatus.WAITING,
             started_at=existing.started_at if existing else now,
-            attempts=(existing.attempts if existing else 0) + 1,
+            attempts=attempts,
             correlation_key=child,
             deadline=deadline,
         )
@@ -529,3 +531,10 @@ class Steps:
     def records(self) -> Iterator[StepRecord]:
         """The records this attempt knows, in first-run order."""
         return iter(self._records.values())
+
+
+def _executions(existing: StepRecord) -> int:
+    """A wait or invoke that resumes to look again is the same execution: only one that
+    failed before (and runs again on retry) counts another. Counting every look would
+    show 20,000 attempts on a 7-day wait polled every 30 s."""
+    return existing.attempts + 1 if existing.status is StepStatus.FAILED else existing.attempts

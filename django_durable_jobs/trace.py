@@ -234,8 +234,9 @@ def replayed_flags(steps: Sequence[StepRecord]) -> list[bool]:
     A job function runs from the top on every execution (a resume after a sleep or a
     wait, a retry), so every completed step before a point where the run *resumed*
     was replayed. The records prove a resume at a step that ran in more than one
-    execution (more than one attempt: a retried step, a wait that looked again) or at
-    a sleep or wait that completed later than it started. A later execution that left
+    execution (more than one attempt: a retried step) or at a sleep or wait that
+    completed later than it started (a wait still waiting counts one execution however
+    often it looked again, so the looks leave no mark). A later execution that left
     no such mark (a retry after a failure outside any step, a worker that died) is not
     visible in the records, so those replays are not marked.
     """

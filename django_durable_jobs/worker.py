@@ -25,7 +25,7 @@ from uuid import UUID
 
 from django.db import DatabaseError, connections
 
-from . import claims_pg, conf, faults
+from . import claims_pg, conf, faults, flow
 from .claims import claim, release, renew, requeue_expired
 from .clock import Clock, current
 from .exceptions import RunCancelled
@@ -37,6 +37,7 @@ from .recording import log_outcome, record, record_patiently, refused
 from .schedules import Ticker, sync
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
+from .workers import Presence
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -77,6 +78,7 @@ class Worker:
         self._pending: Pending | None = None
         self._guard: TimeGuard | None = None
         self._schedules = Ticker()
+        self._presence: Presence | None = None
 
     # -- signals ---------------------------------------------------------------
     # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
@@ -134,6 +136,7 @@ class Worker:
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
         self._waker = make_waker()
+        self._register()
         log.info(
             "worker %s: queues=%s concurrency=1 database=%s wake=%s lease=%ss",
             self.options.worker_id,
@@ -166,6 +169,8 @@ class Worker:
             self._waker.close()
             if self._beat is not None:
                 self._beat.stop()
+            if self._presence is not None:
+                self._presence.stopped(self.clock.now())
             connections.close_all()
         return self.executed
 
@@ -181,6 +186,8 @@ class Worker:
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+            if flow.has_limits() and (freed := flow.unhold_stranded(now=now)):
+                log.warning("let %d held run(s) go whose key had free slots", freed)
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         pending = self._pending
         owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
@@ -192,7 +199,11 @@ class Worker:
     def _record_and_claim(self, pending: Pending | None, owner: str, now: datetime) -> list[JobRun]:
         """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
         for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
-        raises, the outcome stays pending under the owner that still holds its lease."""
+        raises, the outcome stays pending under the owner that still holds its lease.
+
+        Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
+        their key); an outcome that frees a slot or starts an ``on_failure`` handler is
+        never fused with the claim (``Pending.fused``)."""
         using = conf.database()
         if pending is not None:
             faults.hit("outcome.before", using)
@@ -201,27 +212,42 @@ class Worker:
             pending = self._pending = None
             faults.hit("outcome.after", using)
         if claims_pg.available(using):
-            finish = None
-            if pending is not None:
-                finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
-            try:
-                runs, recorded = claims_pg.claim(
-                    using, owner, now, self.lease, _queues(self.options.queues), 1, finish
-                )
-            except UNSTORABLE as exc:
-                if pending is None:
-                    raise
-                # The next iteration writes the outcome in short, with the claim.
-                self._pending = refused(pending, exc)
-                return []
+            runs, recorded = self._claim_limited(owner, now), False
+            if runs and pending is not None:
+                record(pending, self._owner)
+                pending = self._pending = None
+                faults.hit("outcome.after", using)
+            if not runs:
+                finish = None
+                if pending is not None:
+                    finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
+                try:
+                    runs, recorded = claims_pg.claim(
+                        using, owner, now, self.lease, _queues(self.options.queues), 1, finish
+                    )
+                except UNSTORABLE as exc:
+                    if pending is None:
+                        raise
+                    # The next iteration writes the outcome in short, with the claim.
+                    self._pending = refused(pending, exc)
+                    return []
         else:
-            runs = claim(owner, now=now, lease=self.lease, queues=self.options.queues)
+            runs = claim(
+                owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+            )
             recorded = False  # pending was None here: recorded on its own above
         previous, self._owner, self._pending = self._owner, owner, None
         if pending is not None:
             faults.hit("outcome.after", using)
             log_outcome(pending.run, settle(pending, recorded, previous))
         return runs
+
+    def _claim_limited(self, owner: str, now: datetime) -> list[JobRun]:
+        if not flow.has_limits():
+            return []
+        return flow.claim_limited(
+            owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+        )
 
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles); a database
@@ -230,9 +256,22 @@ class Worker:
         if pending is not None:
             record_patiently(pending, self._owner)
 
+    def _register(self) -> None:
+        """The worker's row (admin, ``jobs workers``): inserted now, kept up to date by
+        the heartbeat thread, which therefore starts with the loop."""
+        self._presence = Presence(
+            self.options.worker_id,
+            queues=self.options.queues,
+            concurrency=self.options.concurrency,
+            lease=self.lease,
+            executed=lambda: self.executed,
+        )
+        self._presence.register(self.clock.now())
+        self._heartbeat()
+
     def _heartbeat(self) -> _Heartbeat:
         if self._beat is None:
-            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat)
+            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat, self._presence)
             self._beat.start()
         return self._beat
 
@@ -293,9 +332,12 @@ class _Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the lease of the run in
     hand every ``every``, and notices a cancellation so the run stops at its next step."""
 
-    def __init__(self, clock: Clock, lease: timedelta, every: timedelta) -> None:
+    def __init__(
+        self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
+    ) -> None:
         super().__init__(name="durable-jobs-heartbeat", daemon=True)
         self.clock, self.lease, self.every = clock, lease, every.total_seconds()
+        self.presence = presence
         self._lock = threading.Lock()
         self._held: tuple[str, UUID] | None = None
         self._cancelled = threading.Event()
@@ -321,10 +363,11 @@ class _Heartbeat(threading.Thread):
             while not self._done.wait(self.every):
                 with self._lock:
                     held = self._held
-                if held is None:
-                    continue
                 try:
-                    self._beat(*held)
+                    if held is not None:
+                        self._beat(*held)
+                    if self.presence is not None:
+                        self.presence.beat(self.clock.now())
                 except DatabaseError as exc:
                     log.warning("heartbeat failed (%s); reconnecting", exc)
                     connections.close_all()

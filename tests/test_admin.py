@@ -19,7 +19,7 @@ from django.urls import reverse
 import django_durable_jobs
 from django_durable_jobs.admin.display import BADGES
 from django_durable_jobs.clock import FakeClock, current
-from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus, WorkerStatus
 from tests.conftest import Driver
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 from tests.testapp import jobs
@@ -68,7 +68,7 @@ def failed_run(driver: Driver) -> JobRun:
 
 
 def test_every_status_has_a_badge_with_a_style() -> None:
-    statuses = set(RunStatus.values) | set(StepStatus.values)
+    statuses = set(RunStatus.values) | set(StepStatus.values) | set(WorkerStatus.values)
     assert statuses <= set(BADGES)
     css = CSS.read_text()
     for status in statuses:
@@ -102,7 +102,7 @@ def test_list_query_count_does_not_grow_with_runs(
     for status in RunStatus.values:
         JobRunFactory.create_batch(14, status=status, job_name=f"job.{status}", queue=status)
     JobRunFactory.create_batch(2)
-    assert JobRun.objects.count() == 100
+    assert JobRun.objects.count() == 14 * len(RunStatus.values) + 2
     current().now()  # the database's clock measures its offset once a minute, not per page
     # Session, user, count, the page, the date hierarchy (2), the job and queue filters,
     # the schedules of the schedule filter.
@@ -238,7 +238,7 @@ def test_cancel_and_wake_buttons(admin_client: Client, driver: Driver, clock: Fa
 def test_replay_from_a_step_button(admin_client: Client, driver: Driver) -> None:
     run = fragile.enqueue()
     driver.step()
-    admin_client.post(operate_url(run, "replay"), {"step": "two"})
+    admin_client.post(operate_url(run, "replay"), {"step": "two", "confirmed": "yes"})
     assert list(run.steps.values_list("name", flat=True)) == ["one"]
     assert LogEntry.objects.get().get_change_message() == "Replayed from step 'two'"
 
@@ -276,7 +276,7 @@ def test_operate_needs_a_csrf_token(admin_user: User) -> None:
 def run_action(client: Client, action: str, runs: list[JobRun]) -> Any:
     return client.post(
         reverse(CHANGELIST),
-        {"action": action, "_selected_action": [str(run.pk) for run in runs]},
+        {"action": action, "_selected_action": [str(run.pk) for run in runs], "confirmed": "yes"},
         follow=True,
     )
 

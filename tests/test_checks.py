@@ -116,6 +116,8 @@ BAD_VALUES = [
     ("POLL_INTERVAL", "99999999999w", "E017"),
     ("POLL_INTERVAL", None, "E017"),
     ("POLL_INTERVAL", 0.0, "E017"),
+    ("WORKER_RETENTION", "forever", "E020"),
+    ("WORKER_RETENTION", 0, "E020"),
 ]
 
 
@@ -136,7 +138,16 @@ HINT_EXAMPLES = {
     "MAX_OUTPUT_BYTES": "1_000_000",
     "AUTODISCOVER": "True or False",
     **dict.fromkeys(
-        ["BACKOFF", "MAX_BACKOFF", "EVENT_POLL", "LEASE", "HEARTBEAT", "POLL_INTERVAL"], '"30s"'
+        [
+            "BACKOFF",
+            "MAX_BACKOFF",
+            "EVENT_POLL",
+            "LEASE",
+            "HEARTBEAT",
+            "POLL_INTERVAL",
+            "WORKER_RETENTION",
+        ],
+        '"30s"',
     ),
     "TIMEOUT": "or None",
     "STEP_TIMEOUT": "or None",

@@ -88,7 +88,8 @@ def test_replay_from_an_invoke_step_runs_the_child_again(
             "admin:django_durable_jobs_jobrun_operate",
             kwargs={"object_id": run.pk, "verb": "replay"},
         )
-        assert admin_client.post(url, {"step": "call-child"}).status_code == 302
+        posted = admin_client.post(url, {"step": "call-child", "confirmed": "yes"})
+        assert posted.status_code == 302
     driver.drain()
     assert refreshed(run).status == RunStatus.SUCCEEDED
     first, second = children_of(run)

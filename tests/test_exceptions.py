@@ -19,6 +19,7 @@ SPEC_CODES = [
     "X_STEP_OUTPUT_INVALID",
     "X_DURATION_INVALID",
     "X_RUN_CANCELLED",
+    "X_NON_RETRIABLE",
 ]
 
 
@@ -60,11 +61,20 @@ def test_every_error_class_declares_its_own_code() -> None:
 
 def test_error_instances_carry_the_code_and_message() -> None:
     for cls in _error_classes():
+        if cls is exceptions.RetryAfter:  # its first argument is the delay, tested below
+            continue
         error = cls("job 'onboarding' run 42: something happened")
         assert isinstance(error, DurableJobsError)
         assert isinstance(error, Exception)
         assert error.code == cls.code
         assert str(error) == "job 'onboarding' run 42: something happened"
+
+
+def test_retry_after_carries_its_delay_and_stays_retryable() -> None:
+    error = exceptions.RetryAfter("1m30s", "the API said 429")
+    assert error.delay.total_seconds() == 90 and str(error) == "the API said 429"
+    assert exceptions.RetryAfter(5).delay.total_seconds() == 5
+    assert error.retryable and error.code == "X_RETRY_AFTER"
 
 
 def test_base_class_is_exported_from_both_modules() -> None:
@@ -88,6 +98,7 @@ def test_payload_too_large_is_an_invalid_payload() -> None:
         exceptions.StepOutputInvalid,
         exceptions.InvalidDuration,
         exceptions.RunCancelled,
+        exceptions.NonRetriable,
     ],
 )
 def test_errors_retrying_cannot_fix_are_not_retryable(cls: type[DurableJobsError]) -> None:

@@ -15,6 +15,7 @@ import pytest
 from django_durable_jobs import job
 from django_durable_jobs.durations import parse_duration
 from django_durable_jobs.exceptions import InvalidDuration, UnknownJob
+from django_durable_jobs.limits import Limit
 from django_durable_jobs.registry import (
     JobDefinition,
     all_jobs,
@@ -98,7 +99,7 @@ def test_options_are_stored_parsed() -> None:
     assert definition.timeout == timedelta(hours=1)
     assert definition.step_timeout == timedelta(minutes=5)
     assert definition.on_event == "user.signed_up"
-    assert definition.concurrency == 2
+    assert definition.concurrency == Limit("concurrency", 2, None)
 
 
 def test_timeouts_accept_every_duration_form() -> None:

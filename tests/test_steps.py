@@ -358,6 +358,21 @@ def test_wait_parks_until_min_of_deadline_and_poll(h: Harness) -> None:
     with pytest.raises(Suspension) as second:
         h.attempt().wait_for_event("w", "e", timeout="10s")
     assert second.value.resume_at == start + timedelta(seconds=10)  # deadline from first start
+    assert h.record("w").attempts == 1  # looking again is not another execution
+
+
+def test_wait_counts_executions_not_looks(h: Harness) -> None:
+    for _ in range(50):  # a long wait, polled: still its first execution
+        with pytest.raises(Suspension):
+            h.attempt().wait_for_event("w", "e", timeout="1h", required=True)
+        h.clock.advance("1m")
+    assert h.record("w").attempts == 1
+    h.clock.advance("1h")
+    with pytest.raises(JobTimeoutError):
+        h.attempt().wait_for_event("w", "e", timeout="1h", required=True)
+    assert h.record("w").attempts == 1
+    with pytest.raises(JobTimeoutError):  # the run retried: the failed wait runs again
+        h.attempt().wait_for_event("w", "e", timeout="1h", required=True)
     assert h.record("w").attempts == 2
 
 

@@ -7,13 +7,26 @@ Schedules are the exception: operators add, pause and edit them (``schedules.py`
 
 from django.contrib import admin
 
-from ..models import Event, JobRun, Schedule
+from ..models import Dashboard, Event, JobRun, Schedule, Worker
+from .dashboard import DashboardAdmin
 from .events import EventAdmin
+from .related import RelatedRunsMixin, RunsAbout
 from .runs import JobRunAdmin
 from .schedules import ScheduleAdmin
+from .workers import WorkerAdmin
 
 admin.site.register(JobRun, JobRunAdmin)
 admin.site.register(Event, EventAdmin)
 admin.site.register(Schedule, ScheduleAdmin)
+admin.site.register(Worker, WorkerAdmin)
+admin.site.register(Dashboard, DashboardAdmin)
 
-__all__ = ["EventAdmin", "JobRunAdmin", "ScheduleAdmin"]
+__all__ = [
+    "DashboardAdmin",
+    "EventAdmin",
+    "JobRunAdmin",
+    "RelatedRunsMixin",
+    "RunsAbout",
+    "ScheduleAdmin",
+    "WorkerAdmin",
+]

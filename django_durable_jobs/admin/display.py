@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
+from django.template.loader import get_template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..models import RunStatus, StepStatus
+from ..models import RunStatus, StepStatus, WorkerStatus
 from ..trace import pretty_json
 
 #: The CSS class of each status's badge (static/django_durable_jobs/timeline.css).
@@ -20,7 +22,11 @@ BADGES: dict[str, str] = {
     RunStatus.SUCCEEDED: "djdj-badge--succeeded",
     RunStatus.FAILED: "djdj-badge--failed",
     RunStatus.CANCELLED: "djdj-badge--cancelled",
+    RunStatus.SKIPPED: "djdj-badge--skipped",
     StepStatus.COMPLETED: "djdj-badge--completed",
+    WorkerStatus.LIVE: "djdj-badge--live",
+    WorkerStatus.STOPPED: "djdj-badge--stopped",
+    WorkerStatus.LOST: "djdj-badge--lost",
 }
 
 
@@ -38,3 +44,11 @@ def json_block(value: Any) -> SafeString:
 
 def text_block(text: str) -> SafeString | str:
     return format_html('<pre class="djdj-text">{}</pre>', text) if text else "—"
+
+
+@cache
+def tools_beside_title() -> bool:
+    """Whether the admin draws a page's buttons beside its title, before the content
+    block (Django 6), rather than at the top of the content block (Django 5.2)."""
+    template: Any = get_template("admin/base.html")
+    return "titles-and-tools" in template.template.source

@@ -22,11 +22,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import clock, runs, trace
+from .. import clock, flow, runs, trace
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
 from ..run_ids import MIN_PREFIX
-from .display import badge, json_block, text_block
+from . import confirm
+from .display import badge, json_block, text_block, tools_beside_title
+from .family import RunFamily
+from .times import EMPTY, RunTimes
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
 if TYPE_CHECKING:
@@ -89,17 +92,18 @@ def _wakeable(run: JobRun) -> bool:
     )
 
 
-class JobRunAdmin(_ModelAdmin):
+class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     list_display = (
         "short_id",
         "status_badge",
         "job_name",
         "queue",
         "attempts",
-        "created_at",
+        "created",
         "duration",
-        "next_wake",
+        "wakes",
     )
+    empty_value_display = EMPTY
     list_display_links = ("short_id",)
     list_filter = ("status", "job_name", "queue", "schedule")
     search_fields = ("job_name", "idempotency_key")
@@ -117,14 +121,16 @@ class JobRunAdmin(_ModelAdmin):
         "priority",
         "attempts",
         "idempotency_key",
-        "parent",
-        "created_at",
-        "started_at",
-        "finished_at",
+        "parent_link",
+        "children_links",
+        "created",
+        "started",
+        "finished",
         "duration",
-        "wake_at",
+        "wakes",
+        "held",
         "lease_owner",
-        "lease_expires_at",
+        "lease_expires",
         "args_json",
         "kwargs_json",
         "result_json",
@@ -200,9 +206,10 @@ class JobRunAdmin(_ModelAdmin):
         took = trace.run_duration(run, clock.current().now())
         return "—" if took is None else trace.short_duration(took)
 
-    @admin.display(description="next wake", ordering="wake_at")
-    def next_wake(self, run: JobRun) -> Any:
-        return run.wake_at if run.status in RUNNABLE and run.wake_at else "—"
+    @admin.display(description="not starting")
+    def held(self, run: JobRun) -> str:
+        """Which limit holds a queued run back, and until when (SPEC §8)."""
+        return flow.held_reason(run, clock.current().now()) or "—"
 
     # -- the run page ----------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
@@ -213,7 +220,8 @@ class JobRunAdmin(_ModelAdmin):
                     "fields": (
                         ("id", "status_badge"),
                         ("job_name", "queue", "priority"),
-                        ("attempts", "idempotency_key", "parent"),
+                        ("attempts", "idempotency_key", "parent_link"),
+                        "children_links",
                     )
                 },
             ),
@@ -221,8 +229,9 @@ class JobRunAdmin(_ModelAdmin):
                 "Times",
                 {
                     "fields": (
-                        ("created_at", "started_at", "finished_at", "duration"),
-                        ("wake_at", "lease_owner", "lease_expires_at"),
+                        ("created", "started", "finished", "duration"),
+                        ("wakes", "lease_owner", "lease_expires"),
+                        "held",
                     )
                 },
             ),
@@ -278,6 +287,7 @@ class JobRunAdmin(_ModelAdmin):
             can_operate = self.has_operate_permission(request, obj)
             context.update(
                 trace=trace.load(obj),
+                tools_beside_title=tools_beside_title(),
                 can_operate=can_operate,
                 run_verbs=[
                     {"label": verb.label, "url": self._verb_url(obj, verb.name)}
@@ -321,6 +331,8 @@ class JobRunAdmin(_ModelAdmin):
             raise PermissionDenied
         if verb == "replay":
             step = request.POST.get("step", "")
+            if not confirm.confirmed(request):  # say what runs again, act on "yes"
+                return confirm.replay_page(self, request, run, step)
             self._apply(
                 request,
                 run,
@@ -353,23 +365,28 @@ class JobRunAdmin(_ModelAdmin):
 
     # -- operating: list actions -----------------------------------------------------
     @admin.action(description="Retry the selected runs", permissions=["operate"])
-    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        self._apply_all(request, queryset, VERBS["retry"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
+        return self._apply_all(request, queryset, VERBS["retry"], "Retry the selected runs")
 
     @admin.action(description="Cancel the selected runs", permissions=["operate"])
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        self._apply_all(request, queryset, VERBS["cancel"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
+        return self._apply_all(request, queryset, VERBS["cancel"], "Cancel the selected runs")
 
     @admin.action(description="Wake the selected runs now", permissions=["operate"])
-    def wake_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
-        self._apply_all(request, queryset, VERBS["wake"])
+    def wake_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
+        return self._apply_all(request, queryset, VERBS["wake"], "Wake the selected runs now")
 
-    def _apply_all(self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Verb) -> None:
+    def _apply_all(
+        self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Verb, label: str
+    ) -> HttpResponse | None:
+        if not confirm.confirmed(request):  # list what it applies to, act on "yes"
+            return confirm.action_page(self, request, queryset, verb.name, label)
         done = 0
         for run in queryset.only("id", "job_name", "status"):
             done += self._apply(request, run, verb.call, verb.logged, quiet=True)
         if done:
             messages.success(request, f"{done} run{'s' * (done != 1)} {verb.done}.")
+        return None
 
 
 __all__ = ["VERBS", "JobRunAdmin", "Verb"]

@@ -4,6 +4,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from django_durable_jobs.admin import RelatedRunsMixin, RunsAbout
+
 from .jobs import onboarding
 from .models import Customer, Order
 
@@ -25,11 +27,14 @@ class OrderInline(OrderInlineBase):
 
 
 @admin.register(Customer)
-class CustomerAdmin(CustomerModelAdmin):
+class CustomerAdmin(RelatedRunsMixin, CustomerModelAdmin):
     list_display = ("name", "email", "created_at")
     search_fields = ("name", "email")
     inlines = (OrderInline,)
     actions = ("start_onboarding",)
+    # The customer's page lists its onboarding runs (and the receipts of its orders
+    # are on each order's page).
+    related_runs = (RunsAbout("shop.onboarding", argument="customer_id"),)
 
     @admin.action(description="Start the onboarding flow")
     def start_onboarding(self, request: HttpRequest, queryset: QuerySet[Customer]) -> None:
@@ -39,11 +44,12 @@ class CustomerAdmin(CustomerModelAdmin):
 
 
 @admin.register(Order)
-class OrderAdmin(OrderModelAdmin):
+class OrderAdmin(RelatedRunsMixin, OrderModelAdmin):
     list_display = ("id", "customer", "total", "status", "created_at")
     list_filter = ("status",)
     search_fields = ("customer__name", "customer__email")
     actions = ("mark_paid",)
+    related_runs = (RunsAbout("shop.receipt", argument="order_id"),)
 
     @admin.action(description="Mark as paid (publishes order.paid)")
     def mark_paid(self, request: HttpRequest, queryset: QuerySet[Order]) -> None:

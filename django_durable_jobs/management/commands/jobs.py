@@ -9,17 +9,68 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from django_durable_jobs import clock, conf, runs, schedule_lines, trace, trace_text
+from django_durable_jobs import (
+    clock,
+    conf,
+    flow,
+    runs,
+    schedule_lines,
+    stats,
+    trace,
+    trace_text,
+    workers,
+)
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import DurableJobsError
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus
 
 RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
+WORKER_HEADERS = ("worker", "status", "host", "pid", "queues", "started", "heartbeat", "runs")
+
+
+def stats_lines(figures: stats.Stats) -> list[str]:
+    def pairs(counts: dict[str, int]) -> str:
+        return "  ".join(f"{key} {n}" for key, n in counts.items())
+
+    age = figures.oldest_runnable_age_seconds
+    lines = [
+        f"runs            {pairs(figures.runs_by_status)}",
+        "oldest runnable "
+        + ("none" if age is None else trace.short_duration(timedelta(seconds=age))),
+        f"last minute     {pairs(figures.throughput['last_minute'])}",
+        f"last hour       {pairs(figures.throughput['last_hour'])}",
+        f"workers alive   {figures.workers_alive}",
+    ]
+    for queue, depth in figures.queue_depth.items():
+        lines.append(f"queue {queue}: {pairs(depth)}")
+    for job, d in figures.durations.items():
+        took = "  ".join(
+            f"p{p} {trace.short_duration(timedelta(seconds=d[f'p{p}']))}" for p in stats.PERCENTILES
+        )
+        lines.append(f"job {job}: {d['count']:g} succeeded in the last hour  {took}")
+    for code, n in figures.top_errors:
+        lines.append(f"error {code}: {n} failed runs in the last day")
+    return lines
+
+
+def worker_cells(worker: dict[str, Any]) -> tuple[str, ...]:
+    in_hand = ", ".join(f"{r['job_name']} {r['run_id'][:8]}" for r in worker["runs_in_hand"])
+    return (
+        worker["worker_id"],
+        worker["status"],
+        worker["host"],
+        str(worker["pid"]),
+        ",".join(worker["queues"]) or "*",
+        trace.stamp(datetime.fromisoformat(worker["started_at"])),
+        trace.stamp(datetime.fromisoformat(worker["last_heartbeat"])),
+        f"{worker['executed']} done" + (f"; in hand: {in_hand}" if in_hand else ""),
+    )
 
 
 #: Widest error cell of ``jobs list``; ``jobs show`` prints the whole error.
@@ -76,6 +127,12 @@ class Command(BaseCommand):
         schedules = sub.add_parser("schedules", help="Schedules with their next run times.")
         schedules.add_argument("--json", action="store_true", help="Print them as JSON.")
 
+        listed = sub.add_parser("workers", help="Live, stopped and lost worker processes.")
+        listed.add_argument("--json", action="store_true", help="Print them as JSON.")
+
+        figures = sub.add_parser("stats", help="Runs by status, queue depth, throughput, …")
+        figures.add_argument("--json", action="store_true", help="Print them as JSON.")
+
         purge = sub.add_parser("purge", help="Delete finished runs and their steps.")
         purge.add_argument("--older-than", required=True, metavar="D", help='e.g. "30d".')
         purge.add_argument(
@@ -96,6 +153,8 @@ class Command(BaseCommand):
             "publish": self.publish,
             "purge": self.purge,
             "schedules": self.list_schedules,
+            "workers": self.workers,
+            "stats": self.stats,
         }
         try:
             actions[options["action"]](options)
@@ -110,6 +169,8 @@ class Command(BaseCommand):
             return
         for line in trace_text.summary_lines(shown):
             self.stdout.write(line)
+        if reason := flow.held_reason(shown.run, shown.now):
+            self.stdout.write(f"not starting: {reason}")
         self.stdout.write("")
         if not shown.steps:
             self.stdout.write("no steps recorded yet")
@@ -151,6 +212,27 @@ class Command(BaseCommand):
             trace.stamp(run.wake_at) if run.status not in FINISHED else "",
             error_cell(run),
         )
+
+    def workers(self, options: dict[str, Any]) -> None:
+        listed = workers.listing(now=clock.current().now())
+        if options["json"]:
+            self.stdout.write(json.dumps(listed, indent=2, ensure_ascii=False))
+            return
+        if not listed:
+            self.stdout.write("no workers have registered")
+            return
+        for line in trace_text.text_table(
+            WORKER_HEADERS, [worker_cells(w) for w in listed], paint=self.paint, status_column=1
+        ):
+            self.stdout.write(line)
+
+    def stats(self, options: dict[str, Any]) -> None:
+        figures = stats.collect(now=clock.current().now())
+        if options["json"]:
+            self.stdout.write(json.dumps(figures.as_json(), indent=2, ensure_ascii=False))
+            return
+        for line in stats_lines(figures):
+            self.stdout.write(line)
 
     # -- operating -------------------------------------------------------------------
     def verb(self, options: dict[str, Any]) -> None:
@@ -205,6 +287,8 @@ class Command(BaseCommand):
             "sleeping": self.style.WARNING,
             "waiting": self.style.WARNING,
             "running": self.style.HTTP_INFO,
+            "live": self.style.SUCCESS,
+            "lost": self.style.ERROR,
         }
         style = styles.get(status)
         return style(text) if style is not None else text

@@ -1,0 +1,172 @@
+#!/usr/bin/env python
+"""Time the dashboard's queries (``stats.collect`` and the two ``stats.series``) with
+1,000,000 runs in the table, on PostgreSQL.
+
+    BENCH_DB=mydb .venv/py312-dj61/bin/python benchmarks/dashboard.py [--runs 1000000]
+
+Migrates the database named by ``BENCH_DB`` (see benchmarks/settings.py), EMPTIES its
+runs table, inserts the runs in SQL (a month of history: mostly succeeded, some failed
+and cancelled, a backlog of queued, sleeping and waiting runs), VACUUM ANALYZEs, then
+runs each query ``--repeat`` times and prints the median and the worst time, and the
+plan's scan nodes (a ``Seq Scan`` over the runs table would not stay fast).
+Not a test: figures depend on the machine; see benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+
+#: Column -> SQL for one generated run; ``r`` is random() per row, ``g`` its number.
+STATUS = """CASE
+    WHEN r < 0.010 THEN 'queued' WHEN r < 0.012 THEN 'sleeping' WHEN r < 0.015 THEN 'waiting'
+    WHEN r < 0.015016 THEN 'running' WHEN r < 0.055 THEN 'failed'
+    WHEN r < 0.060 THEN 'cancelled' ELSE 'succeeded' END"""
+FINISHED = "(CASE WHEN r >= 0.015016 THEN t END)"
+
+
+def columns() -> dict[str, str]:
+    # t: when the run finished, spread evenly over 30 days before now.
+    return {
+        "id": "gen_random_uuid()",
+        "job_name": "'bench.job_' || (g % 20)",
+        "queue": "(ARRAY['default','emails','reports','imports'])[1 + g % 4]",
+        "priority": "0",
+        "status": STATUS,
+        "args": "'[]'::jsonb",
+        "kwargs": "'{}'::jsonb",
+        "result": "NULL",
+        "error_code": "CASE WHEN r >= 0.015016 AND r < 0.055 THEN "
+        "(ARRAY['X_JOB_TIMEOUT','X_CHILD_FAILED','X_NON_RETRIABLE'])[1 + g % 3] ELSE '' END",
+        "error": "''",
+        "error_type": "''",
+        "traceback": "''",
+        "attempt": "1",
+        "idempotency_key": "NULL",
+        "created_at": "t - interval '2 seconds'",
+        "started_at": "CASE WHEN r >= 0.015 THEN t - (g % 7) * interval '1 second' END",
+        "finished_at": FINISHED,
+        "wake_at": "CASE WHEN r < 0.015 THEN t + (g % 3 - 1) * interval '1 hour' END",
+        "lease_owner": "CASE WHEN r >= 0.015 AND r < 0.015016 THEN 'bench:1#x' ELSE '' END",
+        "lease_expires_at": "NULL",
+        "parent_id": "NULL",
+        "trace_context": "NULL",
+    }
+
+
+def fill(count: int) -> None:
+    from django.db import connection
+
+    from django_durable_jobs.models import JobRun
+
+    values = columns()
+    names = [str(f.column) for f in JobRun._meta.concrete_fields]
+    missing = set(names) - set(values)
+    if missing:
+        raise RuntimeError(f"no value for new column(s) {sorted(missing)}")
+    table = JobRun._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {table} CASCADE")
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(names)}) "
+            f"SELECT {', '.join(values[n] for n in names)} FROM ("
+            f"  SELECT g, random() AS r,"
+            f"         now() - (g::float / {count}) * interval '30 days' AS t"
+            f"  FROM generate_series(1, {count}) AS g) AS gen"
+        )
+        cursor.execute(f"VACUUM ANALYZE {table}")
+
+
+def timed(call: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    call()  # warm: plans and caches, as on a page that is looked at
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), max(times)
+
+
+def scans(call: Callable[[], Any]) -> list[str]:
+    """The scan nodes of each query ``call`` runs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        call()
+    nodes = []
+    with connection.cursor() as cursor:
+        for query in captured.captured_queries:
+            cursor.execute("EXPLAIN " + query["sql"])
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            nodes += re.findall(
+                r"((?:Parallel )?(?:Index Only Scan|Index Scan|Bitmap Index Scan|Seq Scan)[^(]*)",
+                plan,
+            )
+    return [n.strip() for n in nodes]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from django_durable_jobs import stats
+
+    call_command("migrate", verbosity=0)
+    started = time.perf_counter()
+    fill(args.runs)
+    print(f"inserted {args.runs:,} runs in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+    now = datetime.now(UTC)
+    minute, hour = timedelta(minutes=1), timedelta(hours=1)
+    queries: list[tuple[str, Callable[[], Any]]] = [
+        ("runs_by_status", stats.runs_by_status),
+        ("queue_depth", stats.queue_depth),
+        ("oldest_runnable_age", lambda: stats.oldest_runnable_age(now)),
+        ("throughput last minute", lambda: stats.throughput(now - minute)),
+        ("throughput last hour", lambda: stats.throughput(now - hour)),
+        ("durations (last hour)", lambda: stats.durations(now - hour)),
+        ("top_errors (last day)", lambda: stats.top_errors(now - timedelta(days=1))),
+        ("workers_alive", lambda: stats.workers_alive(now)),
+        ("series per minute, 60", lambda: stats.series(now, step=minute, buckets=60)),
+        ("series per hour, 24", lambda: stats.series(now, step=hour, buckets=24)),
+    ]
+    print(f"dashboard queries, {args.runs:,} runs, median / worst of {args.repeat} (ms)")
+    total = 0.0
+    for name, call in queries:
+        median, worst = timed(call, args.repeat)
+        total += median
+        print(f"  {name:<26} {median:8.1f} {worst:8.1f}   {'; '.join(scans(call))}")
+    page, worst = timed(
+        lambda: (
+            stats.collect(now=now),
+            stats.series(now, step=minute, buckets=60),
+            stats.series(now, step=hour, buckets=24),
+        ),
+        args.repeat,
+    )
+    print(f"  {'all 14, as the page':<26} {page:8.1f} {worst:8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

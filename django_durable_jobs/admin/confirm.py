@@ -1,0 +1,84 @@
+"""Confirmation pages: replaying from a step and the list actions say what will run
+again, and act only when the operator confirms (as Django asks before a delete)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from ..models import JobRun, StepRecord
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+
+#: The hidden field a confirmation form adds; without it nothing happens.
+CONFIRMED = "confirmed"
+#: Runs named on a list action's confirmation page (the count covers the rest).
+SHOWN = 100
+
+#: What each list action does to a run, in the operator's words.
+CONSEQUENCES = {
+    "retry": "Each failed or cancelled run is queued now, its attempts start again from 1: "
+    "completed steps replay from storage, the failed step runs again. Runs in another "
+    "status are left as they are.",
+    "cancel": "Each queued, sleeping, waiting or running run is cancelled (X_RUN_CANCELLED); "
+    "a running run stops at its next step. Finished runs are left as they are.",
+    "wake": "Each sleeping or waiting run, and each queued run scheduled for later, is "
+    "runnable now: a sleep ends now, a wait looks for its event now.",
+}
+
+
+def confirmed(request: HttpRequest) -> bool:
+    return request.method == "POST" and request.POST.get(CONFIRMED) == "yes"
+
+
+def replay_page(
+    model_admin: ModelAdmin[JobRun], request: HttpRequest, run: JobRun, step: str
+) -> TemplateResponse:
+    """The steps that replay from storage, and those that are forgotten and run again."""
+    names = list(StepRecord.objects.filter(run=run).order_by("id").values_list("name", flat=True))
+    cut = names.index(step) if step in names else len(names)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": "Replay from a step?",
+        "run": run,
+        "step": step,
+        "known": step in names,
+        "kept": names[:cut],
+        "again": names[cut:],
+        "confirmed_field": CONFIRMED,
+    }
+    return TemplateResponse(
+        request, "admin/django_durable_jobs/jobrun/confirm_replay.html", context
+    )
+
+
+def action_page(
+    model_admin: ModelAdmin[JobRun],
+    request: HttpRequest,
+    queryset: QuerySet[JobRun],
+    verb: str,
+    label: str,
+) -> TemplateResponse:
+    """The selected runs and what the action will do to them; the form posts it again."""
+    runs = list(queryset.order_by("-created_at").only("id", "job_name", "status")[:SHOWN])
+    context: dict[str, Any] = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": f"{label}?",
+        "label": label,
+        "action": request.POST.get("action", ""),
+        "runs": runs,
+        "count": queryset.count(),
+        "selected": request.POST.getlist("_selected_action"),
+        "select_across": request.POST.get("select_across", "0"),
+        "consequence": CONSEQUENCES[verb],
+        "confirmed_field": CONFIRMED,
+    }
+    return TemplateResponse(
+        request, "admin/django_durable_jobs/jobrun/confirm_action.html", context
+    )

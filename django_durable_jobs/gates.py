@@ -1,0 +1,141 @@
+"""Flow control at enqueue and at publish (SPEC §8): ``RateLimit`` (over the limit,
+the run is written ``skipped``), ``Debounce`` (one run per quiet period, the latest
+arguments win) and ``CancelOn`` (a published event cancels matching runs).
+
+Each decision is taken under the key's ``FlowKey`` row lock, in the caller's
+transaction, so concurrent enqueues from several processes cannot both pass a limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Exists, OuterRef, Q
+
+from . import flow
+from .exceptions import RunStateError
+from .limits import Limit
+from .models import RUNNABLE, CancelKey, Event, JobRun, JobRunQuerySet, RunStatus
+from .registry import JobDefinition
+
+
+def stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Copy this run's rate-limit and debounce keys onto ``run`` (at enqueue)."""
+    if job.rate_limit is not None:
+        run.rate_limit_key = job.rate_limit.key_of(job.name, job.fn, args, kwargs)
+    if job.debounce is not None:
+        run.debounce_key = job.debounce.key_of(job.name, job.fn, args, kwargs)
+
+
+def gated(job: JobDefinition) -> bool:
+    return job.rate_limit is not None or job.debounce is not None
+
+
+def save_gated(run: JobRun, job: JobDefinition, now: datetime, using: str) -> tuple[JobRun, str]:
+    """Write ``run`` past its job's rate limit and debounce; returns the run to give
+    back and what happened: "skipped", "debounced" (an existing run) or "new"."""
+    runs = JobRun.objects.using(using)
+    with transaction.atomic(using=using):
+        if job.rate_limit is not None:
+            flow.lock(using, job.name, "rate_limit", run.rate_limit_key or "")
+            if _over_rate(runs, run, job.rate_limit, now):
+                run.status, run.finished_at, run.wake_at = RunStatus.SKIPPED, now, None
+                run.save(using=using, force_insert=True)
+                return run, "skipped"
+        if job.debounce is not None:
+            flow.lock(using, job.name, "debounce", run.debounce_key or "")
+            existing = _debounce(runs, run, job.debounce, now)
+            if existing is not None:
+                return existing, "debounced"
+            first_wake = now + (job.debounce.per or timedelta(0))
+            if job.debounce.timeout is not None:
+                first_wake = min(first_wake, now + job.debounce.timeout)
+            run.wake_at = max(run.wake_at or now, first_wake)
+        run.save(using=using, force_insert=True)
+        return run, "new"
+
+
+def _over_rate(runs: JobRunQuerySet, run: JobRun, limit: Limit, now: datetime) -> bool:
+    enqueued = runs.filter(
+        job_name=run.job_name,
+        rate_limit_key=run.rate_limit_key,
+        created_at__gt=now - (limit.per or timedelta(0)),
+    ).exclude(status=RunStatus.SKIPPED)
+    return len(_latest(enqueued).values_list("id", flat=True)[: limit.limit]) >= limit.limit
+
+
+def _latest(rows: JobRunQuerySet) -> JobRunQuerySet:
+    """Read the latest committed rows: on MariaDB a plain read in the caller's
+    transaction may see a snapshot taken before the key's lock was granted."""
+    if connections[rows.db].vendor == "mysql":
+        return rows.select_for_update()
+    return rows
+
+
+def _debounce(runs: JobRunQuerySet, run: JobRun, limit: Limit, now: datetime) -> JobRun | None:
+    """The key's pending run, given ``run``'s arguments and a later start; or None."""
+    pending = runs.filter(
+        job_name=run.job_name,
+        debounce_key=run.debounce_key,
+        status=RunStatus.QUEUED,
+        started_at__isnull=True,
+    )
+    existing = _latest(pending).order_by("created_at").first()
+    if existing is None:
+        return None
+    wake_at = now + (limit.per or timedelta(0))
+    if limit.timeout is not None:
+        wake_at = min(wake_at, existing.created_at + limit.timeout)
+    # Guarded: a worker that claimed it meanwhile wins, and this enqueue starts a new run.
+    if not pending.filter(pk=existing.pk).update(args=run.args, kwargs=run.kwargs, wake_at=wake_at):
+        return None
+    existing.refresh_from_db()
+    return existing
+
+
+def add_cancel_keys(
+    run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], using: str
+) -> None:
+    """Record which events cancel this new run (``CancelOn``)."""
+    rows = [
+        CancelKey(
+            run=run,
+            event=item.event,
+            key=None
+            if item.match is None
+            else Limit("cancel_on", 1, item.match).key_of(job.name, job.fn, args, kwargs),
+        )
+        for item in job.cancel_on
+    ]
+    if rows:
+        CancelKey.objects.using(using).bulk_create(rows)
+
+
+def cancel_on_event(event: Event, using: str) -> list[JobRun]:
+    """Cancel the unfinished runs ``event`` cancels, in the publisher's transaction."""
+    from .runs import cancel  # runs imports this module
+
+    keys = CancelKey.objects.using(using).filter(run=OuterRef("pk"), event=event.name)
+    keys = (
+        keys.filter(Q(key__isnull=True) | Q(key=event.key))
+        if event.key is not None
+        else (keys.filter(key__isnull=True))
+    )
+    targets = JobRun.objects.using(using).filter(
+        Exists(keys),
+        status__in=(*RUNNABLE, RunStatus.RUNNING),
+        created_at__lte=event.published_at,
+    )
+    reason = f"cancelled by event {event.name!r}" + (
+        f" with key {event.key!r}" if event.key is not None else ""
+    )
+    cancelled = []
+    for run_id in list(targets.values_list("id", flat=True)):
+        try:
+            cancelled.append(cancel(run_id, now=event.published_at, reason=reason))
+        except RunStateError:  # it finished meanwhile
+            continue
+    return cancelled

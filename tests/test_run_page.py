@@ -1,0 +1,122 @@
+"""The run page reads like a story: the timeline first, one date format with relative
+times, a wait's event, key and deadline in full, and a live run refreshing itself."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.models import JobRun, RunStatus, StepStatus
+from tests.factories import T0, JobRunFactory, StepRecordFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def page(client: Client, run: JobRun) -> str:
+    response = client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def waiting_run(clock: FakeClock) -> JobRun:
+    clock.set(T0 + timedelta(minutes=5))
+    run = JobRunFactory.create(
+        status=RunStatus.WAITING,
+        created_at=T0,
+        started_at=T0 + timedelta(seconds=1),
+        wake_at=T0 + timedelta(minutes=5, seconds=30),
+    )
+    StepRecordFactory.create(
+        run=run,
+        name="wait-for-the-order-of-a-customer-with-a-long-name",
+        kind="wait",
+        status=StepStatus.WAITING,
+        started_at=T0 + timedelta(seconds=2),
+        completed_at=None,
+        output=None,
+        event="order.paid.with-a-very-long-event-name",
+        correlation_key="customer-4242-ünïcode",
+        event_cursor=0,
+        wake_at=T0 + timedelta(minutes=5, seconds=30),
+        deadline=T0 + timedelta(days=7, seconds=2),
+        attempts=1,
+    )
+    return run
+
+
+def test_timeline_comes_before_the_fields(admin_client: Client, clock: FakeClock) -> None:
+    html = page(admin_client, waiting_run(clock))
+    assert html.index('id="timeline"') < html.index('class="form-row')
+
+
+def test_one_date_format_with_relative_times(admin_client: Client, clock: FakeClock) -> None:
+    html = page(admin_client, waiting_run(clock))
+    assert '2026-01-01 00:00:00</time> <span class="djdj-ago">(5m ago)</span>' in html
+    assert '2026-01-01 00:05:30</time> <span class="djdj-ago">(in 30s)</span>' in html
+    assert "midnight" not in html and "a.m." not in html  # Django's own format is gone
+    assert ">-<" not in html  # one mark for "nothing": —
+
+
+def test_wait_shows_event_key_and_deadline_in_full(admin_client: Client, clock: FakeClock) -> None:
+    html = page(admin_client, waiting_run(clock))
+    assert "<code>order.paid.with-a-very-long-event-name</code>" in html
+    assert "key <code>customer-4242-ünïcode</code>" in html
+    assert "<dt>gives up</dt><dd>2026-01-08 00:00:02</dd>" in html
+    assert "<dt>next check</dt><dd>2026-01-01 00:05:30</dd>" in html
+
+
+def test_live_run_refreshes_finished_run_does_not(admin_client: Client, clock: FakeClock) -> None:
+    run = waiting_run(clock)
+    assert 'data-djdj-refresh="5"' in page(admin_client, run)
+    assert "refresh.js" in page(admin_client, run)
+    JobRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.SUCCEEDED, finished_at=clock.now(), wake_at=None
+    )
+    assert "data-djdj-refresh" not in page(admin_client, run)
+
+
+def test_parent_and_children_link_each_other(admin_client: Client, clock: FakeClock) -> None:
+    parent = JobRunFactory.create(status=RunStatus.WAITING, started_at=T0)
+    children = [JobRunFactory.create(parent=parent, job_name="tests.child") for _ in range(3)]
+    StepRecordFactory.create(
+        run=parent,
+        name="fan-out",
+        kind="invoke",
+        status=StepStatus.WAITING,
+        output=None,
+        completed_at=None,
+        correlation_key=str(children[0].pk),
+    )
+    html = page(admin_client, parent)
+    for child in children:
+        assert f'<a href="{change_url(child)}">tests.child {str(child.pk)[:8]}</a>' in html
+    # The invoke step's details link the child in full.
+    assert f'<dt>child run</dt><dd><a href="{change_url(children[0])}">{children[0].pk}</a>' in html
+    assert f'<a href="{change_url(parent)}">{parent.pk}</a>' in page(admin_client, children[1])
+
+
+def test_a_big_fan_out_lists_the_first_children_and_links_the_rest(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    parent = JobRunFactory.create(status=RunStatus.WAITING, started_at=T0)
+    JobRun.objects.bulk_create(
+        JobRun(job_name="tests.child", parent=parent, created_at=T0, wake_at=T0) for _ in range(60)
+    )
+    html = page(admin_client, parent)
+    assert html.count("tests.child ") == 50
+    listing = re.search(r'href="([^"]+)">all child runs<', html)
+    assert listing is not None
+    response = admin_client.get(listing.group(1).replace("&amp;", "&"))
+    assert response.status_code == 200
+    listed = response.content.decode()
+    assert "60 results" in listed  # the children, not the parent nor other runs
+    assert f">{str(parent.pk)[:8]}</a>" not in listed  # the parent is not a row
+
+
+def change_url(run: JobRun) -> str:
+    return reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk])

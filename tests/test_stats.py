@@ -1,0 +1,145 @@
+"""The operator's figures (SPEC §14): ``stats.collect``, ``jobs stats [--json]`` and the
+Prometheus metrics view, on runs written at known times."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_durable_jobs import stats, workers
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.models import JobRun, RunStatus
+from tests.factories import JobRunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def finished(
+    clock: FakeClock, job: str, status: str, took: float, ago: float, code: str = ""
+) -> JobRun:
+    """A run of ``job`` that finished ``ago`` seconds before now after ``took`` seconds."""
+    end = clock.now() - timedelta(seconds=ago)
+    start = end - timedelta(seconds=took)
+    return JobRunFactory.create(
+        job_name=job,
+        status=status,
+        created_at=start,
+        started_at=start,
+        finished_at=end,
+        error_code=code,
+    )
+
+
+@pytest.fixture
+def history(clock: FakeClock) -> None:
+    """Ten quick successes of shop.a in the last hour (1s..10s), two of shop.b, failures
+    with codes, an old failure, a backlog and a running run."""
+    for i in range(1, 11):
+        finished(clock, "shop.a", RunStatus.SUCCEEDED, took=i, ago=i * 60 - 30)
+    finished(clock, "shop.b", RunStatus.SUCCEEDED, took=0.5, ago=10)
+    finished(clock, "shop.b", RunStatus.SUCCEEDED, took=2, ago=7200)  # outside the hour
+    for _ in range(3):
+        finished(clock, "shop.c", RunStatus.FAILED, took=1, ago=20, code="X_JOB_TIMEOUT")
+    finished(clock, "shop.c", RunStatus.FAILED, took=1, ago=3600 * 5, code="X_CHILD_FAILED")
+    finished(clock, "shop.c", RunStatus.FAILED, took=1, ago=3600 * 30, code="X_NON_RETRIABLE")
+    now = clock.now()
+    JobRunFactory(status=RunStatus.QUEUED, queue="mail", wake_at=now - timedelta(seconds=90))
+    JobRunFactory(status=RunStatus.QUEUED, queue="mail", wake_at=now - timedelta(seconds=5))
+    JobRunFactory(status=RunStatus.QUEUED, queue="mail", wake_at=now + timedelta(hours=1))
+    JobRunFactory(status=RunStatus.SLEEPING, wake_at=now + timedelta(days=1))
+    JobRunFactory(status=RunStatus.RUNNING, started_at=now - timedelta(seconds=30))
+    workers.register("w1", queues=None, concurrency=1, now=now)
+
+
+@pytest.mark.usefixtures("history")
+def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
+    with django_assert_num_queries(10):
+        figures = stats.collect(now=clock.now())
+    assert figures.runs_by_status == {
+        "queued": 3,
+        "running": 1,
+        "sleeping": 1,
+        "waiting": 0,
+        "succeeded": 12,
+        "failed": 5,
+        "cancelled": 0,
+    }
+    assert figures.queue_depth == {
+        "default": {"queued": 0, "sleeping": 1, "waiting": 0, "running": 1},
+        "mail": {"queued": 3, "sleeping": 0, "waiting": 0, "running": 0},
+    }
+    assert figures.oldest_runnable_age_seconds == 90.0  # the future one is not runnable
+    assert figures.throughput["last_minute"] == {
+        "started": 6,  # the newest shop.a and shop.b, 3 failures, the running run
+        "succeeded": 2,
+        "failed": 3,
+        "cancelled": 0,
+    }
+    assert figures.throughput["last_hour"]["succeeded"] == 11
+    assert figures.durations["shop.a"] == {"count": 10, "p50": 5.0, "p95": 10.0, "p99": 10.0}
+    assert figures.durations["shop.b"] == {"count": 1, "p50": 0.5, "p95": 0.5, "p99": 0.5}
+    assert figures.top_errors == [("X_JOB_TIMEOUT", 3), ("X_CHILD_FAILED", 1)]
+    assert figures.workers_alive == 1
+
+
+def test_empty_table(clock: FakeClock) -> None:
+    figures = stats.collect(now=clock.now())
+    assert set(figures.runs_by_status) == set(RunStatus.values)
+    assert set(figures.runs_by_status.values()) == {0}
+    assert figures.oldest_runnable_age_seconds is None
+    assert (figures.durations, figures.top_errors, figures.queue_depth) == ({}, [], {})
+
+
+@pytest.mark.usefixtures("history")
+def test_jobs_stats_json(clock: FakeClock) -> None:
+    out = StringIO()
+    call_command("jobs", "stats", "--json", stdout=out)
+    value = json.loads(out.getvalue())
+    assert value["runs_by_status"]["succeeded"] == 12
+    assert set(value["runs_by_status"]) == set(RunStatus.values)
+    assert value["oldest_runnable_age_seconds"] == 90.0
+    assert value["top_errors"][0] == {"code": "X_JOB_TIMEOUT", "count": 3}
+    assert value["durations"]["shop.a"]["p95"] == 10.0
+    assert value["now"] == clock.now().isoformat()
+
+
+@pytest.mark.usefixtures("history")
+def test_jobs_stats_text(clock: FakeClock) -> None:
+    lines = StringIO()
+    call_command("jobs", "stats", stdout=lines)  # the clock fixture is the process's clock
+    text = lines.getvalue()
+    assert "oldest runnable 1m30s" in text
+    assert "queue mail: queued 3  sleeping 0  waiting 0  running 0" in text
+    assert "job shop.a: 10 succeeded in the last hour  p50 5s  p95 10s  p99 10s" in text
+    assert "error X_JOB_TIMEOUT: 3 failed runs in the last day" in text
+
+
+@pytest.mark.usefixtures("history")
+def test_metrics_view_parses_as_prometheus_text(clock: FakeClock) -> None:
+    response = Client().get(reverse("durable-jobs-metrics"))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for s in family.samples
+    }
+    assert samples[("durable_jobs_runs", (("status", "failed"),))] == 5
+    assert samples[("durable_jobs_runs", (("status", "waiting"),))] == 0
+    assert samples[("durable_jobs_queue_depth", (("queue", "mail"), ("status", "queued")))] == 3
+    assert samples[("durable_jobs_oldest_runnable_age_seconds", ())] == 90
+    assert samples[("durable_jobs_runs_last_minute", (("event", "failed"),))] == 3
+    assert (
+        samples[("durable_jobs_run_duration_seconds", (("job", "shop.a"), ("quantile", "0.5")))]
+        == 5
+    )
+    assert samples[("durable_jobs_failed_runs_last_day", (("error_code", "X_JOB_TIMEOUT"),))] == 3
+    assert samples[("durable_jobs_workers_alive", ())] == 1
