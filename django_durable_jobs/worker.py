@@ -35,6 +35,7 @@ from .models import JobRun, RunStatus
 from .orphans import stop_with_parent
 from .recording import log_outcome, record, record_patiently, refused
 from .schedules import Ticker, sync
+from .store import LeaseLost
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 from .workers import Presence
@@ -340,12 +341,13 @@ class _Heartbeat(threading.Thread):
         self.presence = presence
         self._lock = threading.Lock()
         self._held: tuple[str, UUID] | None = None
+        self._renewed = 0.0  # time.monotonic() of the last claim or renewal of the lease
         self._cancelled = threading.Event()
         self._done = threading.Event()
 
     def hold(self, owner: str, run_id: UUID) -> None:
         with self._lock:
-            self._held = (owner, run_id)
+            self._held, self._renewed = (owner, run_id), time.monotonic()
             self._cancelled.clear()
 
     def drop(self) -> None:
@@ -353,10 +355,24 @@ class _Heartbeat(threading.Thread):
             self._held = None
 
     def interruption(self) -> BaseException | None:
-        """Asked by the engine before each step."""
-        if not self._cancelled.is_set():
+        """Asked by the engine before each step: a cancellation, or a lease lost while
+        this process was frozen (no renewal for a whole lease)."""
+        if self._cancelled.is_set():
+            return RunCancelled("the run was cancelled while it executed")
+        with self._lock:
+            held, renewed = self._held, self._renewed
+        if held is None or time.monotonic() - renewed < self.lease.total_seconds():
             return None
-        return RunCancelled("the run was cancelled while it executed")
+        # Frozen (SIGSTOP, a VM pause) past the lease: another worker may own the run
+        # now. Ask before the next step's side effect, not after it (the fenced write).
+        if renew(held[0], [held[1]], now=self.clock.now(), lease=self.lease):
+            with self._lock:
+                self._renewed = time.monotonic()
+            return None
+        return LeaseLost(
+            f"run {held[1]}: worker {held[0]} was not renewed for a whole lease and lost "
+            "it; the next step is not started"
+        )
 
     def run(self) -> None:
         try:
@@ -377,6 +393,9 @@ class _Heartbeat(threading.Thread):
     def _beat(self, owner: str, run_id: UUID) -> None:
         faults.hit("heartbeat", conf.database())
         if renew(owner, [run_id], now=self.clock.now(), lease=self.lease):
+            with self._lock:
+                if self._held == (owner, run_id):
+                    self._renewed = time.monotonic()
             return
         status = (
             JobRun.objects.using(conf.database())
