@@ -3,7 +3,7 @@
 #   make test                     lint + Django checks + pytest on SQLite, PostgreSQL and
 #                                 MariaDB, every leg
 #   make test LEGS=py312-dj61     one leg only
-#   make test PYTEST_ARGS="-x -k steps -m 'not slow'"
+#   make test PYTEST_ARGS="-x -k steps -m 'not slow'" PYTEST_WORKERS=0
 #   make lint | make format | make venv | make clean
 
 SHELL := /bin/bash
@@ -15,6 +15,10 @@ LEGS ?= py311-dj52 py312-dj61
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
 MARIADB_URL ?= mysql://root@127.0.0.1:3306/durable_jobs
 PYTEST_ARGS ?=
+# Test processes per suite (pytest-xdist; each gets its own test database). Most of the
+# suite's time is real worker processes waiting on leases and polls, so 3 on 2 cores
+# pays; PYTEST_WORKERS=0 runs in one process (easier to read a failure).
+PYTEST_WORKERS ?= 3
 PIP_FLAGS ?= -q --disable-pip-version-check
 
 # One virtualenv per leg: interpreter (pyenv version + binary) and Django range.
@@ -47,13 +51,13 @@ test-leg: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --fail-level WARNING
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django makemigrations --check --dry-run
 	@echo "== $(LEG) / sqlite =="
-	$(CLEAN_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(CLEAN_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	@echo "== $(LEG) / postgresql =="
-	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	@echo "== $(LEG) / mariadb =="
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py check --database default --fail-level WARNING
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --database default --fail-level WARNING
-	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: .venv/$(LEG)/.installed
 	@echo "== $(LEG) / lint =="

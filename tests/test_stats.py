@@ -71,6 +71,7 @@ def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
         "succeeded": 12,
         "failed": 5,
         "cancelled": 0,
+        "skipped": 0,
     }
     assert figures.queue_depth == {
         "default": {"queued": 0, "sleeping": 1, "waiting": 0, "running": 1},
@@ -82,6 +83,7 @@ def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
         "succeeded": 2,
         "failed": 3,
         "cancelled": 0,
+        "skipped": 0,
     }
     assert figures.throughput["last_hour"]["succeeded"] == 11
     assert figures.durations["shop.a"] == {"count": 10, "p50": 5.0, "p95": 10.0, "p99": 10.0}
