@@ -109,8 +109,8 @@ soak: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DATABASE_URL='$(SOAK_URL)' DURABLE_JOBS_SOAK_SECONDS='$(SOAK_SECONDS)' \
 	  $(BIN)/python -m pytest -s -m soak tests/test_soak.py $(PYTEST_ARGS)
 faults: .venv/$(LEG)/.installed
-	$(CLEAN_ENV) $(BIN)/python -m pytest -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
-	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
+	$(CLEAN_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
 	@if [ -z '$(RESTART_CLUSTER)' ]; then echo "== restart: skipped (set RESTART_CLUSTER) =="; else \
 	  $(CLEAN_ENV) DURABLE_JOBS_RESTART_CLUSTER='$(RESTART_CLUSTER)' DATABASE_URL='$(RESTART_URL)' \
 	    $(BIN)/python -m pytest -s -m faults tests/test_db_restart.py $(PYTEST_ARGS); fi
