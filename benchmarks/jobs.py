@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -44,6 +45,18 @@ def bench_wake(ctx: Any, key: str) -> float:
     started (wall time, same machine as the publisher): that is the run's result."""
     ctx.step.wait_for_event("w", "bench.go", match=key, timeout="1h")
     return float(ctx.step.run("mark", time.time))
+
+
+@job(name="bench.io")
+async def bench_io(ctx: Any, ms: int = 100) -> None:
+    """I/O-bound work: one durable step that awaits ``ms`` milliseconds (like
+    shared/bench procr_app.io), executed by the worker's async lane."""
+    await ctx.step.run("io", asyncio.sleep, ms / 1000)
+
+
+@job(name="bench.anoop")
+async def bench_anoop(ctx: Any) -> None:
+    return None
 
 
 @job(name="bench.keyed", concurrency=Concurrency(1, key="key"))

@@ -842,6 +842,19 @@ PEERS = (
         ),
     ),
     Peer(
+        "pgqueuer",
+        "pgq",
+        "bench_pgqueuer.py",
+        {
+            "enqueue": "enqueue one-by-one jobs/s",
+            "bulk": "enqueue bulk (lists x1000) jobs/s",
+            "w1": "process 1 worker (default batch 10) jobs/s",
+            "w2": "process 2 workers (default) jobs/s",
+            "latency": "latency enqueue->start ms (LISTEN/NOTIFY)",
+        },
+        ("claims 10 jobs per statement, batches completions", "latency: LISTEN/NOTIFY"),
+    ),
+    Peer(
         "absurd",
         "ab",
         "bench_absurd.py",
@@ -857,6 +870,8 @@ PEERS = (
     ),
 )
 
+#: procrastinate's I/O workload (its script runs it when IO_N is set), beside ours.
+PROCRASTINATE_IO = "IO 100ms awaits, 1 worker conc=100 jobs/s"
 #: Extra figures worth a footnote: (system, metric, label).
 PEER_EXTRAS = (
     (
@@ -870,6 +885,7 @@ PEER_EXTRAS = (
         "latency with --interval 0.1s",
     ),
     ("procrastinate", "process 1 worker conc=4 jobs/s", "1 worker --concurrency 4"),
+    ("procrastinate", PROCRASTINATE_IO, "I/O workload, 1 worker conc=100, jobs/s"),
     ("absurd", "A process 1 worker conc=4 jobs/s", "1 worker conc=4"),
     ("absurd", "B 2 workers conc=1 steps/s", "10-step, 2 workers, steps/s"),
 )
@@ -925,6 +941,9 @@ def run_peer(peer: Peer, n: int, nb: int) -> tuple[Row, dict[str, Any]]:
         "RUNS": "1",
         "PEERBENCH_DIR": str(PEER_DIR),
         "PEERBENCH_OUT": str(PEER_OUT),
+        # procrastinate's script adds the I/O workload (2,000 awaits of 100 ms, conc 100).
+        "IO_N": os.environ.get("IO_N", "2000"),
+        "IO_CONC": os.environ.get("IO_CONC", "100"),
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.pop("PYTHONPATH", None)
@@ -1104,6 +1123,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     django.setup()
 
     ours, problems = measure_ours(n, nb)
+    from benchmarks import io_bench
+    from benchmarks.jobs import bench_anoop, bench_noop
+
+    say(f"ours: I/O workload, {io_bench.IO_N} runs awaiting {io_bench.IO_MS} ms, 1 worker")
+    io = io_bench.measure_io()
+    say("ours: the I/O workload with CONN_MAX_AGE=0")
+    io_default = io_bench.measure_io("io_conn_max_age_0", {"BENCH_CONN_MAX_AGE": "0"})
+    problems += io.problems + io_default.problems
+    rss_runs = 2000 if args.quick else io_bench.RSS_RUNS
+    say(f"ours: worker RSS over {rss_runs} sync and {rss_runs} async no-op runs")
+    rss = [io_bench.measure_rss(job, job.name, rss_runs) for job in (bench_noop, bench_anoop)]
     wakeup = measure_wakeup(50 if args.quick else WAKE_EVENTS)
     problems += wakeup.problems
     round_trips = measure_round_trips()
@@ -1112,6 +1142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mariadb = "skipped (--no-mariadb)" if args.no_mariadb else measure_mariadb(args.quick)
 
     peer_rows: list[Row] = []
+    peer_metrics: list[dict[str, Any]] = []
     extras: list[str] = []
     peers = [p for p in PEERS if p.system in wanted]
     if peers:
@@ -1125,9 +1156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for peer in peers:
             if peer.system in reasons:
                 peer_rows.append(Row(peer.system, missing=reasons[peer.system]))
+                peer_metrics.append({})
                 continue
             row, metrics = run_peer(peer, n, nb)
             peer_rows.append(row)
+            peer_metrics.append(metrics)
             for system, metric, label in PEER_EXTRAS:
                 if system == peer.system and metric in metrics:
                     extras.append(f"{row.name}: {label} = {metrics[metric]:,.1f}")
@@ -1151,6 +1184,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("Ratios, ours / peer (>1: ours is better; for latency <1 is better):")
     print("\n".join(ratios(ours, peer_rows)) if peer_rows else "  (no peers run)")
+    print()
+    print("\n".join(io_bench.io_report(io, io_default, rss)))
+    procrastinate_io = next(
+        (m for p, m in zip(peers, peer_metrics, strict=True) if p.system == "procrastinate"),
+        {},
+    ).get(PROCRASTINATE_IO)
+    if procrastinate_io:
+        print(
+            f"  procrastinate, same workload: {procrastinate_io:,.0f} jobs/s; ours / theirs "
+            f"{io.rate / procrastinate_io:.2f}x"
+        )
     print()
     print("\n".join(wakeup_report(wakeup)))
     print()

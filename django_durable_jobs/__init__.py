@@ -60,6 +60,8 @@ __all__ = [
     "Suspension",
     "Throttle",
     "UnknownJob",
+    "aenqueue",
+    "apublish_event",
     "enqueue",
     "job",
     "publish_event",
@@ -82,6 +84,20 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     from .events import publish_event as publish
 
     return publish(event, payload, key=key)
+
+
+async def aenqueue(job_name: str, /, *args: Any, **kwargs: Any) -> "JobRun":
+    """``enqueue`` for async views: ``run = await aenqueue("onboarding", user_id=42)``."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(enqueue, thread_sensitive=True)(job_name, *args, **kwargs)
+
+
+async def apublish_event(event: str, payload: Any = None, *, key: str | None = None) -> Any:
+    """``publish_event`` for async views: ``await apublish_event("order.paid", {...})``."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(publish_event, thread_sensitive=True)(event, payload, key=key)
 
 
 def publish_on(signal: Any, **options: Any) -> Any:

@@ -6,11 +6,12 @@ The outcome is a value, not an exception: ``Succeeded``, ``Failed`` or
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .durations import format_duration
 from .exceptions import (
@@ -24,6 +25,9 @@ from .serialization import ErrorInfo, NotStorable, roundtrip
 from .steps import Steps
 from .timeouts import Overrun, TimeGuard
 
+if TYPE_CHECKING:
+    from .async_steps import AsyncSteps
+
 _jobs_logger = logging.getLogger("django_durable_jobs.jobs")
 
 #: What job code may raise to leave that a bare ``except Exception`` does not catch; a
@@ -36,6 +40,19 @@ class JobContext:
     """What a job function receives as its first argument, ``ctx``."""
 
     step: Steps
+    run_id: str
+    attempt: int
+    job_name: str
+    logger: logging.Logger
+    #: The slot a schedule started this run for (aware); None if no schedule did.
+    scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncJobContext:
+    """What an ``async def`` job receives as ``ctx``: the same, with an awaited step API."""
+
+    step: AsyncSteps
     run_id: str
     attempt: int
     job_name: str
@@ -101,33 +118,66 @@ def run_attempt(
 ) -> Outcome:
     """Call ``fn(ctx, *args, **kwargs)`` and classify how it stopped."""
     guard = guard or TimeGuard()
-
-    def timed_out() -> JobTimeoutError:
-        shown = format_duration(timeout) if timeout is not None else "?"
-        return JobTimeoutError(
-            f"job {ctx.job_name!r} run {ctx.run_id}: attempt {ctx.attempt} exceeded its "
-            f"timeout of {shown}"
-        )
-
     try:
-        with guard.limit(timeout.total_seconds() if timeout else None, timed_out):
+        limit = timeout.total_seconds() if timeout else None
+        with guard.limit(limit, lambda: _timed_out(ctx, timeout)):
             value = fn(ctx, *args, **kwargs)
         return Succeeded(_storable_result(ctx, value, max_result_bytes))
     except Overrun as overrun:  # a timeout the job tried to swallow
         return Failed(ErrorInfo.of(overrun.error), retryable=False)
-    except Suspension as suspension:
-        return Suspended(suspension.step, suspension.resume_at, suspension.reason)
-    except Exception as exc:
-        retryable = not (isinstance(exc, DurableJobsError) and not exc.retryable)
-        delay = exc.delay if isinstance(exc, RetryAfter) else None
-        return Failed(ErrorInfo.of(exc), retryable, retry_after=delay)
-    except JOB_EXITS as exc:
+    except (Suspension, Exception, *JOB_EXITS) as stop:
+        return _stopped(stop)
+
+
+async def arun_attempt(
+    fn: Callable[..., Any],
+    ctx: AsyncJobContext,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    timeout: timedelta | None = None,
+    max_result_bytes: int | None = None,
+) -> Outcome:
+    """Await ``fn(ctx, *args, **kwargs)`` and classify how it stopped, as ``run_attempt``.
+
+    The ``timeout`` cancels the job's task: the ``CancelledError`` stops it at its
+    current ``await`` (an ``except Exception`` cannot catch it).
+    """
+    scope = asyncio.timeout(timeout.total_seconds() if timeout else None)
+    try:
+        async with scope:
+            value = await fn(ctx, *args, **kwargs)
+        return Succeeded(_storable_result(ctx, value, max_result_bytes))
+    except TimeoutError as exc:
+        if scope.expired():
+            return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
+        return _stopped(exc)
+    except (Suspension, Exception, *JOB_EXITS) as stop:
+        return _stopped(stop)
+
+
+def _stopped(stop: BaseException) -> Outcome:
+    """The outcome of an attempt that raised ``stop`` (a suspension or a failure)."""
+    if isinstance(stop, Suspension):
+        return Suspended(stop.step, stop.resume_at, stop.reason)
+    if isinstance(stop, JOB_EXITS):
         # sys.exit(), exit() or KeyboardInterrupt raised by job code ends this attempt,
         # not the worker: the operator's Ctrl-C reaches the worker's own signal handler.
-        return Failed(ErrorInfo.of(exc), retryable=True)
+        return Failed(ErrorInfo.of(stop), retryable=True)
+    retryable = not (isinstance(stop, DurableJobsError) and not stop.retryable)
+    delay = stop.delay if isinstance(stop, RetryAfter) else None
+    return Failed(ErrorInfo.of(stop), retryable, retry_after=delay)
 
 
-def _storable_result(ctx: JobContext, value: Any, limit: int | None) -> Any:
+def _timed_out(ctx: JobContext | AsyncJobContext, timeout: timedelta | None) -> JobTimeoutError:
+    shown = format_duration(timeout) if timeout is not None else "?"
+    return JobTimeoutError(
+        f"job {ctx.job_name!r} run {ctx.run_id}: attempt {ctx.attempt} exceeded its "
+        f"timeout of {shown}"
+    )
+
+
+def _storable_result(ctx: JobContext | AsyncJobContext, value: Any, limit: int | None) -> Any:
     try:
         return roundtrip(value, limit=limit)
     except NotStorable as exc:

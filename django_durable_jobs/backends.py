@@ -17,7 +17,9 @@ the admin trace. ``get_result(id)`` reads the run back as a ``TaskResult``.
 
 A task declared with ``takes_context=True`` receives a ``DurableTaskContext``: a
 ``TaskContext`` that also carries the run's step API, so the task can use durable
-steps (``context.step.run``, ``sleep``, ``wait_for_event``, ...).
+steps (``context.step.run``, ``sleep``, ``wait_for_event``, ...). Async tasks
+(``async def``) are supported: their ``context.step`` is awaited
+(``await context.step.run(...)``).
 
 On Django 5.2 this module imports, and creating the backend raises
 ``ImproperlyConfigured`` saying that it needs Django 6.0.
@@ -28,12 +30,15 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 import django
+from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
@@ -42,6 +47,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import clock, conf, signals
+from .async_steps import AsyncSteps
 from .attempt import JobContext
 from .exceptions import UnknownJob
 from .models import JobRun, RunStatus, StepRecord
@@ -101,7 +107,8 @@ class DurableTaskContext(TaskContext):  # type: ignore[misc,type-arg]
     ...     return step.run("confirm", payments.confirm, receipt)
     """
 
-    step: Steps
+    #: ``Steps``; for an ``async def`` task, ``AsyncSteps`` (awaited).
+    step: Steps | AsyncSteps
     run_id: str
     logger: logging.Logger
 
@@ -121,6 +128,19 @@ def steps(context: Any) -> Steps:
     return step
 
 
+def asteps(context: Any) -> AsyncSteps:
+    """The awaited step API of the run executing an ``async def`` task:
+    ``await asteps(context).run("charge", fn)``; equal to ``context.step``."""
+    step = getattr(context, "step", None)
+    if not isinstance(step, AsyncSteps):
+        raise TypeError(
+            "awaited durable steps need an async def task with takes_context=True running "
+            f"on django_durable_jobs.backends.DurableJobsBackend; got context "
+            f"{type(context).__name__}"
+        )
+    return step
+
+
 class DurableJobsBackend(BaseTaskBackend):
     """Run ``django.tasks`` tasks as durable runs executed by ``manage.py runjobs``.
 
@@ -132,7 +152,9 @@ class DurableJobsBackend(BaseTaskBackend):
     supports_defer = True
     supports_priority = True
     supports_get_result = True
-    supports_async_task = False  # tasks run in the worker's main thread, under SIGALRM
+    # An async task is awaited on an event loop of its own, from the worker's main
+    # thread (its database work comes back to that thread, as with sync_to_async).
+    supports_async_task = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         if not HAS_TASKS:
@@ -269,17 +291,30 @@ def run_task(
     definition = _import_task(task, ctx.run_id)
     ctx.step.run(f"{WORKER_STEP}{ctx.attempt}", _worker_id, ctx.run_id)
     if not definition.takes_context:
-        return call_task(ctx, task, lambda: definition.func(*args, **kwargs))
+        return call_task(ctx, task, lambda: _call(definition, args, kwargs))
     backend = task_backends[ctx.job_name.removeprefix(JOB_PREFIX)]
     assert isinstance(backend, DurableJobsBackend)
-    run = _current_run(ctx.run_id)
+    step: Steps | AsyncSteps = ctx.step
+    if iscoroutinefunction(definition.func):
+        step = AsyncSteps.twin(ctx.step, io=_main_thread)
     context = DurableTaskContext(
-        task_result=backend.result_of(run, task=definition),
-        step=ctx.step,
+        task_result=backend.result_of(_current_run(ctx.run_id), task=definition),
+        step=step,
         run_id=ctx.run_id,
         logger=ctx.logger,
     )
-    return call_task(ctx, task, lambda: definition.func(context, *args, **kwargs))
+    return call_task(ctx, task, lambda: _call(definition, (context, *args), kwargs))
+
+
+def _call(definition: Task[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    if iscoroutinefunction(definition.func):
+        return async_to_sync(definition.func)(*args, **kwargs)
+    return definition.func(*args, **kwargs)
+
+
+async def _main_thread(work: Callable[[], Any]) -> Any:
+    """Database work of an async task, back on the thread that runs the job."""
+    return await sync_to_async(work, thread_sensitive=True)()
 
 
 def install() -> None:
@@ -443,4 +478,4 @@ if HAS_TASKS:
     # A cancelled run is finished too: its TaskResult is FAILED.
     signals.run_cancelled.connect(_on_run_finished, dispatch_uid="durable_jobs.tasks.cancelled")
 
-__all__ = ["DurableJobsBackend", "DurableTaskContext", "install", "steps"]
+__all__ = ["DurableJobsBackend", "DurableTaskContext", "asteps", "install", "steps"]

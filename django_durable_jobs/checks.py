@@ -80,6 +80,8 @@ RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
     "MAX_PAYLOAD_BYTES": ("E004", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "AUTODISCOVER": ("E006", _bool, "True or False"),
+    "ASYNC_CONCURRENCY": ("E007", _positive_int, "an int >= 1, e.g. 100"),
+    "ASYNC_CONNECTIONS": ("E008", _positive_int, "an int >= 1, e.g. 4"),
     "JOB_MODULES": ("E031", _module_names, 'a list of module names, e.g. ["jobs", "tasks"]'),
     "RETENTION": ("E030", _retention, 'e.g. {"succeeded": "7d", "failed": "30d"}, or None'),
 }

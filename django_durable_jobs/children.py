@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from . import conf
+from . import conf, fanout
 from .models import (
     FINISHED,
     RUNNABLE,
@@ -58,6 +58,21 @@ def release_forgotten(parent: uuid.UUID) -> int:
         .exclude(pk__in=[pk for key in kept if (pk := _uuid(key)) is not None])
         .exclude(idempotency_key=None)
         .update(idempotency_key=None)
+    )
+
+
+def restart_fanouts(parent: uuid.UUID) -> int:
+    """``retry``: fan-out steps that did not complete forget their children and their
+    start, so the engine starts them again: the children that still hold their keys
+    (succeeded or unfinished) are found again by key, the ones ``release_failed`` let
+    go of are started anew, and the step's time limit counts from now. Without this
+    the step kept its old child ids (the released ones then read as "gone") and its
+    old start (a timed-out fan-out timed out again at once)."""
+    return (
+        _steps()
+        .filter(run_id=parent, kind=fanout.KIND)
+        .exclude(status=StepStatus.COMPLETED)
+        .update(output=None)
     )
 
 
@@ -117,5 +132,6 @@ __all__ = [
     "fresh_windows",
     "release_failed",
     "release_forgotten",
+    "restart_fanouts",
     "wake_parent",
 ]

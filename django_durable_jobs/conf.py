@@ -35,6 +35,10 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": "1s",
     # Import every installed app's jobs.py at startup.
     "AUTODISCOVER": True,
+    # Async runs one worker process has in flight at once, and the database
+    # connections (threads) they share for their steps and outcomes.
+    "ASYNC_CONCURRENCY": 100,
+    "ASYNC_CONNECTIONS": 4,
     # The module names autodiscovery imports in each installed app (["jobs", "tasks"]
     # for jobs kept where Celery's habit puts them).
     "JOB_MODULES": ["jobs"],

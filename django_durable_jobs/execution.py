@@ -12,12 +12,24 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DataError, transaction
 
 from . import conf, flow, otel, signals
-from .attempt import Failed, JobContext, Outcome, Succeeded, Suspended, run_attempt, run_logger
+from .async_steps import AsyncSteps, IoRunner
+from .attempt import (
+    AsyncJobContext,
+    Failed,
+    JobContext,
+    Outcome,
+    Succeeded,
+    Suspended,
+    arun_attempt,
+    run_attempt,
+    run_logger,
+)
 from .claims_pg import OUTCOME_COLUMNS
 from .clock import Clock, current
 from .events import recheck_after_park, wake_parent
@@ -29,11 +41,13 @@ from .records import StepRecord as StepRecordValue
 from .registry import JobDefinition, get_job
 from .retry import backoff_delay
 from .serialization import ErrorInfo, ascii_text
-from .steps import STEP_LOST, StepLimits, Steps
+from .step_engine import StepEngine, StepLimits
+from .steps import STEP_LOST, Steps
 from .store import OrmChildRuns, OrmEventLog, OrmStepStore
 from .timeouts import TimeGuard
 
 log = logging.getLogger("django_durable_jobs.worker")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -105,39 +119,22 @@ def run_to_stop(
     rng: random.Random | None = None,
     interrupt: Callable[[], BaseException | None] | None = None,
 ) -> Pending:
-    """Run ``run`` to its next stop; the outcome is returned, not yet written."""
+    """Run ``run`` to its next stop; the outcome is returned, not yet written.
+
+    An ``async def`` job is awaited on an event loop of its own (``arun_to_stop``), its
+    database work brought back to this thread as Django's ``sync_to_async`` does.
+    """
     clock = clock or current()
-    try:
-        definition = get_job(run.job_name)
-    except UnknownJob as exc:
-        exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
-        outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
-        return _pending(run, None, outcome, clock.now(), rng)
-    if run.attempt > max_attempts(definition):
-        # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
-        return _exhausted(run, definition, clock.now(), rng)
+    definition, refused = _definition(run, clock, rng)
+    if refused is not None:
+        return refused
+    assert definition is not None
+    if definition.is_async:
+        return async_to_sync(arun_to_stop)(
+            run, clock=clock, owner=owner, rng=rng, interrupt=interrupt
+        )
     guard = guard or TimeGuard()
-    using = conf.database()
-    steps = Steps(
-        run_id=str(run.id),
-        job_name=run.job_name,
-        store=OrmStepStore(using=using, owner=owner),
-        events=OrmEventLog(using=using),
-        children=OrmChildRuns(using=using),
-        batches=OrmChildBatches(using=using),
-        clock=clock,
-        limits=StepLimits(
-            step_timeout=definition.step_timeout or conf.duration("STEP_TIMEOUT"),
-            event_poll=conf.required_duration("EVENT_POLL"),
-            max_output_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
-        ),
-        guard=guard,
-        records=[] if run.claimed_fresh else None,
-        interrupt=interrupt,
-        # A retry may follow a worker that died inside a step: if this one dies too, the
-        # step is named. The first attempt keeps one write per step.
-        mark_starts=run.attempt > 1,
-    )
+    steps = Steps(guard=guard, **_engine(run, definition, clock, owner, interrupt))
     ctx = JobContext(
         step=steps,
         run_id=str(run.id),
@@ -158,6 +155,109 @@ def run_to_stop(
             max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
         )
         done(*otel_outcome(outcome))
+    return _stopped_at(run, definition, outcome, clock, rng, steps)
+
+
+async def arun_to_stop(
+    run: JobRun,
+    *,
+    clock: Clock | None = None,
+    owner: str | None = None,
+    rng: random.Random | None = None,
+    interrupt: Callable[[], BaseException | None] | None = None,
+    io: IoRunner | None = None,
+) -> Pending:
+    """``run_to_stop`` for an ``async def`` job, awaited. ``io`` runs the database work
+    off the loop (default: Django's ``sync_to_async``, as the async ORM does)."""
+    clock = clock or current()
+    definition, refused = _definition(run, clock, rng)
+    if refused is not None:
+        return refused
+    assert definition is not None
+    io = io or django_io
+    steps = AsyncSteps(io=io, **_engine(run, definition, clock, owner, interrupt))
+    ctx = AsyncJobContext(
+        step=steps,
+        run_id=str(run.id),
+        attempt=run.attempt,
+        job_name=run.job_name,
+        logger=run_logger(str(run.id), run.job_name, run.attempt),
+        scheduled_at=run.scheduled_at,
+    )
+    await io(lambda: signals.run_started.send(sender=JobRun, run=run))
+    with otel.run_span(run.job_name, str(run.id), run.attempt, run.trace_context) as done:
+        outcome = await arun_attempt(
+            definition.fn,
+            ctx,
+            run.args,
+            run.kwargs,
+            timeout=definition.timeout or conf.duration("TIMEOUT"),
+            max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
+        )
+        done(*otel_outcome(outcome))
+    return _stopped_at(run, definition, outcome, clock, rng, steps)
+
+
+async def django_io(work: Callable[[], T]) -> T:
+    """Blocking database work from async code, on Django's thread-sensitive executor."""
+    return await sync_to_async(work, thread_sensitive=True)()
+
+
+def _definition(
+    run: JobRun, clock: Clock, rng: random.Random | None
+) -> tuple[JobDefinition | None, Pending | None]:
+    """The run's job, or the outcome of a run that cannot start (unknown job, attempts
+    used up)."""
+    try:
+        definition = get_job(run.job_name)
+    except UnknownJob as exc:
+        exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
+        outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
+        return None, _pending(run, None, outcome, clock.now(), rng)
+    if run.attempt > max_attempts(definition):
+        # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
+        return None, _exhausted(run, definition, clock.now(), rng)
+    return definition, None
+
+
+def _engine(
+    run: JobRun,
+    definition: JobDefinition,
+    clock: Clock,
+    owner: str | None,
+    interrupt: Callable[[], BaseException | None] | None,
+) -> dict[str, Any]:
+    """What the step engine of one attempt is built from, sync or async alike."""
+    using = conf.database()
+    return {
+        "run_id": str(run.id),
+        "job_name": run.job_name,
+        "store": OrmStepStore(using=using, owner=owner),
+        "events": OrmEventLog(using=using),
+        "children": OrmChildRuns(using=using),
+        "batches": OrmChildBatches(using=using),
+        "clock": clock,
+        "limits": StepLimits(
+            step_timeout=definition.step_timeout or conf.duration("STEP_TIMEOUT"),
+            event_poll=conf.required_duration("EVENT_POLL"),
+            max_output_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
+        ),
+        "records": [] if run.claimed_fresh else None,
+        "interrupt": interrupt,
+        # A retry may follow a worker that died inside a step: if this one dies too, the
+        # step is named. The first attempt keeps one write per step.
+        "mark_starts": run.attempt > 1,
+    }
+
+
+def _stopped_at(
+    run: JobRun,
+    definition: JobDefinition,
+    outcome: Outcome,
+    clock: Clock,
+    rng: random.Random | None,
+    steps: StepEngine,
+) -> Pending:
     pending = _pending(run, definition, outcome, clock.now(), rng)
     if isinstance(outcome, Suspended):
         parked = next((r for r in steps.records() if r.name == outcome.step), None)

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .durations import format_duration
 from .exceptions import ChildRunFailed, JobTimeoutError, Suspension
 from .records import ChildOutcome, StepRecord, StepStatus
-from .serialization import ErrorInfo
 
 if TYPE_CHECKING:
-    from .steps import Steps
+    from .step_engine import Plan, StepEngine
 
 KIND = "fanout"
 
@@ -73,16 +72,17 @@ def calls_of(calls: Sequence[Any], where: str) -> list[Call]:
 
 
 def invoke_all(
-    steps: Steps, batches: ChildBatches, name: str, calls: list[Call], limit: timedelta
-) -> list[Any]:
-    """The engine of ``Steps.invoke_all``; see there."""
-    existing = steps._begin(name)
+    steps: StepEngine, batches: ChildBatches, name: str, calls: list[Call], limit: timedelta
+) -> Plan[list[Any]]:
+    """The plan of ``Steps.invoke_all`` and ``AsyncSteps.invoke_all``; see there."""
+    from .step_engine import Io
+
+    existing = yield from steps._begin(name)
     if existing is not None and existing.status is StepStatus.COMPLETED:
         return list(steps._replay(existing))
     now = steps._clock.now()
     if existing is None or not isinstance(existing.output, dict):
-        with steps._guard.shield():
-            ids = batches.start_all(steps.run_id, name, calls)
+        ids = yield Io(lambda: batches.start_all(steps.run_id, name, calls), write=True)
         started_at, attempts = now, 1
     else:
         ids, started_at = list(existing.output["children"]), existing.started_at
@@ -97,30 +97,30 @@ def invoke_all(
         output={"children": ids},
         deadline=started_at + limit,
     )
-    outcomes = batches.outcomes(steps.run_id, name, ids)
+    outcomes = yield Io(lambda: batches.outcomes(steps.run_id, name, ids))
     if all(outcome is not None for outcome in outcomes):
-        return _finish(steps, record, name, ids, outcomes, now)
+        return (yield from _finish(steps, record, name, ids, outcomes, now))
     if now >= started_at + limit:
         left = sum(outcome is None for outcome in outcomes)
         timed_out = JobTimeoutError(
             f"job {steps.job_name!r} run {steps.run_id}: step {name!r}: {left} of {len(ids)} "
             f"child runs did not finish within {format_duration(limit)}"
         )
-        steps._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(timed_out)))
+        yield from steps._fail(record, timed_out)
         raise timed_out
     resume_at = min(started_at + limit, now + steps._limits.event_poll)
-    steps._save(replace(record, wake_at=resume_at))
+    yield from steps._save(replace(record, wake_at=resume_at))
     raise Suspension(name, resume_at, "child")
 
 
 def _finish(
-    steps: Steps,
+    steps: StepEngine,
     record: StepRecord,
     name: str,
     ids: list[str],
     outcomes: Sequence[ChildOutcome | None],
     now: Any,
-) -> list[Any]:
+) -> Plan[list[Any]]:
     failed = [(i, o) for i, o in enumerate(outcomes) if o is not None and not o.succeeded]
     if failed:
         index, outcome = failed[0]
@@ -130,8 +130,9 @@ def _finish(
             f"{len(ids)} child runs failed; the first is child {index} (run {ids[index]}): "
             f"{message}"
         )
-        steps._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))
+        yield from steps._fail(record, error)
         raise error
     results = [outcome.result for outcome in outcomes if outcome is not None]
-    steps._save(replace(record, status=StepStatus.COMPLETED, output=results, completed_at=now))
+    done = replace(record, status=StepStatus.COMPLETED, output=results, completed_at=now)
+    yield from steps._save(done)
     return results

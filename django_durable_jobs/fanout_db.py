@@ -10,9 +10,9 @@ from uuid import UUID
 
 from django.db import transaction
 
-from . import clock, conf, signals
+from . import clock, conf, flow, gates, signals
 from .fanout import Call, key_prefix
-from .models import FINISHED, JobRun, JobRunQuerySet, RunStatus
+from .models import FINISHED, CancelKey, JobRun, JobRunQuerySet, RunStatus
 from .records import ChildOutcome
 from .registry import JobDefinition, get_job
 from .runs import _checked_arguments as checked_arguments  # one rule for arguments
@@ -34,10 +34,29 @@ class OrmChildBatches:
         ]
         with transaction.atomic(using=self.using):
             JobRun.objects.using(self.using).bulk_create(runs, ignore_conflicts=True)
-        ids = dict(self._children(parent_run_id, step).values_list("idempotency_key", "id"))
+            ids = dict(self._children(parent_run_id, step).values_list("idempotency_key", "id"))
+            self._add_cancel_keys(runs, ids)
         for run in runs:
             signals.run_enqueued.send(sender=JobRun, run=run)
         return [str(ids[run.idempotency_key]) for run in runs]
+
+    def _add_cancel_keys(self, runs: Sequence[JobRun], ids: Mapping[str | None, UUID]) -> None:
+        """``CancelOn`` of the children's jobs, as ``enqueue_job`` records it; once per
+        child (a replayed insert finds the keys of the children it did not add)."""
+        cancelable = [run for run in runs if get_job(run.job_name).cancel_on]
+        if not cancelable:
+            return
+        for run in cancelable:
+            run.pk = ids[run.idempotency_key]
+        known = set(
+            CancelKey.objects.using(self.using)
+            .filter(run_id__in=[run.pk for run in cancelable])
+            .values_list("run_id", flat=True)
+        )
+        for run in cancelable:
+            if run.pk not in known:
+                job = get_job(run.job_name)
+                gates.add_cancel_keys(run, job, run.args, run.kwargs, self.using)
 
     def outcomes(
         self, parent_run_id: str, step: str, ids: Sequence[str]
@@ -59,8 +78,15 @@ class OrmChildBatches:
 
 def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
     job = call.job if isinstance(call.job, JobDefinition) else get_job(str(call.job))
+    if gates.gated(job):
+        # Decided at enqueue, one run at a time: a skipped or debounced child would
+        # leave its parent waiting for it until the step's timeout.
+        raise ValueError(
+            f"child {key}: job {job.name!r} has a rate_limit or debounce, which a "
+            "fan-out cannot apply; enqueue its runs from a step instead"
+        )
     args, kwargs = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
-    return JobRun(
+    run = JobRun(
         job_name=job.name,
         queue=job.queue,
         priority=job.priority,
@@ -71,6 +97,9 @@ def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
         wake_at=now,
         parent_id=parent_run_id,
     )
+    # As enqueue_job does: a child is under its job's concurrency limit and throttle.
+    flow.stamp(run, job, args, kwargs)
+    return run
 
 
 def _outcome(row: Mapping[str, Any] | None) -> ChildOutcome | None:

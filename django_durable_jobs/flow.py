@@ -23,7 +23,6 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import (
     Case,
-    DateTimeField,
     F,
     PositiveIntegerField,
     Q,
@@ -36,6 +35,7 @@ from django.utils import timezone
 from . import conf
 from .clock import Clock
 from .exceptions import UnknownJob
+from .fields import InstantField
 from .models import LIMITED, RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus
 from .registry import JobDefinition, all_jobs, get_job
 
@@ -251,7 +251,7 @@ def _take(
             output_field=PositiveIntegerField(),
         ),
         status=RunStatus.RUNNING,
-        started_at=Coalesce(F("started_at"), Value(now), output_field=DateTimeField()),
+        started_at=Coalesce(F("started_at"), Value(now, output_field=InstantField())),
         lease_owner=owner,
         lease_expires_at=now + lease,
     )

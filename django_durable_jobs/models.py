@@ -373,8 +373,10 @@ class Schedule(models.Model):
     next_run_at = InstantField(null=True, blank=True)
     #: The slot of the last run started.
     last_run_at = InstantField(null=True, blank=True)
-    # NULL for schedules added in the admin; "job|cron|timezone" as first declared.
-    code_key = models.CharField(max_length=300, null=True, blank=True, unique=True, editable=False)
+    # NULL for schedules added in the admin; "job|cron|timezone" as first declared (a
+    # longer one ends in its hash, schedules.code_key). Exact: jobs named alike but for
+    # case are two schedules; 255 keeps the unique index within MariaDB's limits (W003).
+    code_key = ExactCharField(max_length=255, null=True, blank=True, unique=True, editable=False)
     #: Why the schedule is disabled when no operator paused it (e.g. removed from code).
     note = models.CharField(max_length=300, blank=True, default="")
 

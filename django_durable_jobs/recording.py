@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
+from . import conf
 from .execution import UNSTORABLE, Executed, Pending, settle, shorten, write
 from .health import close_broken_connections
 from .models import JobRun
@@ -34,6 +36,27 @@ def record(pending: Pending, owner: str) -> None:
             continue
         log_outcome(current.run, settle(current, recorded, owner))
         return
+
+
+def record_all(outcomes: Sequence[tuple[Pending, str]]) -> None:
+    """Record many outcomes (each fenced by its owner) in one transaction: one commit
+    instead of one per run, for async runs that stopped together. Each outcome is
+    committed before it is settled (its parent woken, its signals sent). If the
+    database refuses any of them, each is recorded on its own instead (in short if
+    need be), so that one bad outcome does not hold back the others."""
+    if len(outcomes) == 1:
+        record_patiently(*outcomes[0])
+        return
+    try:
+        with transaction.atomic(using=conf.database()):
+            written = [write(pending, owner) for pending, owner in outcomes]
+    except (DatabaseError, *UNSTORABLE):
+        close_broken_connections()
+        for pending, owner in outcomes:
+            record_patiently(pending, owner)
+        return
+    for (pending, owner), recorded in zip(outcomes, written, strict=True):
+        log_outcome(pending.run, settle(pending, recorded, owner))
 
 
 def record_patiently(pending: Pending, owner: str, tries: int = 3) -> None:

@@ -79,6 +79,11 @@ class JobDefinition:
         return self.fn(*args, **kwargs)
 
     @property
+    def is_async(self) -> bool:
+        """An ``async def`` job: its step API is awaited and it runs on an event loop."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    @property
     def limits(self) -> tuple[Limit, ...]:
         """The limits the claim enforces for this job's runs."""
         return tuple(limit for limit in (self.concurrency, self.throttle) if limit is not None)
@@ -89,6 +94,10 @@ class JobDefinition:
         >>> run = onboarding.enqueue(user_id=42)  # doctest: +SKIP
         """
         return JobCall(self, JobOptions()).enqueue(*args, **kwargs)
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRun:
+        """``enqueue`` for async views: ``run = await onboarding.aenqueue(user_id=42)``."""
+        return await JobCall(self, JobOptions()).aenqueue(*args, **kwargs)
 
     def call(self, *args: Any, **kwargs: Any) -> Call:
         """A child run for ``ctx.step.invoke_all``: ``[send.call(i) for i in ids]``."""
@@ -135,6 +144,13 @@ class JobCall:
         from .runs import enqueue_job
 
         return enqueue_job(self.job, args, kwargs, self.options)
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRun:
+        """``enqueue`` for async views, on Django's thread-sensitive executor as the
+        async ORM does (so it joins a transaction opened there)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(*args, **kwargs)
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
         from .runs import enqueue_many_job

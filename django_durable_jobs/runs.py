@@ -257,10 +257,12 @@ def cancel(
         )
         # A waiting parent learns now, not at its next poll; children die with the run.
         children.wake_parent(run.parent_id, now)
-        below = children.cancel_descendants(
-            pk, {**stopped, "error": f"cancelled along with run {pk}"}
-        )
+        along = {**stopped, "error": f"cancelled along with run {pk}"}
+        below = children.cancel_descendants(pk, along)
         start_handler(run, stopped, now)
+        # SPEC §8: each run cancelled gets its handler, those cancelled along with it too.
+        for child in JobRun.objects.using(using).filter(pk__in=below):
+            start_handler(child, along, now)
     signals.run_cancelled.send(sender=JobRun, run=run)
     for child in JobRun.objects.using(using).filter(pk__in=below, status=RunStatus.CANCELLED):
         signals.run_cancelled.send(sender=JobRun, run=child)
@@ -282,6 +284,7 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
             pk, changed, "retry", "only failed or cancelled runs can be retried"
         )
         children.release_failed(pk)
+        children.restart_fanouts(pk)
         children.fresh_windows(pk)
     return run
 

@@ -1,10 +1,13 @@
 """The worker loop: claim, lease, heartbeat, execute, suspend, retry, shut down.
 
-Execution model: one run at a time per process, in the main thread, so that
-``SIGALRM`` can stop a run past its ``timeout`` even inside an endless loop or a
-blocking call. ``--concurrency N`` forks N such processes under a supervisor that
-forwards signals and replaces a child that died. A heartbeat thread renews the
-lease of the run in hand; every write for a run is fenced by that lease.
+Execution model: sync runs execute one at a time per process, in the main thread, so
+that ``SIGALRM`` can stop a run past its ``timeout`` even inside an endless loop or a
+blocking call. Async runs (``async def`` jobs) go to the process's async lane
+(``lane.py``): up to ``--async-concurrency`` of them in flight on one event loop. The
+main thread claims for both, several runs per round trip when the lane has room.
+``--concurrency N`` forks N such processes under a supervisor that forwards signals
+and replaces a child that died. A heartbeat thread renews the leases of every run in
+hand; every write for a run is fenced by its lease.
 """
 
 from __future__ import annotations
@@ -21,21 +24,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
-from uuid import UUID
 
 from django.db import DatabaseError, connections
 
 from . import claims_pg, conf, faults, flow
-from .claims import claim, release, renew, requeue_expired
+from .claims import claim, release, requeue_expired
 from .clock import Clock, current
-from .exceptions import RunCancelled
+from .exceptions import UnknownJob
 from .execution import UNSTORABLE, Pending, run_to_stop, settle
 from .health import close_broken_connections, keep_healthy
-from .models import JobRun, RunStatus
+from .heartbeat import Heartbeat
+from .lane import AsyncLane, any_async
+from .models import JobRun
 from .orphans import stop_with_parent
 from .recording import log_outcome, record, record_patiently, refused
+from .registry import all_jobs, get_job
 from .schedules import Ticker, sync
-from .store import LeaseLost
 from .timeouts import TimeGuard
 from .wakeup import Waker, make_waker
 from .workers import Presence
@@ -56,6 +60,8 @@ class WorkerOptions:
     poll_interval: timedelta = timedelta(seconds=1)
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     drain_timeout: timedelta = timedelta(seconds=30)
+    #: Async runs in flight at once (None: DURABLE_JOBS["ASYNC_CONCURRENCY"]).
+    async_concurrency: int | None = None
 
 
 class Worker:
@@ -75,9 +81,14 @@ class Worker:
         self._signals = 0
         self._waker: Waker | None = None
         self._next_reap = 0.0
-        self._beat: _Heartbeat | None = None
+        self._beat: Heartbeat | None = None
         self._pending: Pending | None = None
         self._guard: TimeGuard | None = None
+        self._lane: AsyncLane | None = None
+        #: Sync runs claimed in a batch and not started yet (released if the worker stops).
+        self._backlog: list[JobRun] = []
+        #: How many runs the next claim may take (with an async lane): adapts to the backlog.
+        self._batch = 1
         self._schedules = Ticker()
         self._presence: Presence | None = None
 
@@ -124,6 +135,8 @@ class Worker:
 
     def _abandon(self) -> None:
         self.stop()
+        if self._lane is not None:
+            self._lane.abandon()
         if self._in_hand is not None and self._guard is not None:
             # Not in the middle of a step's write: that would leave the connection torn.
             self._guard.interrupt(StopNow())
@@ -138,10 +151,12 @@ class Worker:
     def run(self) -> int:
         self._waker = make_waker()
         self._register()
+        self._lane = self._make_lane()
         log.info(
-            "worker %s: queues=%s concurrency=1 database=%s wake=%s lease=%ss",
+            "worker %s: queues=%s concurrency=1 async=%s database=%s wake=%s lease=%ss",
             self.options.worker_id,
             ",".join(self.options.queues or ["*"]),
+            self._lane.capacity if self._lane is not None else 0,
             connections[conf.database()].vendor,
             self._waker.mode,
             self.lease.total_seconds(),
@@ -149,7 +164,7 @@ class Worker:
         sync(self.clock.now())  # the schedules of the code this worker runs
         try:
             while not self.stopping.is_set():
-                if self.options.max_runs is not None and self.executed >= self.options.max_runs:
+                if self.options.max_runs is not None and self.runs_done() >= self.options.max_runs:
                     break
                 try:
                     worked = self.run_once()
@@ -160,20 +175,33 @@ class Worker:
                     close_broken_connections()
                     self.stopping.wait(min(self.options.poll_interval.total_seconds(), 1.0))
                     continue
-                if worked:
-                    continue
-                if self.options.burst:
+                if not worked and not self._idle():
                     break
-                self._waker.wait(self.options.poll_interval.total_seconds())
         finally:
             self.flush()
+            self._let_go()
             self._waker.close()
             if self._beat is not None:
                 self._beat.stop()
             if self._presence is not None:
                 self._presence.stopped(self.clock.now())
             connections.close_all()
-        return self.executed
+        return self.runs_done()
+
+    def _idle(self) -> bool:
+        """Nothing was claimed: wait for work; False when a ``--burst`` worker is done
+        (nothing runnable and no async run in flight that could make more)."""
+        poll = self.options.poll_interval.total_seconds()
+        lane = self._lane
+        if lane is not None and lane.in_flight():
+            if self.options.burst:
+                lane.wait(poll, until_empty=True)
+                return True
+        elif self.options.burst:
+            return False
+        assert self._waker is not None
+        self._waker.wait(poll)
+        return True
 
     def run_once(self) -> bool:
         """Reap expired leases when due, record the previous run's outcome, claim one run
@@ -190,14 +218,83 @@ class Worker:
             if flow.has_limits() and (freed := flow.unhold_stranded(now=now)):
                 log.warning("let %d held run(s) go whose key had free slots", freed)
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
+        if self._backlog:  # a sync run of the last batch: no claim until it has started
+            self.flush()
+            self._execute(self._backlog.pop(0))
+            return True
+        lane = self._lane
+        if lane is not None and not lane.free():
+            self.flush()  # the lane is full: record, claim nothing, wait for a slot
+            lane.wait(self.options.poll_interval.total_seconds())
+            return True
         pending = self._pending
         owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
-        runs = self._record_and_claim(pending, owner, now)
-        if runs:
-            self._execute(runs[0])
+        # Never more than this process can start at once (the lane's free slots, or
+        # the one sync run the free main thread takes), and the batch grows only while
+        # it brings async runs (sync runs of one batch wait for each other).
+        limit = min(self._batch, max(lane.free(), 1)) if lane is not None else 1
+        runs = self._record_and_claim(pending, owner, now, limit)
+        self._dispatch(runs, owner, limit)
         return bool(runs) or pending is not None
 
-    def _record_and_claim(self, pending: Pending | None, owner: str, now: datetime) -> list[JobRun]:
+    def _dispatch(self, runs: list[JobRun], owner: str, limit: int) -> None:
+        """Hand async runs to the lane, execute the first sync run, keep the others."""
+        lane = self._lane
+        sync_runs = []
+        for run in runs:
+            if lane is not None and _is_async(run):
+                lane.start(run, owner)
+            else:
+                sync_runs.append(run)
+        if len(runs) > 1:
+            log.info("runs claimed: %d in one round trip (limit %d)", len(runs), limit)
+        if len(sync_runs) > 1:
+            self._batch = 1
+        elif runs and not sync_runs and len(runs) == limit:
+            self._batch = min(self._batch * 2, MAX_BATCH)
+        if sync_runs:
+            self._backlog.extend(sync_runs[1:])
+            self._execute(sync_runs[0])
+
+    def runs_done(self) -> int:
+        """Runs executed to their next stop, sync and async."""
+        return self.executed + (self._lane.executed if self._lane is not None else 0)
+
+    def _make_lane(self) -> AsyncLane | None:
+        capacity = self.options.async_concurrency
+        if capacity is None:
+            capacity = int(conf.get("ASYNC_CONCURRENCY"))
+        if capacity < 1 or not any_async(all_jobs()):
+            return None  # no async job here: the classic one-run loop, nothing more
+        return AsyncLane(
+            capacity=capacity,
+            db_threads=int(conf.get("ASYNC_CONNECTIONS")),
+            clock=self.clock,
+            leases=self._heartbeat(),
+        )
+
+    def _let_go(self) -> None:
+        """Stopping: release the sync runs never started, let the async ones finish
+        (until the drain time-out, then cancel and release them)."""
+        backlog, self._backlog = self._backlog, []
+        for run in backlog:
+            with contextlib.suppress(DatabaseError):
+                released = release(run, self._owner, now=self.clock.now())
+                log.info("run released: run=%s claimed but not started (%s)", run.id, released)
+        lane = self._lane
+        if lane is None:
+            return
+        drain = self.options.drain_timeout.total_seconds()
+        if lane.in_flight():
+            log.info("worker %s: waiting for %d async run(s)", self._owner, lane.in_flight())
+        if not lane.wait(drain, until_empty=True):
+            lane.abandon()
+            lane.wait(drain, until_empty=True)
+        lane.close()
+
+    def _record_and_claim(
+        self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
+    ) -> list[JobRun]:
         """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
         for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
         raises, the outcome stays pending under the owner that still holds its lease.
@@ -224,7 +321,7 @@ class Worker:
                     finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
                 try:
                     runs, recorded = claims_pg.claim(
-                        using, owner, now, self.lease, _queues(self.options.queues), 1, finish
+                        using, owner, now, self.lease, _queues(self.options.queues), limit, finish
                     )
                 except UNSTORABLE as exc:
                     if pending is None:
@@ -234,7 +331,12 @@ class Worker:
                     return []
         else:
             runs = claim(
-                owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+                owner,
+                now=now,
+                lease=self.lease,
+                queues=self.options.queues,
+                clock=self.clock,
+                limit=limit,
             )
             recorded = False  # pending was None here: recorded on its own above
         previous, self._owner, self._pending = self._owner, owner, None
@@ -265,14 +367,14 @@ class Worker:
             queues=self.options.queues,
             concurrency=self.options.concurrency,
             lease=self.lease,
-            executed=lambda: self.executed,
+            executed=self.runs_done,
         )
         self._presence.register(self.clock.now())
         self._heartbeat()
 
-    def _heartbeat(self) -> _Heartbeat:
+    def _heartbeat(self) -> Heartbeat:
         if self._beat is None:
-            self._beat = _Heartbeat(self.clock, self.lease, self.heartbeat, self._presence)
+            self._beat = Heartbeat(self.clock, self.lease, self.heartbeat, self._presence)
             self._beat.start()
         return self._beat
 
@@ -294,7 +396,7 @@ class Worker:
                 clock=self.clock,
                 owner=self._owner,
                 guard=self._guard,
-                interrupt=beat.interruption,
+                interrupt=beat.interruption_for(run.id),
             )
         except StopNow:
             released = self._release(run)
@@ -314,7 +416,7 @@ class Worker:
             raise
         finally:
             self._in_hand = self._guard = None
-            beat.drop()
+            beat.drop(run.id)
         self.executed += 1
 
     def _release(self, run: JobRun) -> bool:
@@ -325,94 +427,19 @@ class Worker:
             return release(run, self._owner, now=self.clock.now())
 
 
+#: The most runs one claim takes.
+MAX_BATCH = 50
+
+
+def _is_async(run: JobRun) -> bool:
+    try:
+        return get_job(run.job_name).is_async
+    except UnknownJob:
+        return False  # the sync path fails it with X_JOB_UNKNOWN
+
+
 def _queues(queues: Sequence[str] | None) -> list[str] | None:
     return None if queues is None else list(queues)
-
-
-class _Heartbeat(threading.Thread):
-    """One per worker process, on its own connection: renews the lease of the run in
-    hand every ``every``, and notices a cancellation so the run stops at its next step."""
-
-    def __init__(
-        self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
-    ) -> None:
-        super().__init__(name="durable-jobs-heartbeat", daemon=True)
-        self.clock, self.lease, self.every = clock, lease, every.total_seconds()
-        self.presence = presence
-        self._lock = threading.Lock()
-        self._held: tuple[str, UUID] | None = None
-        self._renewed = 0.0  # time.monotonic() of the last claim or renewal of the lease
-        self._cancelled = threading.Event()
-        self._done = threading.Event()
-
-    def hold(self, owner: str, run_id: UUID) -> None:
-        with self._lock:
-            self._held, self._renewed = (owner, run_id), time.monotonic()
-            self._cancelled.clear()
-
-    def drop(self) -> None:
-        with self._lock:
-            self._held = None
-
-    def interruption(self) -> BaseException | None:
-        """Asked by the engine before each step: a cancellation, or a lease lost while
-        this process was frozen (no renewal for a whole lease)."""
-        if self._cancelled.is_set():
-            return RunCancelled("the run was cancelled while it executed")
-        with self._lock:
-            held, renewed = self._held, self._renewed
-        if held is None or time.monotonic() - renewed < self.lease.total_seconds():
-            return None
-        # Frozen (SIGSTOP, a VM pause) past the lease: another worker may own the run
-        # now. Ask before the next step's side effect, not after it (the fenced write).
-        if renew(held[0], [held[1]], now=self.clock.now(), lease=self.lease):
-            with self._lock:
-                self._renewed = time.monotonic()
-            return None
-        return LeaseLost(
-            f"run {held[1]}: worker {held[0]} was not renewed for a whole lease and lost "
-            "it; the next step is not started"
-        )
-
-    def run(self) -> None:
-        try:
-            while not self._done.wait(self.every):
-                with self._lock:
-                    held = self._held
-                try:
-                    if held is not None:
-                        self._beat(*held)
-                    if self.presence is not None:
-                        self.presence.beat(self.clock.now())
-                except DatabaseError as exc:
-                    log.warning("heartbeat failed (%s); reconnecting", exc)
-                    connections.close_all()
-        finally:
-            connections.close_all()
-
-    def _beat(self, owner: str, run_id: UUID) -> None:
-        faults.hit("heartbeat", conf.database())
-        if renew(owner, [run_id], now=self.clock.now(), lease=self.lease):
-            with self._lock:
-                if self._held == (owner, run_id):
-                    self._renewed = time.monotonic()
-            return
-        status = (
-            JobRun.objects.using(conf.database())
-            .filter(pk=run_id)
-            .values_list("status", flat=True)
-            .first()
-        )
-        with self._lock:
-            if self._held != (owner, run_id):
-                return  # the run finished meanwhile
-            if status == RunStatus.CANCELLED:
-                self._cancelled.set()
-            else:
-                log.warning("run %s: lease lost (status %s)", run_id, status)
-
-    def stop(self) -> None:
-        self._done.set()
 
 
 # -- several processes ---------------------------------------------------------------

@@ -330,7 +330,7 @@ def test_validate_task_follows_django() -> None:
         tasks.elsewhere.using(queue_name="q" * 101)
     backend = task_backends["default"]
     assert backend.supports_defer and backend.supports_priority and backend.supports_get_result
-    assert not backend.supports_async_task  # tasks run in the worker's main thread
+    assert backend.supports_async_task  # test_backend_async.py
 
 
 @needs_tasks

@@ -12,8 +12,8 @@ from django_durable_jobs import InvalidPayload
 from django_durable_jobs.claims import claim
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.execution import execute
+from django_durable_jobs.heartbeat import Heartbeat as _Heartbeat
 from django_durable_jobs.models import JobRun, RunStatus
-from django_durable_jobs.worker import _Heartbeat
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 

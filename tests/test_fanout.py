@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -11,6 +12,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+from django_durable_jobs.claims import claim
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from tests.conftest import Driver
@@ -150,3 +152,82 @@ def test_the_admin_timeline_and_jobs_show_give_progress_and_each_child(
     call_command("jobs", "show", str(parent.pk), "--json", stdout=out)
     (step,) = json.loads(out.getvalue())["steps"]
     assert [child["id"] for child in step["children"]] == [str(kid.pk) for kid in kids]
+
+
+def test_fanned_out_children_keep_their_jobs_concurrency_limit(
+    clock: FakeClock, driver: Driver
+) -> None:
+    """A child started by ``map``/``invoke_all`` is under its job's limit like any run."""
+    parent = fanout_jobs.limited.enqueue([1, 2, 3, 4])
+    driver.step(parent)
+    kids = list(JobRun.objects.filter(parent=parent))
+    assert [(kid.concurrency_key, kid.concurrency_limit) for kid in kids] == [("", 2)] * 4
+    claimed = claim("w", now=clock.now(), lease=timedelta(minutes=1), limit=50)
+    assert len(claimed) == 2  # before: all four ran at once
+
+
+def test_retry_of_a_parent_runs_only_its_failed_children_again(
+    clock: FakeClock, driver: Driver
+) -> None:
+    """``runs.retry`` lets go of the failed children of a fan-out (as of ``invoke``):
+    the step starts new ones for them and keeps the children that succeeded."""
+    from django_durable_jobs import runs
+
+    parent = fanout_jobs.squares.enqueue(3, failing=[1])
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED and parent.error_code == "X_CHILD_FAILED"
+    runs.retry(parent.pk)
+    driver.drain()
+    ran = Counter(Effect.objects.values_list("name", flat=True))
+    assert (ran["square-0"], ran["square-1"], ran["square-2"]) == (1, 2, 1)
+    retried = [kid for kid in children(parent) if kid.args == [1]]
+    assert [kid.status for kid in retried] == [RunStatus.FAILED, RunStatus.FAILED]
+
+
+def test_retry_after_a_fanout_timed_out_waits_a_full_window_again(
+    clock: FakeClock, driver: Driver
+) -> None:
+    from django_durable_jobs import runs
+
+    parent = fanout_jobs.slow.enqueue()
+    driver.drain()
+    clock.advance("11m")
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED and parent.error_code == "X_JOB_TIMEOUT"
+    clock.advance("45m")  # the sleepy child wakes 4 minutes into the new window
+    runs.retry(parent.pk)
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.WAITING  # before: timed out again at once
+    assert len(children(parent)) == 2  # the same children: none failed
+    clock.advance("5m")
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.SUCCEEDED and parent.result == [1, 4]
+
+
+def test_a_fanned_out_child_is_cancelled_by_its_jobs_cancel_on_event(
+    clock: FakeClock, driver: Driver
+) -> None:
+    from django_durable_jobs.events import publish_event
+
+    parent = fanout_jobs.dunnings.enqueue([7, 8])
+    driver.drain()  # the children sleep for three days
+    publish_event("invoice.paid", key="7")
+    statuses = {kid.args[0]: kid.status for kid in children(parent)}
+    assert statuses == {7: RunStatus.CANCELLED, 8: RunStatus.SLEEPING}  # before: 7 slept on
+
+
+def test_a_fan_out_of_a_rate_limited_job_is_refused_with_a_clear_error(
+    clock: FakeClock, driver: Driver
+) -> None:
+    """Rate limits and debounces are decided at enqueue, one run at a time; a skipped
+    child would leave its parent waiting for it until the step's timeout."""
+    parent = fanout_jobs.rate_limited.enqueue()
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED
+    assert "'tests.welcome_once'" in parent.error and "rate_limit" in parent.error
+    assert not JobRun.objects.filter(parent=parent).exists()

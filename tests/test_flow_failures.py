@@ -110,6 +110,21 @@ def test_on_failure_runs_for_a_cancelled_run(driver: Driver) -> None:
     assert handler.args[0]["error_code"] == "X_RUN_CANCELLED"
 
 
+def test_cancelling_a_parent_starts_the_handlers_of_the_children_cancelled_with_it(
+    driver: Driver,
+) -> None:
+    """SPEC §8: every run cancelled gets its handler, also one cancelled by the cascade."""
+    parent = flow_jobs.invokes_handled_children.enqueue()
+    driver.step(parent)  # invokes the first child
+    (child,) = JobRun.objects.filter(parent=parent)
+    driver.step(child)  # the child sleeps
+    runs.cancel(parent.pk)
+    (handler,) = handler_runs()
+    assert handler.args[0]["run_id"] == str(child.pk)
+    assert handler.args[0]["status"] == "cancelled"
+    assert handler.args[0]["error"] == f"cancelled along with run {parent.pk}"
+
+
 def test_cancel_rolled_back_starts_no_handler(driver: Driver) -> None:
     run = flow_jobs.sleeps_with_handler.enqueue()
     driver.step()

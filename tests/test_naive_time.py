@@ -119,3 +119,21 @@ def test_the_admin_shows_runs_with_use_tz_false(
     assert year.status_code == 200 and str(run.pk)[:8] in year.content.decode()
     page = admin_client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk]))
     assert page.status_code == 200 and "sleep:3d" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_limited_run_is_claimed_with_use_tz_false(naive: None, clock: FakeClock) -> None:
+    """Concurrency and throttle claims write ``started_at`` like every other claim."""
+    from django_durable_jobs import flow
+    from tests.testapp import flow_jobs
+
+    clock.set(datetime(2026, 7, 1, 10, 0, tzinfo=UTC))
+    limited = flow_jobs.per_customer.enqueue(customer_id=42)
+    throttled = flow_jobs.throttled.enqueue(1)
+    now = clock.now()
+    claimed = flow.claim_limited("naive-worker", now=now, lease=timedelta(minutes=1), limit=5)
+    assert {run.pk for run in claimed} == {limited.pk, throttled.pk}
+    for run in claimed:
+        assert run.status == RunStatus.RUNNING
+        assert run.started_at == now
+        assert JobRun.objects.filter(pk=run.pk, started_at=datetime(2026, 7, 1, 12, 0)).exists()

@@ -14,7 +14,7 @@ from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.exceptions import InvalidSchedule, UnknownJob
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
 from django_durable_jobs.registry import unregister
-from django_durable_jobs.schedules import Ticker, reschedule, start_due, sync
+from django_durable_jobs.schedules import Synced, Ticker, reschedule, start_due, sync
 from tests.conftest import Driver
 
 T0 = datetime(2026, 1, 5, 8, 59, 30, tzinfo=UTC)  # a Monday
@@ -200,6 +200,32 @@ def test_sync_keeps_an_operators_pause_of_a_code_schedule(clock: FakeClock) -> N
     sync(clock.now())
     row.refresh_from_db()
     assert not row.enabled
+
+
+@pytest.fixture
+def cased() -> Iterator[None]:
+    yield
+    for name in ("tests.Report", "tests.report", "tests." + "n" * 190):
+        unregister(name)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("cased")
+def test_code_keys_compare_exactly_and_fit_any_database(clock: FakeClock) -> None:
+    """Jobs named alike but for case each get their schedule (MariaDB's collation
+    would make their keys one), and a long name and time zone still fit the key."""
+    clock.set(T0)
+    job(name="tests.Report", cron="0 9 * * 1")(lambda ctx: None)
+    job(name="tests.report", cron="0 9 * * 1")(lambda ctx: None)
+    long_name = "tests." + "n" * 190
+    zone = "America/Argentina/ComodRivadavia"
+    job(name=long_name, cron=Cron("0 9 * * 1", timezone=zone))(lambda ctx: None)
+    assert sync(clock.now()).created == 3
+    names = set(Schedule.objects.values_list("job_name", flat=True))
+    assert names == {"tests.Report", "tests.report", long_name}
+    assert all(len(row.code_key or "") <= 255 for row in Schedule.objects.all())
+    assert sync(clock.now()) == Synced(0, 0, 0)  # the long key is recognised next time
+    assert Schedule.objects.filter(enabled=True).count() == 3
 
 
 @pytest.mark.django_db

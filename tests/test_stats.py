@@ -71,7 +71,7 @@ def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
         "succeeded": 12,
         "failed": 5,
         "cancelled": 0,
-        "skipped": 0,
+        "skipped": 0,  # every status is present (SPEC §14), flow control's too
     }
     assert figures.queue_depth == {
         "default": {"queued": 0, "sleeping": 1, "waiting": 0, "running": 1},

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from django_durable_jobs.async_steps import AsyncSteps, inline
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.exceptions import (
     JobTimeoutError,
@@ -26,27 +30,58 @@ from django_durable_jobs.steps import (
 from django_durable_jobs.timeouts import TimeGuard
 
 
-class Harness:
-    """One run's engine, rebuilt per attempt the way the worker does."""
+class Awaited:
+    """``AsyncSteps`` with each call awaited to its end, so that every contract test
+    below reads the same for async jobs; a step function becomes an ``async def``."""
 
-    def __init__(self) -> None:
+    def __init__(self, steps: AsyncSteps) -> None:
+        self._steps = steps
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._steps, name)
+        if not inspect.iscoroutinefunction(method):
+            return method
+
+        def awaited(*args: Any, **kwargs: Any) -> Any:
+            if name == "run":
+                args = (args[0], _as_async(args[1]), *args[2:])
+            return asyncio.run(method(*args, **kwargs))
+
+        return awaited
+
+
+def _as_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def step(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return step
+
+
+class Harness:
+    """One run's engine, rebuilt per attempt the way the worker does; ``mode`` says
+    whether the job is sync (``Steps``) or async (``AsyncSteps``, awaited)."""
+
+    def __init__(self, mode: str = "sync") -> None:
+        self.mode = mode
         self.clock = FakeClock()
         self.store = MemoryStepStore()
         self.events = MemoryEventLog(self.clock)
         self.limits = StepLimits(event_poll=timedelta(seconds=30))
         self.children = MemoryChildRuns()
 
-    def attempt(self, run_id: str = "run-1") -> Steps:
-        return Steps(
-            run_id=run_id,
-            job_name="demo",
-            store=self.store,
-            events=self.events,
-            clock=self.clock,
-            limits=self.limits,
-            children=self.children,
-            guard=TimeGuard(use_signals=False),
-        )
+    def attempt(self, run_id: str = "run-1") -> Any:
+        engine: dict[str, Any] = {
+            "run_id": run_id,
+            "job_name": "demo",
+            "store": self.store,
+            "events": self.events,
+            "clock": self.clock,
+            "limits": self.limits,
+            "children": self.children,
+        }
+        if self.mode == "async":
+            return Awaited(AsyncSteps(io=inline, **engine))
+        return Steps(guard=TimeGuard(use_signals=False), **engine)
 
     def record(self, name: str, run_id: str = "run-1") -> Any:
         record = self.store.get(run_id, name)
@@ -54,9 +89,15 @@ class Harness:
         return record
 
 
+@pytest.fixture(params=["sync", "async"])
+def h(request: pytest.FixtureRequest) -> Harness:
+    """The engine's contract holds for sync and async jobs alike."""
+    return Harness(request.param)
+
+
 @pytest.fixture
-def h() -> Harness:
-    return Harness()
+def sync_h() -> Harness:
+    return Harness("sync")
 
 
 class Counter:
@@ -301,7 +342,8 @@ def test_suspension_escapes_except_exception(h: Harness) -> None:
     assert swallowed == []
 
 
-def test_suspension_inside_run_is_not_a_failure(h: Harness) -> None:
+def test_suspension_inside_run_is_not_a_failure(sync_h: Harness) -> None:
+    h = sync_h
     steps = h.attempt()
 
     def nested() -> None:
@@ -411,7 +453,7 @@ def test_required_wait_times_out_with_job_timeout(h: Harness) -> None:
 
 def test_wait_match_must_be_a_string(h: Harness) -> None:
     with pytest.raises(TypeError, match="match"):
-        h.attempt().wait_for_event("w", "e", match=42)  # type: ignore[arg-type]
+        h.attempt().wait_for_event("w", "e", match=42)
 
 
 # -- publish and invoke ------------------------------------------------------------

@@ -55,6 +55,25 @@ def test_outcome_survives_a_terminated_backend_at_its_write(
     assert Effect.objects.filter(name="work").count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_limited_runs_outcome_survives_a_terminated_backend_and_frees_its_slot(
+    clock: FakeClock,
+) -> None:
+    """Flow's outcome (written alone, slot freed under the key's lock) meets the cut
+    connection that holes-worker's owner fencing was built for."""
+    if connection.vendor not in {"postgresql", "mysql"}:
+        pytest.skip("terminating a server backend needs PostgreSQL or MariaDB")
+    first = hole_jobs.cut_connection_limited.enqueue()
+    clock.advance("1s")
+    second = hole_jobs.cut_connection_limited.enqueue()  # held until the first frees
+    assert worker(clock).run() == 2
+    for run in (first, second):
+        run.refresh_from_db()
+        assert (run.status, run.result, run.attempt) == (RunStatus.SUCCEEDED, "done", 1)
+        assert (run.lease_owner, run.lease_expires_at) == ("", None)
+    assert Effect.objects.filter(name="work").count() == 2
+
+
 # -- item 3: error texts a database cannot store --------------------------------------
 
 

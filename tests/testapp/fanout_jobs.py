@@ -9,6 +9,7 @@ from typing import Any
 from django_durable_jobs import job, signals
 from django_durable_jobs.models import JobRun
 
+from .flow_jobs import dunning, global_limit, welcome_once
 from .jobs import CALLS, effect
 
 
@@ -37,6 +38,24 @@ def squares(ctx: Any, count: int, failing: list[int] | None = None) -> dict[str,
 @job(name="tests.fan.mapped", retries=0)
 def mapped(ctx: Any, items: list[int]) -> list[Any]:
     return list(ctx.step.map("map", square, items))
+
+
+@job(name="tests.fan.limited", retries=0)
+def limited(ctx: Any, items: list[int]) -> list[Any]:
+    """Fans out a job with ``concurrency=2``."""
+    return list(ctx.step.map("map", global_limit, items))
+
+
+@job(name="tests.fan.dunning", retries=0)
+def dunnings(ctx: Any, invoices: list[int]) -> list[Any]:
+    """Fans out a job with ``cancel_on`` (one child per invoice)."""
+    return list(ctx.step.map("dun", dunning, invoices))
+
+
+@job(name="tests.fan.rate_limited", retries=0)
+def rate_limited(ctx: Any) -> list[Any]:
+    """Fans out a job with ``rate_limit``, which a fan-out cannot apply."""
+    return list(ctx.step.map("welcome", welcome_once, [1, 2]))
 
 
 @job(name="tests.fan.slow", retries=0)

@@ -59,6 +59,12 @@ def sleeps_with_handler(ctx: Any) -> None:
     ctx.step.sleep("1h")
 
 
+@job(name="tests.invokes_handled_children")
+def invokes_handled_children(ctx: Any) -> None:
+    """A parent whose child has a failure handler."""
+    ctx.step.invoke("one", sleeps_with_handler)
+
+
 @job(name="tests.handler_of_handler", retries=0, on_failure="tests.failure_handler")
 def failing_handler(ctx: Any, failure: dict[str, Any]) -> None:
     raise RuntimeError("handler broke")

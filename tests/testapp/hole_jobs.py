@@ -61,6 +61,13 @@ def cut_connection(ctx: Any, refuse_for: float = 0) -> str:
     return "done"
 
 
+#: The same under a concurrency limit: its outcome frees a slot, so it is written alone
+#: (never fused with the next claim) and under the key's lock.
+cut_connection_limited = job(name="tests.cut_connection_limited", retries=0, concurrency=1)(
+    cut_connection.fn
+)
+
+
 def _raise(message: str) -> NoReturn:
     raise ValueError(message)
 

@@ -106,6 +106,7 @@ def stubborn(ctx: Any) -> str:
 # Jobs of other test modules register when this module is autodiscovered.
 from . import (  # noqa: E402,F401
     admin_jobs,
+    async_jobs,
     event_jobs,
     fanout_jobs,
     fault_jobs,

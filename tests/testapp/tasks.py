@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from django.tasks import TaskContext, task
 
-from django_durable_jobs.backends import DurableTaskContext, steps
+from django_durable_jobs.backends import DurableTaskContext, asteps, steps
 
 from .jobs import CALLS, effect
 
@@ -60,3 +61,34 @@ def elsewhere() -> str:
 @task
 def not_json() -> object:
     return {1, 2}
+
+
+# -- async tasks (supports_async_task) ------------------------------------------------
+
+
+@task
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    CALLS["tasks.async_add"] += 1
+    return a + b
+
+
+@task
+async def async_fails(message: str) -> None:
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+@task(takes_context=True)
+async def async_durable(context: TaskContext[Any, Any], order_id: int) -> dict[str, Any]:
+    step = asteps(context)  # typed: the awaited step API
+    charged = await step.run("charge", effect, f"async-charge-{order_id}", step.run_id)
+    fetched = await step.run("fetch", _fetch, order_id)
+    await step.sleep("settle", "1h")
+    return {"charged": charged, "fetched": fetched, "attempt": context.attempt}
+
+
+async def _fetch(order_id: int) -> str:
+    await asyncio.sleep(0)
+    CALLS[f"async-fetch-{order_id}"] += 1
+    return f"fetched-{order_id}"

@@ -32,7 +32,15 @@ class Command(BaseCommand):
             type=int,
             default=1,
             metavar="N",
-            help="Worker processes (one run at a time each). Default 1.",
+            help="Worker processes (one sync run at a time each). Default 1.",
+        )
+        parser.add_argument(
+            "--async-concurrency",
+            type=int,
+            default=None,
+            metavar="M",
+            help="Async runs (async def jobs) in flight at once per process. "
+            "Default: DURABLE_JOBS['ASYNC_CONCURRENCY'] (100).",
         )
         parser.add_argument("--burst", action="store_true", help="Exit 0 once nothing is runnable.")
         parser.add_argument(
@@ -65,6 +73,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
+        if options["async_concurrency"] is not None and options["async_concurrency"] < 1:
+            raise CommandError("--async-concurrency must be at least 1")
         if options["max_runs"] is not None and options["max_runs"] < 1:
             raise CommandError("--max-runs must be at least 1")
         try:
@@ -90,6 +100,7 @@ class Command(BaseCommand):
             "concurrency": options["concurrency"],
             "burst": options["burst"],
             "max_runs": options["max_runs"],
+            "async_concurrency": options["async_concurrency"],
             "poll_interval": poll,
             "drain_timeout": drain,
         }

@@ -1,0 +1,87 @@
+"""Async jobs executed to their next stop with the ORM store, as the worker does."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_durable_jobs.attempt import Failed, Succeeded, Suspended
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.models import Event, JobRun, RunStatus, StepStatus
+from tests.conftest import Driver
+from tests.testapp import async_jobs
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_async_job_runs_its_awaited_steps_once(driver: Driver) -> None:
+    run = async_jobs.async_three_steps.enqueue(user_id=7)
+    executed = driver.step()
+    assert executed is not None
+    assert executed.outcome == Succeeded({"steps": ["one", "TWO", "three"], "user_id": 7})
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert [s.name for s in run.steps.order_by("started_at", "id")] == ["one", "two", "three"]
+    assert Effect.objects.filter(run_id=str(run.id)).count() == 2
+
+
+def test_a_failed_async_step_retries_and_completed_steps_replay(
+    driver: Driver, calls: dict[str, int]
+) -> None:
+    from tests.testapp import jobs
+
+    jobs.FAIL_ONCE.add("three")
+    run = async_jobs.async_three_steps.enqueue(user_id=1)
+    first = driver.step()
+    assert first is not None and isinstance(first.outcome, Failed)
+    assert driver.step() is not None  # backoff 0: the retry runs at once
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and run.attempt == 2
+    assert calls["one"] == 1  # replayed, not re-executed
+    assert calls["three"] == 2
+
+
+def test_async_sleep_and_event_suspend_the_run(driver: Driver, clock: FakeClock) -> None:
+    run = async_jobs.async_onboarding.enqueue(user_id=42)
+    executed = driver.step()
+    assert executed is not None and isinstance(executed.outcome, Suspended)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SLEEPING and run.attempt == 1
+    clock.advance("3d")
+    waiting = driver.step()
+    assert waiting is not None and isinstance(waiting.outcome, Suspended)
+    assert waiting.outcome.reason == "event"
+    Event.objects.create(name="order.paid", payload={"n": 1}, key="42", published_at=clock.now())
+    clock.advance("30s")
+    done = driver.step()
+    assert done is not None and done.outcome == Succeeded({"ordered": True, "order": {"n": 1}})
+    assert not Effect.objects.filter(name="swallowed").exists()
+    assert Event.objects.filter(name="user.onboarded").count() == 1
+    assert JobRun.objects.get(pk=run.pk).steps.get(name="announce").status == StepStatus.COMPLETED
+
+
+def test_an_async_job_past_its_timeout_is_cancelled_and_fails(driver: Driver) -> None:
+    run = async_jobs.async_timeout.enqueue()
+    executed = driver.step()
+    assert executed is not None and isinstance(executed.outcome, Failed)
+    assert executed.outcome.error.code == "X_JOB_TIMEOUT"
+    assert not executed.outcome.retryable
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_TIMEOUT"
+    assert "300ms" in run.error
+
+
+def test_an_async_step_past_its_step_timeout_fails_the_step(driver: Driver) -> None:
+    run = async_jobs.async_step_timeout.enqueue()
+    executed = driver.step()
+    assert executed is not None and isinstance(executed.outcome, Failed)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_TIMEOUT"
+    step = run.steps.get(name="hang")
+    assert step.status == StepStatus.FAILED and "step_timeout" in step.error
+
+
+def test_is_async_tells_the_kinds_apart() -> None:
+    from tests.testapp import jobs
+
+    assert async_jobs.async_io.is_async and not jobs.add.is_async

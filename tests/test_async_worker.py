@@ -1,0 +1,98 @@
+"""The worker's async lane in-process: sync and async runs served by one worker,
+adaptive batched claims, and what a stopping worker does with runs it claimed."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import pytest
+
+from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.wakeup import make_waker
+from django_durable_jobs.worker import MAX_BATCH, Worker, WorkerOptions
+from tests.testapp import async_jobs, jobs
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def worker(clock: FakeClock, **options: Any) -> Worker:
+    return Worker(WorkerOptions(worker_id="w-test", burst=True, **options), clock=clock)
+
+
+def test_one_worker_serves_sync_and_async_runs(clock: FakeClock) -> None:
+    sync_runs = [jobs.three_steps.enqueue(user_id=i) for i in range(3)]
+    async_runs = [async_jobs.async_three_steps.enqueue(user_id=i) for i in range(5)]
+    assert worker(clock).run() == 8
+    statuses = dict(JobRun.objects.values_list("pk", "status"))
+    assert {statuses[run.pk] for run in sync_runs + async_runs} == {RunStatus.SUCCEEDED}
+    assert Effect.objects.filter(name="one").count() == 8  # each step's effect once
+    assert JobRun.objects.get(pk=async_runs[0].pk).result == {
+        "steps": ["one", "TWO", "three"],
+        "user_id": 0,
+    }
+
+
+def test_the_batch_grows_with_async_runs_and_never_past_the_free_slots(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    for n in range(40):
+        async_jobs.async_io.enqueue(0.05, tag=str(n))
+    w = worker(clock, async_concurrency=10)
+    with caplog.at_level(logging.INFO, logger="django_durable_jobs.worker"):
+        assert w.run() == 40
+    sizes = [int(m) for m in re.findall(r"runs claimed: (\d+) in one round trip", caplog.text)]
+    assert sizes and max(sizes) > 2  # it grew: 1, 2, 4, ...
+    assert max(sizes) <= 10 <= MAX_BATCH  # never more than the lane can start
+    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 40
+
+
+def test_sync_runs_claimed_in_a_batch_but_not_started_are_released_on_stop(
+    clock: FakeClock,
+) -> None:
+    runs = [jobs.add.enqueue(n, 1) for n in range(4)]
+    w = worker(clock)
+    w._waker, w._lane = make_waker(), w._make_lane()
+    w._batch = 4  # as after batches of async runs
+    try:
+        assert w.run_once()  # claims all four, starts the first
+        w.flush()
+        w._let_go()  # the worker stops
+    finally:
+        w._waker.close()
+    rows = {run.pk: run for run in JobRun.objects.all()}
+    first, *rest = (rows[run.pk] for run in runs)
+    assert first.status == RunStatus.SUCCEEDED and first.attempt == 1
+    for run in rest:  # given back as they were: no attempt used, no lease
+        assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
+
+
+def test_record_all_records_every_outcome_and_a_refused_one_holds_back_no_other(
+    clock: FakeClock,
+) -> None:
+    from datetime import timedelta
+
+    from django_durable_jobs.claims import claim
+    from django_durable_jobs.execution import run_to_stop
+    from django_durable_jobs.recording import record_all
+
+    for n in range(3):
+        jobs.add.enqueue(n, 1)
+    claimed = claim("w-test", now=clock.now(), lease=timedelta(minutes=1), limit=3)
+    pending = [run_to_stop(run, clock=clock, owner="w-test") for run in claimed]
+    record_all([(p, "w-test") for p in pending])
+    assert {run.result for run in JobRun.objects.all()} == {1, 2, 3}
+
+    more = [jobs.add.enqueue(n, 1) for n in range(3)]
+    claimed = claim("w-test", now=clock.now(), lease=timedelta(minutes=1), limit=3)
+    pending = [run_to_stop(run, clock=clock, owner="w-test") for run in claimed]
+    bad = pending[1]
+    bad.changes["error"] = "x" * 10  # a success cannot carry an error code this long:
+    bad.changes["error_code"] = "X" * 500  # the database refuses the whole batch
+    record_all([(p, "w-test") for p in pending])
+    rows = {run.pk: run for run in JobRun.objects.filter(pk__in=[r.pk for r in more])}
+    assert sum(run.status == RunStatus.SUCCEEDED for run in rows.values()) >= 2
+    assert all(run.lease_owner == "" for run in rows.values())  # none left claimed

@@ -1,0 +1,84 @@
+"""Async jobs the test suite runs (imported by ``jobs.py``, so workers register them)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from django_durable_jobs import job
+
+from .jobs import effect
+from .models import Execution
+
+
+async def fetch(value: str) -> str:
+    await asyncio.sleep(0)
+    return value.upper()
+
+
+@job(name="tests.async_three_steps", retries=2, backoff=0)
+async def async_three_steps(ctx: Any, user_id: int) -> dict[str, Any]:
+    first = await ctx.step.run("one", effect, "one", ctx.run_id)
+    second = await ctx.step.run("two", fetch, "two")
+    third = await ctx.step.run("three", effect, "three", ctx.run_id)
+    return {"steps": [first, second, third], "user_id": user_id}
+
+
+@job(name="tests.async_onboarding", retries=1, backoff="1s")
+async def async_onboarding(ctx: Any, user_id: int) -> dict[str, Any]:
+    await ctx.step.run("send-welcome", effect, "welcome", ctx.run_id)
+    try:
+        await ctx.step.sleep("3d")
+    except Exception:  # a suspension is not an Exception: never reached
+        await ctx.step.run("swallowed", effect, "swallowed", ctx.run_id)
+    order = await ctx.step.wait_for_event("wait-order", "order.paid", match=str(user_id))
+    await ctx.step.publish("announce", "user.onboarded", {"user_id": user_id}, key=str(user_id))
+    return {"ordered": order is not None, "order": order}
+
+
+@job(name="tests.async_timeout", timeout="300ms", retries=3)
+async def async_timeout(ctx: Any) -> str:
+    await ctx.step.run("before", effect, "before", ctx.run_id)
+    await asyncio.sleep(30)
+    return "never"
+
+
+@job(name="tests.async_step_timeout", step_timeout="200ms", retries=0)
+async def async_step_timeout(ctx: Any) -> str:
+    return str(await ctx.step.run("hang", asyncio.sleep, 30))
+
+
+@job(name="tests.async_io", retries=3, backoff=0)
+async def async_io(ctx: Any, seconds: float, tag: str = "") -> str:
+    """One side effect, then an I/O wait in a step (the workload of the process tests
+    and the I/O benchmark)."""
+    await ctx.step.run("touch", effect, f"touch{tag}", ctx.run_id)
+    await ctx.step.run("io", asyncio.sleep, seconds)
+    return "done"
+
+
+@job(name="tests.async_hang_once", retries=3, backoff=0)
+async def async_hang_once(ctx: Any) -> str:
+    """Touches, then hangs in a step on its first attempt only (a worker to kill)."""
+    await ctx.step.run("touch", effect, "touch", ctx.run_id)
+    await ctx.step.run("io", asyncio.sleep, 120 if ctx.attempt == 1 else 0.01)
+    await ctx.step.run("after", effect, "after", ctx.run_id)
+    return "done"
+
+
+@job(name="tests.async_logged", retries=0)
+async def async_logged(ctx: Any, n: int) -> int:
+    """``tests.logged`` for async jobs: logs every execution (overlap detection)."""
+    row = await Execution.objects.acreate(
+        run_id=ctx.run_id, attempt=ctx.attempt, pid=os.getpid(), started_ns=time.time_ns()
+    )
+    value = int(await ctx.step.run("work", _double, n))
+    await Execution.objects.filter(pk=row.pk).aupdate(ended_ns=time.time_ns())
+    return value
+
+
+async def _double(n: int) -> int:
+    await asyncio.sleep(0.001)
+    return n * 2
