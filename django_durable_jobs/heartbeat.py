@@ -59,6 +59,11 @@ class Heartbeat(threading.Thread):
         cancellation, or a lease lost while this process was frozen."""
         return self._interruption(self._last) or self._stale(self._last)
 
+    def checked_interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
+        """``interruption_for`` plus the lease check of a frozen process (sync runs: it
+        queries the database, so not from an event loop)."""
+        return lambda: self._interruption(run_id) or self._stale(run_id)
+
     def _stale(self, run_id: UUID | None) -> BaseException | None:
         """Not renewed for a whole lease (SIGSTOP, a VM pause): another worker may own
         the run now. Ask before the next step's side effect, not after it."""

@@ -396,7 +396,7 @@ class Worker:
                 clock=self.clock,
                 owner=self._owner,
                 guard=self._guard,
-                interrupt=beat.interruption_for(run.id),
+                interrupt=beat.checked_interruption_for(run.id),
             )
         except StopNow:
             released = self._release(run)
