@@ -36,7 +36,7 @@ BIN = .venv/$(LEG)/bin
 # Every tool runs from the repo root with no inherited database or settings choice.
 CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
 
-.PHONY: test test-leg lint format venv venv-leg clean
+.PHONY: test test-leg lint format venv venv-leg clean faults soak
 
 test:
 	@for leg in $(LEGS); do $(MAKE) test-leg LEG=$$leg; done
@@ -93,6 +93,27 @@ venv-leg: .venv/$(LEG)/.installed
 
 clean:
 	rm -rf .venv .tmp
+
+# The whole fault-injection battery (CONTRIBUTING.md; CI runs its middle slice): every
+# fault point x action x position with real workers, on SQLite and PostgreSQL, then the
+# database restart under load (FAULTS_PG_CLUSTER names the PostgreSQL it may restart).
+#   make faults RESTART_CLUSTER="15 faults" RESTART_URL=postgres://postgres@127.0.0.1:5433/dj
+# (a cluster of its own: pg_createcluster 15 faults --port 5433 --start -- --auth-host=trust)
+RESTART_CLUSTER ?=
+RESTART_URL ?= postgres://postgres@127.0.0.1:5433/durable_jobs
+FAULT_TESTS := tests/test_faults.py tests/test_zombie_processes.py
+# The soak: mixed load under random SIGKILLs for SOAK_SECONDS, on SOAK_URL (default PostgreSQL).
+SOAK_SECONDS ?= 600
+SOAK_URL ?= $(PG_URL)
+soak: .venv/$(LEG)/.installed
+	$(CLEAN_ENV) DATABASE_URL='$(SOAK_URL)' DURABLE_JOBS_SOAK_SECONDS='$(SOAK_SECONDS)' \
+	  $(BIN)/python -m pytest -s -m soak tests/test_soak.py $(PYTEST_ARGS)
+faults: .venv/$(LEG)/.installed
+	$(CLEAN_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
+	@if [ -z '$(RESTART_CLUSTER)' ]; then echo "== restart: skipped (set RESTART_CLUSTER) =="; else \
+	  $(CLEAN_ENV) DURABLE_JOBS_RESTART_CLUSTER='$(RESTART_CLUSTER)' DATABASE_URL='$(RESTART_URL)' \
+	    $(BIN)/python -m pytest -s -m faults tests/test_db_restart.py $(PYTEST_ARGS); fi
 
 # Benchmark against the peers in shared/bench (PostgreSQL on 127.0.0.1:5432; see
 # benchmarks/README.md). BENCH_ARGS=--quick for a one-minute smoke run without peers.

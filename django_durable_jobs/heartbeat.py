@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from uuid import UUID
 
 from django.db import DatabaseError, connections
 
-from . import conf
+from . import conf, faults
 from .claims import renew
 from .clock import Clock
 from .exceptions import RunCancelled
 from .models import JobRun, RunStatus
+from .store import LeaseLost
 from .workers import Presence
 
 log = logging.getLogger("django_durable_jobs.worker")
@@ -36,21 +38,49 @@ class Heartbeat(threading.Thread):
         self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
         self._last: UUID | None = None
         self._cancelled: set[UUID] = set()
+        self._renewed: dict[UUID, float] = {}  # run id -> monotonic time of claim or renewal
         self._done = threading.Event()
 
     def hold(self, owner: str, run_id: UUID) -> None:
         with self._lock:
             self._held[run_id] = owner
+            self._renewed[run_id] = time.monotonic()
             self._last = run_id
             self._cancelled.discard(run_id)
 
     def drop(self, run_id: UUID | None = None) -> None:
         with self._lock:
-            self._held.pop(run_id if run_id is not None else self._last, None)  # type: ignore[arg-type]
+            key = run_id if run_id is not None else self._last
+            self._held.pop(key, None)  # type: ignore[arg-type]
+            self._renewed.pop(key, None)  # type: ignore[arg-type]
 
     def interruption(self) -> BaseException | None:
-        """Asked by the engine before each step of the run held last (the sync one)."""
-        return self._interruption(self._last)
+        """Asked by the engine before each step of the run held last (the sync one): a
+        cancellation, or a lease lost while this process was frozen."""
+        return self._interruption(self._last) or self._stale(self._last)
+
+    def checked_interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
+        """``interruption_for`` plus the lease check of a frozen process (sync runs: it
+        queries the database, so not from an event loop)."""
+        return lambda: self._interruption(run_id) or self._stale(run_id)
+
+    def _stale(self, run_id: UUID | None) -> BaseException | None:
+        """Not renewed for a whole lease (SIGSTOP, a VM pause): another worker may own
+        the run now. Ask before the next step's side effect, not after it."""
+        with self._lock:
+            owner, renewed = self._held.get(run_id), self._renewed.get(run_id)  # type: ignore[arg-type]
+        if owner is None or run_id is None or renewed is None:
+            return None
+        if time.monotonic() - renewed < self.lease.total_seconds():
+            return None
+        if renew(owner, [run_id], now=self.clock.now(), lease=self.lease):
+            with self._lock:
+                self._renewed[run_id] = time.monotonic()
+            return None
+        return LeaseLost(
+            f"run {run_id}: worker {owner} was not renewed for a whole lease and lost it; "
+            "the next step is not started"
+        )
 
     def interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
         """What the engine of ``run_id`` asks before each step."""
@@ -80,7 +110,10 @@ class Heartbeat(threading.Thread):
             connections.close_all()
 
     def _beat(self, owner: str, *run_ids: UUID) -> None:
+        faults.hit("heartbeat", conf.database())
         if renew(owner, run_ids, now=self.clock.now(), lease=self.lease) == len(run_ids):
+            with self._lock:
+                self._renewed.update(dict.fromkeys(run_ids, time.monotonic()))
             return
         lost = (
             JobRun.objects.using(conf.database())

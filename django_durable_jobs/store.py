@@ -13,7 +13,7 @@ from typing import Any, cast
 from django.db import connections, transaction
 from django.db.models import Exists, F, Field, Max
 
-from . import claims_pg, signals
+from . import claims_pg, faults, signals
 from .exceptions import DurableJobsError, RunCancelled
 from .models import Event, EventPosition, JobRun, RunStatus, StepRecord
 from .records import ChildOutcome, EventHit, StepStatus
@@ -115,6 +115,17 @@ _INSERT_TYPES = [
 ]
 
 
+def _fault_point(record: Record) -> str:
+    """The fault point a step write passes before its statement (see faults.py)."""
+    if record.status in (StepStatus.SLEEPING, StepStatus.WAITING):
+        return "suspend.write"
+    if record.status is StepStatus.COMPLETED and record.kind == "wait":
+        return "event.matched"
+    if record.status is StepStatus.COMPLETED and record.kind == "run":
+        return "step.before_record"
+    return ""
+
+
 class OrmStepStore:
     """Step records in ``StepRecord`` rows on the jobs database."""
 
@@ -141,6 +152,7 @@ class OrmStepStore:
     def put(self, record: Record) -> None:
         ident = (record.run_id, record.name)
         values = _columns(record)
+        faults.hit(_fault_point(record), self.using)
         if ident in self._known:
             rows = self._rows().filter(run_id=record.run_id, name=record.name)
             if self.owner is not None:
@@ -151,6 +163,8 @@ class OrmStepStore:
         if written == 0:
             raise self._refused(record)
         self._known.add(ident)
+        if record.status is StepStatus.COMPLETED and record.kind == "run":
+            faults.hit("step.recorded", self.using)
         if record.status is StepStatus.COMPLETED:
             signals.step_completed.send(sender=JobRun, run_id=record.run_id, step=record)
 
@@ -243,6 +257,7 @@ class OrmChildRuns:
             JobOptions(idempotency_key=f"invoke:{parent_run_id}:{step}"),
             parent=parent_run_id,
         )
+        faults.hit("invoke.start", self.using)
         return str(child.id)
 
     def outcome(self, child_run_id: str) -> ChildOutcome | None:

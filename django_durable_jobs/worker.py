@@ -27,7 +27,7 @@ from types import FrameType
 
 from django.db import DatabaseError, connections
 
-from . import claims_pg, conf, flow
+from . import claims_pg, conf, faults, flow
 from .claims import claim, release, requeue_expired
 from .clock import Clock, current
 from .exceptions import UnknownJob
@@ -303,14 +303,18 @@ class Worker:
         their key); an outcome that frees a slot or starts an ``on_failure`` handler is
         never fused with the claim (``Pending.fused``)."""
         using = conf.database()
+        if pending is not None:
+            faults.hit("outcome.before", using)
         if pending is not None and not (claims_pg.available(using) and pending.fused):
             record(pending, self._owner)
             pending = self._pending = None
+            faults.hit("outcome.after", using)
         if claims_pg.available(using):
             runs, recorded = self._claim_limited(owner, now), False
             if runs and pending is not None:
                 record(pending, self._owner)
                 pending = self._pending = None
+                faults.hit("outcome.after", using)
             if not runs:
                 finish = None
                 if pending is not None:
@@ -337,6 +341,7 @@ class Worker:
             recorded = False  # pending was None here: recorded on its own above
         previous, self._owner, self._pending = self._owner, owner, None
         if pending is not None:
+            faults.hit("outcome.after", using)
             log_outcome(pending.run, settle(pending, recorded, previous))
         return runs
 
@@ -385,26 +390,41 @@ class Worker:
         beat = self._heartbeat()
         beat.hold(self._owner, run.id)
         try:
+            faults.hit("claim.after", conf.database())
             self._pending = run_to_stop(
                 run,
                 clock=self.clock,
                 owner=self._owner,
                 guard=self._guard,
-                interrupt=beat.interruption_for(run.id),
+                interrupt=beat.checked_interruption_for(run.id),
             )
         except StopNow:
-            try:
-                released = release(run, self._owner, now=self.clock.now())
-            except DatabaseError:  # the stop cut job code's query: once more, afresh
-                close_broken_connections()
-                released = release(run, self._owner, now=self.clock.now())
+            released = self._release(run)
             log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
             self.stopping.set()
             return
+        except DatabaseError:
+            # Outside the attempt (its first read, the engine's setup): nothing of the job
+            # ran, so give the run back at once instead of letting its lease expire,
+            # which would count an attempt that never was (X_ATTEMPTS_EXHAUSTED).
+            with contextlib.suppress(DatabaseError):  # still down: the lease decides
+                log.warning(
+                    "run released: run=%s database error before it executed (released=%s)",
+                    run.id,
+                    self._release(run),
+                )
+            raise
         finally:
             self._in_hand = self._guard = None
             beat.drop(run.id)
         self.executed += 1
+
+    def _release(self, run: JobRun) -> bool:
+        try:
+            return release(run, self._owner, now=self.clock.now())
+        except DatabaseError:  # the stop or the fault cut the connection: once more, afresh
+            close_broken_connections()
+            return release(run, self._owner, now=self.clock.now())
 
 
 #: The most runs one claim takes.

@@ -34,6 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 continue
             why = marker.kwargs.get("reason", f"needs {label}")
             item.add_marker(pytest.mark.skip(reason=f"{why} (this run: {connection.vendor})"))
+    _skip_full_fault_battery(config, items)
 
 
 @pytest.fixture
@@ -88,3 +89,16 @@ class Driver:
 @pytest.fixture
 def driver(clock: FakeClock) -> Driver:
     return Driver(clock)
+
+
+def _skip_full_fault_battery(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The full fault battery (``faults``) and the soak (``soak``) run only when asked
+    for: ``make faults``, ``make soak``; CI runs the fault slice that is not marked."""
+    asked = config.getoption("markexpr") or ""
+    for marker, target in (("faults", "make faults"), ("soak", "make soak")):
+        if marker in asked:
+            continue
+        skip = pytest.mark.skip(reason=f"only when asked for: {target} (-m {marker})")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

@@ -96,15 +96,17 @@ class Workers:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self, name: str, *args: str) -> Worker:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Worker:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        log_path = LOG_DIR / f"{self.test_name}-{name}.log"
+        # Per database server: the suite may run on several at once.
+        server = f"{connection.vendor}{connection.settings_dict.get('PORT') or ''}"
+        log_path = LOG_DIR / f"{server}-{self.test_name}-{name}.log"
         log_file = log_path.open("wb")
         cmd = [sys.executable, "-m", "django", "runjobs", "--worker-id", name, *args]
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_DIR,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -109,6 +109,7 @@ from . import (  # noqa: E402,F401
     async_jobs,
     event_jobs,
     fanout_jobs,
+    fault_jobs,
     flow_jobs,
     hole_jobs,
     schedule_jobs,

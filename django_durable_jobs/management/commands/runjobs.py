@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_durable_jobs import conf
+from django_durable_jobs import conf, faults
 from django_durable_jobs.durations import parse_duration
 from django_durable_jobs.exceptions import InvalidDuration
 from django_durable_jobs.models import JobRun
@@ -91,6 +91,10 @@ class Command(BaseCommand):
         _configure_logging(int(options["verbosity"]))
         refuse_unmigrated()
         log_jobs()
+        try:
+            faults.arm()  # a test's fault (tests/test_faults.py); nothing otherwise
+        except faults.FaultSpecError as exc:
+            raise CommandError(str(exc)) from None
         values: dict[str, Any] = {
             "queues": options["queues"],
             "concurrency": options["concurrency"],

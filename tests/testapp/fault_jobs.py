@@ -1,0 +1,102 @@
+"""Jobs the fault-injection matrix (tests/test_faults.py) runs in real worker processes.
+
+Each step's side effect is an ``Effect`` row written first thing in the step, so the
+test counts exactly how often each side effect happened.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django_durable_jobs import job
+
+from .models import Effect
+
+#: Long enough for a few heartbeats per step (the tests beat every 0.5 s).
+STEP_SECONDS = 0.6
+
+
+def _effect(name: str, run_id: str) -> str:
+    Effect.objects.create(name=name, run_id=run_id)
+    time.sleep(STEP_SECONDS)  # a heartbeat fault lands inside a step
+    return name
+
+
+@job(name="tests.faults.trio", retries=3, backoff=0)
+def trio(ctx: Any) -> list[str]:
+    """Three steps, each followed by a short sleep: the run is claimed four times and
+    parks three times, so every worker point is hit first, in the middle and last."""
+    done = []
+    for i in (1, 2, 3):
+        done.append(ctx.step.run(f"s{i}", _effect, f"s{i}", ctx.run_id))
+        ctx.step.sleep(f"nap{i}", "50ms")
+    return done
+
+
+@job(name="tests.faults.child", retries=3, backoff=0)
+def child(ctx: Any, n: int) -> int:
+    ctx.step.run("c", _effect, f"child{n}", ctx.run_id)
+    return n
+
+
+@job(name="tests.faults.relay", retries=3, backoff=0)
+def relay(ctx: Any) -> list[Any]:
+    """Per round: a child run (invoke), then an event the test publishes once the run
+    waits for it (``ping`` keyed ``<run id>:<round>``)."""
+    got: list[Any] = []
+    for i in (1, 2, 3):
+        got.append(ctx.step.invoke(f"invoke{i}", child, i, timeout="5m"))
+        got.append(ctx.step.wait_for_event(f"wait{i}", "ping", match=f"{ctx.run_id}:{i}"))
+    return got
+
+
+@job(name="tests.faults.once", retries=0)
+def once(ctx: Any) -> str:
+    """No retries: an attempt counted for nothing would fail it."""
+    return str(ctx.step.run("s1", _effect, "s1", ctx.run_id))
+
+
+def _square(n: int) -> int:
+    return n * n
+
+
+@job(name="tests.faults.five", retries=20, backoff="200ms")
+def five(ctx: Any, n: int) -> int:
+    """Five steps; retries enough to ride out two database restarts."""
+    return sum(int(ctx.step.run(f"s{i}", _square, n + i)) for i in range(5))
+
+
+# -- the soak (tests/test_soak.py, make soak) -----------------------------------------
+
+
+def _note(name: str, run_id: str) -> str:
+    Effect.objects.create(name=name, run_id=run_id)
+    return name
+
+
+def _flaky(run_id: str, attempt: int) -> int:
+    Effect.objects.create(name="flaky", run_id=run_id)
+    if attempt == 1:
+        raise RuntimeError("the first attempt of a flaky step fails")
+    return attempt
+
+
+@job(name="tests.soak.leaf", retries=10, backoff=0)
+def leaf(ctx: Any, n: int) -> int:
+    ctx.step.run("leaf", _note, "leaf", ctx.run_id)
+    return n
+
+
+@job(name="tests.soak.mixed", retries=10, backoff="100ms")
+def mixed(ctx: Any, n: int) -> int:
+    """A sleep, a child run, a wait for an event the soak publishes, a step that fails
+    its first attempt (one run in three): the mixed load of the soak."""
+    ctx.step.run("a", _note, "a", ctx.run_id)
+    ctx.step.sleep("nap", "200ms")
+    got = int(ctx.step.invoke("child", leaf, n))
+    ctx.step.wait_for_event("wait", "soak.ping", match=ctx.run_id, timeout="2m")
+    if n % 3 == 0:
+        ctx.step.run("flaky", _flaky, ctx.run_id, ctx.attempt)
+    ctx.step.run("b", _note, "b", ctx.run_id)
+    return got
