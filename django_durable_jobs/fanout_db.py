@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from django.db import transaction
 
 from . import clock, conf, flow, gates, signals
 from .fanout import Call, key_prefix
-from .models import FINISHED, CancelKey, JobRun, JobRunQuerySet, RunStatus
+from .models import FINISHED, CancelKey, JobRun, JobRunQuerySet
 from .records import ChildOutcome
 from .registry import JobDefinition, get_job
 from .runs import _checked_arguments as checked_arguments  # one rule for arguments
-from .serialization import ErrorInfo
+from .store import CHILD_COLUMNS, child_outcome
 
 
 class OrmChildBatches:
@@ -63,11 +62,9 @@ class OrmChildBatches:
     ) -> list[ChildOutcome | None]:
         rows = {
             str(row["id"]): row
-            for row in self._children(parent_run_id, step).values(
-                "id", "status", "result", "error", "error_type", "error_code"
-            )
+            for row in self._children(parent_run_id, step).values("id", *CHILD_COLUMNS)
         }
-        return [_outcome(rows.get(child)) for child in ids]
+        return [child_outcome(rows.get(child)) for child in ids]
 
     def _children(self, parent_run_id: str, step: str) -> JobRunQuerySet:
         return JobRun.objects.using(self.using).filter(
@@ -100,26 +97,6 @@ def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
     # As enqueue_job does: a child is under its job's concurrency limit and throttle.
     flow.stamp(run, job, args, kwargs)
     return run
-
-
-def _outcome(row: Mapping[str, Any] | None) -> ChildOutcome | None:
-    if row is None:
-        return ChildOutcome(
-            False, error=ErrorInfo(type="", message="the child run is gone", traceback="")
-        )
-    if row["status"] == RunStatus.SUCCEEDED:
-        return ChildOutcome(True, result=row["result"])
-    if row["status"] in (RunStatus.FAILED, RunStatus.CANCELLED):
-        return ChildOutcome(
-            False,
-            error=ErrorInfo(
-                type=str(row["error_type"]),
-                message=str(row["error"] or row["status"]),
-                traceback="",
-                code=str(row["error_code"]),
-            ),
-        )
-    return None
 
 
 def last_sibling(run: JobRun) -> bool:

@@ -7,7 +7,7 @@ paused past its lease cannot record anything after another worker took over.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from django.db import connections, transaction
@@ -262,28 +262,34 @@ class OrmChildRuns:
 
     def outcome(self, child_run_id: str) -> ChildOutcome | None:
         row = (
-            JobRun.objects.using(self.using)
-            .filter(pk=child_run_id)
-            .values("status", "result", "error", "error_type", "error_code")
-            .first()
+            JobRun.objects.using(self.using).filter(pk=child_run_id).values(*CHILD_COLUMNS).first()
         )
-        if row is None:
-            return ChildOutcome(
-                False, error=ErrorInfo(type="", message="the child run is gone", traceback="")
-            )
-        if row["status"] == RunStatus.SUCCEEDED:
-            return ChildOutcome(True, result=row["result"])
-        if row["status"] in (RunStatus.FAILED, RunStatus.CANCELLED):
-            return ChildOutcome(
-                False,
-                error=ErrorInfo(
-                    type=row["error_type"],
-                    message=row["error"] or row["status"],
-                    traceback="",
-                    code=row["error_code"],
-                ),
-            )
-        return None
+        return child_outcome(row)
+
+
+#: What a parent reads of a child run to learn how it ended (``child_outcome``).
+CHILD_COLUMNS = ("status", "result", "error", "error_type", "error_code")
+
+
+def child_outcome(row: Mapping[str, Any] | None) -> ChildOutcome | None:
+    """How a child run ended, from its ``CHILD_COLUMNS``; None while it has not."""
+    if row is None:
+        return ChildOutcome(
+            False, error=ErrorInfo(type="", message="the child run is gone", traceback="")
+        )
+    if row["status"] == RunStatus.SUCCEEDED:
+        return ChildOutcome(True, result=row["result"])
+    if row["status"] in (RunStatus.FAILED, RunStatus.CANCELLED):
+        return ChildOutcome(
+            False,
+            error=ErrorInfo(
+                type=str(row["error_type"]),
+                message=str(row["error"] or row["status"]),
+                traceback="",
+                code=str(row["error_code"]),
+            ),
+        )
+    return None
 
 
 _BATCH = 1000
