@@ -80,37 +80,38 @@ def invoke_all(
     existing = yield from steps._begin(name)
     if existing is not None and existing.status is StepStatus.COMPLETED:
         return list(steps._replay(existing))
-    now = steps._clock.now()
-    if existing is None or not isinstance(existing.output, dict):
-        ids = yield Io(lambda: batches.start_all(steps.run_id, name, calls), write=True)
-        started_at, attempts = now, 1
-    else:
-        ids, started_at = list(existing.output["children"]), existing.started_at
-        attempts = existing.attempts + 1
-    record = StepRecord(
-        run_id=steps.run_id,
-        name=name,
-        kind=KIND,
-        status=StepStatus.WAITING,
-        started_at=started_at,
-        attempts=attempts,
-        output={"children": ids},
-        deadline=started_at + limit,
-    )
-    outcomes = yield Io(lambda: batches.outcomes(steps.run_id, name, ids))
-    if all(outcome is not None for outcome in outcomes):
-        return (yield from _finish(steps, record, name, ids, outcomes, now))
-    if now >= started_at + limit:
-        left = sum(outcome is None for outcome in outcomes)
-        timed_out = JobTimeoutError(
-            f"job {steps.job_name!r} run {steps.run_id}: step {name!r}: {left} of {len(ids)} "
-            f"child runs did not finish within {format_duration(limit)}"
+    with steps._span(name, "fanout", existing):
+        now = steps._clock.now()
+        if existing is None or not isinstance(existing.output, dict):
+            ids = yield Io(lambda: batches.start_all(steps.run_id, name, calls), write=True)
+            started_at, attempts = now, 1
+        else:
+            ids, started_at = list(existing.output["children"]), existing.started_at
+            attempts = existing.attempts + 1
+        record = StepRecord(
+            run_id=steps.run_id,
+            name=name,
+            kind=KIND,
+            status=StepStatus.WAITING,
+            started_at=started_at,
+            attempts=attempts,
+            output={"children": ids},
+            deadline=started_at + limit,
         )
-        yield from steps._fail(record, timed_out)
-        raise timed_out
-    resume_at = min(started_at + limit, now + steps._limits.event_poll)
-    yield from steps._save(replace(record, wake_at=resume_at))
-    raise Suspension(name, resume_at, "child")
+        outcomes = yield Io(lambda: batches.outcomes(steps.run_id, name, ids))
+        if all(outcome is not None for outcome in outcomes):
+            return (yield from _finish(steps, record, name, ids, outcomes, now))
+        if now >= started_at + limit:
+            left = sum(outcome is None for outcome in outcomes)
+            timed_out = JobTimeoutError(
+                f"job {steps.job_name!r} run {steps.run_id}: step {name!r}: {left} of {len(ids)} "
+                f"child runs did not finish within {format_duration(limit)}"
+            )
+            yield from steps._fail(record, timed_out)
+            raise timed_out
+        resume_at = min(started_at + limit, now + steps._limits.event_poll)
+        yield from steps._save(replace(record, wake_at=resume_at))
+        raise Suspension(name, resume_at, "child")
 
 
 def _finish(

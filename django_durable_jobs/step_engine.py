@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import otel
 from .clock import Clock, SystemClock, aware
 from .durations import Duration, after, format_duration, parse_duration
 from .exceptions import (
@@ -210,29 +211,32 @@ class StepEngine:
         if existing is not None and existing.status is StepStatus.COMPLETED:
             self._replay(existing)
             return
-        now = self._clock.now()
-        if existing is not None and existing.status is StepStatus.SLEEPING and existing.wake_at:
-            if existing.wake_at <= now:
+        with self._span(name, "sleep", existing):
+            now = self._clock.now()
+            if existing is not None and existing.status is StepStatus.SLEEPING and existing.wake_at:
+                if existing.wake_at <= now:
+                    yield from self._save(
+                        replace(existing, status=StepStatus.COMPLETED, completed_at=now)
+                    )
+                    return
+                raise Suspension(name, existing.wake_at, "sleep")
+            wake_at = wake_at_from(now)
+            record = StepRecord(
+                run_id=self.run_id,
+                name=name,
+                kind="sleep",
+                status=StepStatus.SLEEPING,
+                started_at=now,
+                wake_at=wake_at,
+                attempts=1,
+            )
+            if wake_at <= now:  # sleeping zero (or into the past) is a no-op that is still traced
                 yield from self._save(
-                    replace(existing, status=StepStatus.COMPLETED, completed_at=now)
+                    replace(record, status=StepStatus.COMPLETED, completed_at=now)
                 )
                 return
-            raise Suspension(name, existing.wake_at, "sleep")
-        wake_at = wake_at_from(now)
-        record = StepRecord(
-            run_id=self.run_id,
-            name=name,
-            kind="sleep",
-            status=StepStatus.SLEEPING,
-            started_at=now,
-            wake_at=wake_at,
-            attempts=1,
-        )
-        if wake_at <= now:  # sleeping zero (or into the past) is a no-op that is still traced
-            yield from self._save(replace(record, status=StepStatus.COMPLETED, completed_at=now))
-            return
-        yield from self._save(record)
-        raise Suspension(name, wake_at, "sleep")
+            yield from self._save(record)
+            raise Suspension(name, wake_at, "sleep")
 
     # -- wait_for_event ----------------------------------------------------
     def _wait(
@@ -242,38 +246,39 @@ class StepEngine:
         existing = yield from self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
-        now = self._clock.now()
-        if existing is None or existing.event_cursor is None:
-            started_at, attempts = now, 1
-            cursor: int = yield Io(lambda: self._events.cursor(event, match))
-        else:
-            started_at, cursor = existing.started_at, existing.event_cursor
-            attempts = _executions(existing)
-        record = StepRecord(
-            run_id=self.run_id,
-            name=name,
-            kind="wait",
-            status=StepStatus.WAITING,
-            started_at=started_at,
-            attempts=attempts,
-            event=event,
-            correlation_key=match,
-            event_cursor=cursor,
-            deadline=self._deadline(existing, now, limit, timeout),
-        )
-        hit = yield Io(lambda: self._events.find(event, match, cursor))
-        if hit is not None:
-            done = replace(
-                record, status=StepStatus.COMPLETED, output=hit.payload, completed_at=now
+        with self._span(name, "wait", existing):
+            now = self._clock.now()
+            if existing is None or existing.event_cursor is None:
+                started_at, attempts = now, 1
+                cursor: int = yield Io(lambda: self._events.cursor(event, match))
+            else:
+                started_at, cursor = existing.started_at, existing.event_cursor
+                attempts = _executions(existing)
+            record = StepRecord(
+                run_id=self.run_id,
+                name=name,
+                kind="wait",
+                status=StepStatus.WAITING,
+                started_at=started_at,
+                attempts=attempts,
+                event=event,
+                correlation_key=match,
+                event_cursor=cursor,
+                deadline=self._deadline(existing, now, limit, timeout),
             )
-            yield from self._save(done)
-            return hit.payload
-        deadline = record.deadline or now
-        if now >= deadline:
-            return (yield from self._wait_timed_out(record, limit, required, now))
-        resume_at = min(deadline, after(now, self._limits.event_poll))
-        yield from self._save(replace(record, wake_at=resume_at))
-        raise Suspension(name, resume_at, "event")
+            hit = yield Io(lambda: self._events.find(event, match, cursor))
+            if hit is not None:
+                done = replace(
+                    record, status=StepStatus.COMPLETED, output=hit.payload, completed_at=now
+                )
+                yield from self._save(done)
+                return hit.payload
+            deadline = record.deadline or now
+            if now >= deadline:
+                return (yield from self._wait_timed_out(record, limit, required, now))
+            resume_at = min(deadline, after(now, self._limits.event_poll))
+            yield from self._save(replace(record, wake_at=resume_at))
+            raise Suspension(name, resume_at, "event")
 
     def _wait_timed_out(
         self, record: StepRecord, limit: timedelta, required: bool, now: datetime
@@ -341,49 +346,50 @@ class StepEngine:
         existing = yield from self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
-        now = self._clock.now()
-        deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
-        # The recorded child, or a new one when none is recorded (a first start, or an
-        # operator's retry let go of a failed child).
-        child = existing.correlation_key if existing is not None else None
-        if child is None:
-            child = yield Io(lambda: children.start(self.run_id, name, job, args, kwargs), True)
-        record = StepRecord(
-            run_id=self.run_id,
-            name=name,
-            kind="invoke",
-            status=StepStatus.WAITING,
-            started_at=existing.started_at if existing else now,
-            attempts=_executions(existing) if existing is not None else 1,
-            correlation_key=child,
-            deadline=deadline,
-        )
-        outcome = yield Io(lambda: children.outcome(str(child)))
-        if outcome is not None and outcome.succeeded:
-            done = replace(
-                record, status=StepStatus.COMPLETED, output=outcome.result, completed_at=now
+        with self._span(name, "invoke", existing):
+            now = self._clock.now()
+            deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
+            # The recorded child, or a new one when none is recorded (a first start, or an
+            # operator's retry let go of a failed child).
+            child = existing.correlation_key if existing is not None else None
+            if child is None:
+                child = yield Io(lambda: children.start(self.run_id, name, job, args, kwargs), True)
+            record = StepRecord(
+                run_id=self.run_id,
+                name=name,
+                kind="invoke",
+                status=StepStatus.WAITING,
+                started_at=existing.started_at if existing else now,
+                attempts=_executions(existing) if existing is not None else 1,
+                correlation_key=child,
+                deadline=deadline,
             )
-            yield from self._save(done)
-            return outcome.result
-        error: Exception | None = None
-        if outcome is not None:
-            error = ChildRunFailed(
-                f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
-                f"failed: {outcome.error.message if outcome.error else 'unknown error'}"
-            )
-        elif now >= deadline:
-            error = JobTimeoutError(
-                f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
-                f"did not finish within {format_duration(limit)}"
-            )
-        if error is not None:
-            yield from self._save(
-                replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error))
-            )
-            raise error
-        resume_at = min(deadline, after(now, self._limits.event_poll))
-        yield from self._save(replace(record, wake_at=resume_at))
-        raise Suspension(name, resume_at, "child")
+            outcome = yield Io(lambda: children.outcome(str(child)))
+            if outcome is not None and outcome.succeeded:
+                done = replace(
+                    record, status=StepStatus.COMPLETED, output=outcome.result, completed_at=now
+                )
+                yield from self._save(done)
+                return outcome.result
+            error: Exception | None = None
+            if outcome is not None:
+                error = ChildRunFailed(
+                    f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
+                    f"failed: {outcome.error.message if outcome.error else 'unknown error'}"
+                )
+            elif now >= deadline:
+                error = JobTimeoutError(
+                    f"job {self.job_name!r} run {self.run_id}: step {name!r}: child run {child} "
+                    f"did not finish within {format_duration(limit)}"
+                )
+            if error is not None:
+                yield from self._save(
+                    replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error))
+                )
+                raise error
+            resume_at = min(deadline, after(now, self._limits.event_poll))
+            yield from self._save(replace(record, wake_at=resume_at))
+            raise Suspension(name, resume_at, "child")
 
     # -- fan-out ------------------------------------------------------------
     def _invoke_all(self, name: str, calls: Sequence[Any], timeout: Duration) -> Plan[list[Any]]:
@@ -426,6 +432,12 @@ class StepEngine:
             self._records = {record.name: record for record in known}
             self._loaded = True
         return self._records.get(name)
+
+    def _span(self, name: str, kind: str, existing: StepRecord | None) -> Any:
+        """The span of one execution of a step that may suspend the run (``otel.py``);
+        a replay has none."""
+        attempt = _executions(existing) if existing is not None else 1
+        return otel.step_span(name, self.run_id, attempt, kind)
 
     def _lost(self, name: str, attempts: int) -> ErrorInfo:
         return ErrorInfo(

@@ -4,6 +4,7 @@ code that enqueued the run, checked with the SDK's in-memory exporter."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from opentelemetry import trace
@@ -14,7 +15,8 @@ from opentelemetry.trace import StatusCode
 
 from django_durable_jobs.models import JobRun
 from tests.conftest import Driver
-from tests.testapp import jobs
+from tests.testapp import fanout_jobs, jobs
+from tests.testapp.event_jobs import parent
 
 pytestmark = pytest.mark.django_db
 
@@ -100,3 +102,50 @@ def test_enqueue_many_carries_the_trace_into_each_run(
     for execution in executions:
         assert execution.parent is not None
         assert execution.parent.span_id == request.get_span_context().span_id
+
+
+def test_sleep_wait_and_invoke_steps_have_spans_that_say_they_suspended(
+    spans: InMemorySpanExporter, driver: Driver
+) -> None:
+    run = jobs.onboarding.enqueue(user_id=5)
+    driver.step(run)  # runs two steps, then sleeps three days
+    [sleep] = named(spans, "step sleep:3d")
+    assert sleep.attributes is not None
+    assert sleep.attributes["durable_jobs.step_kind"] == "sleep"
+    assert sleep.attributes["durable_jobs.outcome"] == "suspended"
+    assert (
+        sleep.attributes["durable_jobs.resume_at"]
+        == (driver.clock.now() + timedelta(days=3)).isoformat()
+    )
+    assert sleep.status.status_code == StatusCode.UNSET  # suspending is not an error
+    spans.clear()
+    driver.clock.advance("3d")
+    driver.step(run)  # the sleep ends (a span) and the wait suspends (a span)
+    assert [s.name for s in spans.get_finished_spans() if s.name.startswith("step ")] == [
+        "step sleep:3d",
+        "step wait-order",
+    ]
+    [wait] = named(spans, "step wait-order")
+    assert wait.attributes is not None and wait.attributes["durable_jobs.step_kind"] == "wait"
+    assert "durable_jobs.outcome" not in (named(spans, "step sleep:3d")[0].attributes or {})
+
+    spans.clear()
+    caller = parent.enqueue(2)
+    driver.drain()
+    started, resumed = named(spans, "step call-child")  # started the child; its result
+    assert started.attributes is not None and resumed.attributes is not None
+    assert started.attributes["durable_jobs.step_kind"] == "invoke"
+    assert started.attributes["durable_jobs.outcome"] == "suspended"
+    assert "durable_jobs.outcome" not in resumed.attributes
+    assert len(named(spans, "run tests.parent")) == 2  # started the child, then resumed
+    assert JobRun.objects.get(pk=caller.pk).status == "succeeded"
+
+
+def test_a_fan_out_step_has_a_span(spans: InMemorySpanExporter, driver: Driver) -> None:
+    fanout_jobs.squares.enqueue(2)
+    driver.drain()
+    fan = named(spans, "step squares")
+    assert [s.attributes["durable_jobs.step_kind"] for s in fan if s.attributes] == ["fanout"] * 2
+    assert (
+        fan[0].attributes is not None and fan[0].attributes["durable_jobs.outcome"] == "suspended"
+    )
