@@ -281,6 +281,9 @@ def test_conf_get_unknown_key_is_a_key_error() -> None:
 # -- lease and heartbeat together ----------------------------------------------------------
 
 
+# The check command asks the database's features (JSONField support on SQLite): like the
+# other call_command("check") tests it needs the database, whichever test ran first.
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("lease", "heartbeat"), [("10s", "10s"), ("10s", "30s"), ("1s", 1), ("60s", "1m")]
 )
