@@ -105,6 +105,19 @@ def demo_run() -> JobRun:
     return run
 
 
+def click_and_load(browser: Any, element: Any) -> None:
+    """Click something that loads a new page and wait until the old page is gone: a
+    find_element straight after a click may otherwise find the old page's element
+    (then stale by the time it is read)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    old = browser.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(old))
+
+
 def log_in(browser: Any, live_server: Any, django_user_model: Any) -> None:
     from selenium.webdriver.common.by import By
 
@@ -112,7 +125,7 @@ def log_in(browser: Any, live_server: Any, django_user_model: Any) -> None:
     browser.get(f"{live_server.url}/admin/login/")
     browser.find_element(By.NAME, "username").send_keys("admin")
     browser.find_element(By.NAME, "password").send_keys("secret-pw")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    click_and_load(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
     assert browser.find_elements(By.ID, "user-tools"), "login failed"
 
 

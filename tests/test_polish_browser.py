@@ -13,7 +13,7 @@ from django_durable_jobs import trace
 from django_durable_jobs.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
 from tests.factories import T0, JobRunFactory, StepRecordFactory
-from tests.test_admin_browser import browser, log_in
+from tests.test_admin_browser import browser, click_and_load, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 __all__ = ["browser"]  # the fixture
@@ -74,13 +74,16 @@ def test_took_deadline_and_a_retry_that_asks_first(
     flaky = browser.find_element(By.CSS_SELECTOR, '[data-step="flaky"] .djdj-took')
     assert flaky.text == trace.short_duration(timedelta(milliseconds=1))
 
-    browser.find_element(
-        By.XPATH, "//form[contains(@class, 'djdj-tool')]//button[.='Retry']"
-    ).click()
+    click_and_load(
+        browser,
+        browser.find_element(By.XPATH, "//form[contains(@class, 'djdj-tool')]//button[.='Retry']"),
+    )
     page = browser.find_element(By.ID, "content-main").text
     assert "1 step runs again" in page and "send-email" in page
     assert "2 completed steps replay from storage" in page
     assert JobRun.objects.get(pk=failed.pk).status == RunStatus.FAILED  # not yet
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit][value='Yes, retry']").click()
+    click_and_load(
+        browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit][value='Yes, retry']")
+    )
     assert "Retried the run" in browser.find_element(By.CSS_SELECTOR, ".messagelist").text
     assert JobRun.objects.get(pk=failed.pk).status == RunStatus.QUEUED
