@@ -718,10 +718,19 @@ def insert_runs(count: int, status: str) -> None:
         "parent_id": "NULL",
         "trace_context": "NULL",
     }
+    for model_field in JobRun._meta.concrete_fields:  # columns added since: NULL or their default
+        if model_field.column in values:
+            continue
+        default = model_field.get_default() if model_field.has_default() else None
+        if model_field.null and default is None:
+            values[model_field.column] = "NULL"
+        elif isinstance(default, str):
+            values[model_field.column] = "'" + default.replace("'", "''") + "'"
+        elif isinstance(default, int):
+            values[model_field.column] = str(default)
+        else:
+            raise RuntimeError(f"insert_runs: no value for new column {model_field.column}")
     columns = [str(f.column) for f in JobRun._meta.concrete_fields]
-    missing = set(columns) - set(values)
-    if missing:
-        raise RuntimeError(f"insert_runs: no value for new column(s) {sorted(missing)}")
     table = JobRun._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
