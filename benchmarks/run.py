@@ -514,10 +514,9 @@ def shape(sql: str) -> str:
 def measure_round_trips() -> list[str]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
-    from django.utils import timezone
 
     from benchmarks.jobs import bench_noop, bench_ten_steps
-    from django_durable_jobs import claims
+    from django_durable_jobs import claims, clock
     from django_durable_jobs.execution import execute
     from django_durable_jobs.models import JobRun
     from django_durable_jobs.worker import Worker, WorkerOptions
@@ -537,7 +536,7 @@ def measure_round_trips() -> list[str]:
         job.enqueue()
         owner = f"bench-rt-{label}"
         with CaptureQueriesContext(connection) as q, libpq_trace() as wire:
-            claimed = claims.claim(owner, now=timezone.now(), lease=timedelta(seconds=60))
+            claimed = claims.claim(owner, now=clock.current().now(), lease=timedelta(seconds=60))
         assert len(claimed) == 1, claimed
         results[f"claim_{label}"] = (len(q), wire, [x["sql"] for x in q.captured_queries])
         with CaptureQueriesContext(connection) as q, libpq_trace() as wire:
@@ -638,13 +637,12 @@ def claim_statement(queues: list[str] | None) -> ClaimSql:
     """
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
-    from django.utils import timezone
 
-    from django_durable_jobs import claims
+    from django_durable_jobs import claims, clock
 
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
         claims.claim(
-            "bench-explain", now=timezone.now(), lease=timedelta(seconds=60), queues=queues
+            "bench-explain", now=clock.current().now(), lease=timedelta(seconds=60), queues=queues
         )
         transaction.set_rollback(True)
     # A PREPARE (once per connection and statement) is not part of the steady state.
