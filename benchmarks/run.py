@@ -517,10 +517,10 @@ def measure_round_trips() -> list[str]:
     from django.utils import timezone
 
     from benchmarks.jobs import bench_noop, bench_ten_steps
-    from django_durable_jobs import claims
-    from django_durable_jobs.execution import execute
+    from django_durable_jobs.db import claims
     from django_durable_jobs.models import JobRun
-    from django_durable_jobs.worker import Worker, WorkerOptions
+    from django_durable_jobs.worker.execution import execute
+    from django_durable_jobs.worker.loop import Worker, WorkerOptions
 
     say("ours: database round trips per durable step (in-process claim + execute)")
     truncate()
@@ -640,7 +640,7 @@ def claim_statement(queues: list[str] | None) -> ClaimSql:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from django_durable_jobs import claims
+    from django_durable_jobs.db import claims
 
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
         claims.claim(

@@ -6,7 +6,8 @@ Public API: ``job``, ``enqueue``, the errors. Models live in
 
 from typing import TYPE_CHECKING, Any
 
-from .cron import Cron
+from .engine.cron import Cron
+from .engine.limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .exceptions import (
     AttemptsExhausted,
     ChildRunFailed,
@@ -28,7 +29,6 @@ from .exceptions import (
     Suspension,
     UnknownJob,
 )
-from .limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .registry import job
 
 if TYPE_CHECKING:

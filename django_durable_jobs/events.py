@@ -11,15 +11,16 @@ from django.db.models import BigIntegerField, Exists, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
-from . import clock, conf, gates, signals
+from . import conf, gates, signals
+from .db.migrated import needs_tables
+from .db.store import OrmChildRuns, OrmEventLog
+from .engine import clock
+from .engine.records import StepRecord as StepRecordValue
+from .engine.serialization import check_payload, unstorable
 from .exceptions import InvalidName
-from .migrated import needs_tables
 from .models import Event, JobRun, RunStatus, StepRecord
-from .records import StepRecord as StepRecordValue
 from .registry import JobOptions, jobs_on_event
 from .runs import enqueue_job
-from .serialization import check_payload, unstorable
-from .store import OrmChildRuns, OrmEventLog
 
 
 @needs_tables

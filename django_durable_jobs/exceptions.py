@@ -117,7 +117,7 @@ class RetryAfter(DurableJobsError):
     code = "X_RETRY_AFTER"
 
     def __init__(self, delay: Any, message: str = "") -> None:
-        from .durations import parse_duration  # durations imports this module
+        from .engine.durations import parse_duration  # durations imports this module
 
         self.delay: timedelta = parse_duration(delay)
         super().__init__(message or f"retry after {self.delay}")

@@ -15,9 +15,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Exists, OuterRef, Q
 
-from . import flow
+from .db import flow
+from .engine.limits import Limit
 from .exceptions import RunStateError
-from .limits import Limit
 from .models import RUNNABLE, CancelKey, Event, JobRun, JobRunQuerySet, RunStatus
 from .registry import JobDefinition
 

@@ -10,17 +10,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
-from .cron import Cron, crons
-from .durations import Duration, parse_duration
+from .engine.cron import Cron, crons
+from .engine.durations import Duration, parse_duration
+from .engine.fanout import Call
+from .engine.limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
+from .engine.limits import cancel_on as _cancel_on
+from .engine.limits import concurrency as _concurrency
+from .engine.limits import debounce as _debounce
+from .engine.limits import rate_limit as _rate_limit
+from .engine.limits import throttle as _throttle
+from .engine.serialization import unstorable
 from .exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
-from .fanout import Call
-from .limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
-from .limits import cancel_on as _cancel_on
-from .limits import concurrency as _concurrency
-from .limits import debounce as _debounce
-from .limits import rate_limit as _rate_limit
-from .limits import throttle as _throttle
-from .serialization import unstorable
 
 if TYPE_CHECKING:
     from .models import JobRun

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import clock, conf, runs
-from .cron import Cron
-from .durations import parse_duration
+from . import conf, runs
+from .engine import clock
+from .engine.cron import Cron
+from .engine.durations import parse_duration
 from .registry import job
 
 JOB_NAME = "django_durable_jobs.retention"

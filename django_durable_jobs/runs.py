@@ -12,8 +12,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import children, claims_pg, clock, conf, flow, gates, otel, signals
-from .durations import Duration, after, before, parse_duration
+from . import children, conf, gates, signals
+from .db import flow
+from .db import postgres as claims_pg
+from .db.migrated import needs_tables
+from .db.run_ids import resolve as _pk
+from .engine import clock, otel
+from .engine.durations import Duration, after, before, parse_duration
+from .engine.serialization import MAX_DEPTH, NotStorable, check_payload, roundtrip, unstorable
 from .exceptions import (
     InvalidDuration,
     InvalidName,
@@ -25,11 +31,8 @@ from .exceptions import (
     StepNotFound,
 )
 from .failure_handlers import start_handler
-from .migrated import needs_tables
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobDefinition, JobOptions, check_arguments, get_job
-from .run_ids import resolve as _pk
-from .serialization import MAX_DEPTH, NotStorable, check_payload, roundtrip, unstorable
 
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:

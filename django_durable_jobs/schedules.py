@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import Min
 
 from . import conf
-from .cron import Cron, check_expr, latest_slot, next_slot, zone
+from .engine.cron import Cron, check_expr, latest_slot, next_slot, zone
 from .exceptions import InvalidSchedule, UnknownJob
 from .models import JobRun, Schedule
 from .registry import JobDefinition, JobOptions, all_jobs, get_job
@@ -232,7 +232,7 @@ class Ticker:
 
 def describe(schedule: Schedule, now: datetime, count: int = 5) -> list[datetime]:
     """The next ``count`` slots of ``schedule`` after ``now``, in its time zone."""
-    from .cron import slots
+    from .engine.cron import slots
 
     return slots(check_expr(schedule.cron), zone(schedule.timezone), now, count)
 

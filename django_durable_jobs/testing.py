@@ -34,16 +34,16 @@ from typing import Any
 from django.db.models import Min
 from django.test import override_settings
 
-from . import clock as clocks
 from . import conf
-from .claims import claim, release
-from .clock import FakeClock
-from .durations import Duration, parse_duration
+from .db.claims import claim, release
+from .engine import clock as clocks
+from .engine.clock import FakeClock
+from .engine.durations import Duration, parse_duration
+from .engine.timeouts import TimeGuard
 from .events import publish_event
-from .execution import execute
 from .models import RUNNABLE, Event, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .registry import JobCall, JobDefinition, get_job
-from .timeouts import TimeGuard
+from .worker.execution import execute
 
 #: Long enough that a waiting step parks until its deadline; events wake it instead.
 _NO_POLL = "3650d"

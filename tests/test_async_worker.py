@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
-from django_durable_jobs.wakeup import make_waker
-from django_durable_jobs.worker import MAX_BATCH, Worker, WorkerOptions
+from django_durable_jobs.worker.loop import MAX_BATCH, Worker, WorkerOptions
+from django_durable_jobs.worker.wakeup import make_waker
 from tests.testapp import async_jobs, jobs
 from tests.testapp.models import Effect
 
@@ -78,9 +78,9 @@ def test_record_all_records_every_outcome_and_a_refused_one_holds_back_no_other(
 ) -> None:
     from datetime import timedelta
 
-    from django_durable_jobs.claims import claim
-    from django_durable_jobs.execution import run_to_stop
-    from django_durable_jobs.recording import record_all
+    from django_durable_jobs.db.claims import claim
+    from django_durable_jobs.worker.execution import run_to_stop
+    from django_durable_jobs.worker.recording import record_all
 
     for n in range(3):
         jobs.add.enqueue(n, 1)

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.serialization import ErrorInfo
-from django_durable_jobs.steps import (
+from django_durable_jobs.db.store import LeaseLost, OrmEventLog, OrmStepStore
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.serialization import ErrorInfo
+from django_durable_jobs.engine.sync_steps import (
     EventLookup,
     MemoryEventLog,
     MemoryStepStore,
@@ -18,7 +19,6 @@ from django_durable_jobs.steps import (
     StepStatus,
     StepStore,
 )
-from django_durable_jobs.store import LeaseLost, OrmEventLog, OrmStepStore
 from tests.factories import T0, EventFactory, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db
