@@ -1,23 +1,54 @@
-"""The ORM side of fan-out: children as ``JobRun`` rows with ``parent`` set, started
-in one bulk insert, and the rule that only the last of them wakes the parent."""
+"""Child runs as ``JobRun`` rows with ``parent`` set: ``step.invoke`` starts one
+(``ChildRuns``), ``step.invoke_all`` a batch in one bulk insert (``ChildBatches``),
+both under idempotency keys so that a replayed parent starts nothing twice; and the
+rule that only the last child of a batch wakes the parent (``last_sibling``).
+
+A verb: starting a child is enqueueing a run, so this builds on ``runs``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from django.db import transaction
 
-from . import conf, gates, signals
+from . import conf, faults, gates, signals
 from .db import flow
-from .db.store import CHILD_COLUMNS, child_outcome
+from .db.store import CHILD_COLUMNS, child_outcome, child_run_outcome
 from .engine import clock
-from .engine.fanout import Call, key_prefix
-from .engine.records import ChildOutcome
+from .engine.fanout import key_prefix
+from .engine.records import Call, ChildOutcome
+from .enqueueing import _checked_arguments as checked_arguments  # one rule for arguments
+from .enqueueing import enqueue_job
 from .models import FINISHED, CancelKey, JobRun, JobRunQuerySet
-from .registry import JobDefinition, get_job
-from .runs import _checked_arguments as checked_arguments  # one rule for arguments
+from .registry import JobDefinition, JobOptions, get_job
+
+
+class OrmChildRuns:
+    """``ChildRuns`` as ``JobRun`` rows with ``parent`` set; one child per parent step
+    (an idempotency key), so a replayed parent never starts a second child."""
+
+    def __init__(self, *, using: str = "default") -> None:
+        self.using = using
+
+    def start(
+        self, parent_run_id: str, step: str, job: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> str:
+        definition = job if isinstance(job, JobDefinition) else get_job(str(job))
+        child = enqueue_job(
+            definition,
+            args,
+            kwargs,
+            JobOptions(idempotency_key=f"invoke:{parent_run_id}:{step}"),
+            parent=parent_run_id,
+        )
+        faults.hit("invoke.start", self.using)
+        return str(child.id)
+
+    def outcome(self, child_run_id: str) -> ChildOutcome | None:
+        return child_run_outcome(self.using, child_run_id)
 
 
 class OrmChildBatches:

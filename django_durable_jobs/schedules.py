@@ -179,7 +179,7 @@ def _write_first(using: str) -> None:
 
 def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
     """Start the run of ``schedule``'s latest due slot; the caller holds its row lock."""
-    from .runs import enqueue_job
+    from .enqueueing import enqueue_job
 
     assert schedule.next_run_at is not None  # due() only returns scheduled rows
     try:

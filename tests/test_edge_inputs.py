@@ -17,12 +17,12 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from django_durable_jobs import runs
+from django_durable_jobs.declare import job
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.serialization import MAX_DEPTH, NotStorable, dumps
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import InvalidDuration, InvalidName, InvalidPayload
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord
-from django_durable_jobs.registry import job
 from tests.conftest import Driver
 from tests.testapp import input_jobs, jobs
 

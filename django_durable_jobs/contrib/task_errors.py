@@ -37,7 +37,12 @@ class RecordedFailure(Exception):
     in hand (the original object is gone: the worker stored its type and traceback)."""
 
 
-_RETURN_VALUE_INVALID = f"{__name__}.{TaskReturnValueInvalid.__qualname__}"
+#: The stored type of that error; runs that failed before the layout by layer stored it
+#: under the old path (django_durable_jobs.task_errors) and still report ``TypeError``.
+_RETURN_VALUE_INVALID = (
+    f"{__name__}.{TaskReturnValueInvalid.__qualname__}",
+    f"django_durable_jobs.task_errors.{TaskReturnValueInvalid.__qualname__}",
+)
 _CANCELLED = f"{RunCancelled.__module__}.{RunCancelled.__qualname__}"
 
 
@@ -106,4 +111,4 @@ def _latest(run: JobRun) -> ErrorInfo | None:
 
 
 def _reported_class(path: str) -> str:
-    return "builtins.TypeError" if path == _RETURN_VALUE_INVALID else path
+    return "builtins.TypeError" if path in _RETURN_VALUE_INVALID else path

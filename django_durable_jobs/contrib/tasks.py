@@ -47,6 +47,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import conf, signals
+from ..declare import Job, job
 from ..engine import clock
 from ..engine.async_steps import AsyncSteps
 from ..engine.attempt import JobContext
@@ -54,7 +55,7 @@ from ..engine.serialization import check_payload
 from ..engine.sync_steps import Steps
 from ..exceptions import UnknownJob
 from ..models import JobRun, RunStatus, StepRecord
-from ..registry import JobDefinition, job, register_job
+from ..registry import register_job
 from .task_errors import RecordedFailure, call_task, recorded_failure, task_errors
 
 HAS_TASKS = django.VERSION >= (6, 0)
@@ -173,7 +174,7 @@ class DurableJobsBackend(BaseTaskBackend):
             )
         self.job_name = f"{JOB_PREFIX}{alias}"
         # Registered again by every instance (one per thread): same function, same name.
-        self.job: JobDefinition = job(
+        self.job: Job = job(
             name=self.job_name,
             retries=self.options.get("retries"),
             backoff=self.options.get("backoff"),

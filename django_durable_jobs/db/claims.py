@@ -21,8 +21,7 @@ from django.db.models.functions import Coalesce
 from .. import conf
 from ..engine.clock import Clock
 from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus
-from . import flow
-from . import postgres as claims_pg
+from . import flow, postgres
 from .fields import InstantField
 
 #: What the claim reads of each run it picks.
@@ -60,8 +59,8 @@ def claim_unlimited(
 ) -> list[JobRun]:
     """``claim`` for runs under no limit (flow control has its own, ``flow.claim_limited``)."""
     using = conf.database()
-    if claims_pg.available(using):
-        return claims_pg.claim(using, owner, now, lease, queue_list, limit)[0]
+    if postgres.available(using):
+        return postgres.claim(using, owner, now, lease, queue_list, limit)[0]
     runs = JobRun.objects.using(using)
     # Runs under a limit are flow.claim_limited's, which locks their key first.
     candidates = runs.runnable(now, queue_list).filter(

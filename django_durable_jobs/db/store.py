@@ -19,7 +19,7 @@ from ..engine.serialization import ErrorInfo
 from ..engine.sync_steps import StepRecord as Record
 from ..exceptions import DurableJobsError, RunCancelled
 from ..models import Event, EventPosition, JobRun, RunStatus, StepRecord
-from . import postgres as claims_pg
+from . import postgres
 
 
 class LeaseLost(DurableJobsError):
@@ -213,12 +213,12 @@ class OrmStepStore:
             f"AND {qn('lease_owner')} = {placeholders[-2]} AND {qn('status')} = {placeholders[-1]}"
         )
         with connection.cursor() as cursor:
-            if claims_pg.available(self.using):
+            if postgres.available(self.using):
                 # Planning this INSERT costs as much as running it: prepare it once.
                 statement: str | None = "durable_step_insert"
-                if not claims_pg.prepare(connection, "durable_step_insert", _INSERT_TYPES, sql):
-                    statement, sql = None, claims_pg.numbered_to_named(sql, len(params))
-                claims_pg.execute(cursor, statement, sql, params)
+                if not postgres.prepare(connection, "durable_step_insert", _INSERT_TYPES, sql):
+                    statement, sql = None, postgres.numbered_to_named(sql, len(params))
+                postgres.execute(cursor, statement, sql, params)
             else:
                 for number in range(len(params), 0, -1):
                     sql = sql.replace(f"${number}", "%s")
@@ -237,39 +237,14 @@ class OrmStepStore:
         self._known = {ident for ident in self._known if ident[0] != run_id}
 
 
-class OrmChildRuns:
-    """``ChildRuns`` as ``JobRun`` rows with ``parent`` set; one child per parent step
-    (an idempotency key), so a replayed parent never starts a second child."""
-
-    def __init__(self, *, using: str = "default") -> None:
-        self.using = using
-
-    def start(
-        self, parent_run_id: str, step: str, job: Any, args: Sequence[Any], kwargs: dict[str, Any]
-    ) -> str:
-        from ..registry import JobDefinition, JobOptions, get_job
-        from ..runs import enqueue_job
-
-        definition = job if isinstance(job, JobDefinition) else get_job(str(job))
-        child = enqueue_job(
-            definition,
-            args,
-            kwargs,
-            JobOptions(idempotency_key=f"invoke:{parent_run_id}:{step}"),
-            parent=parent_run_id,
-        )
-        faults.hit("invoke.start", self.using)
-        return str(child.id)
-
-    def outcome(self, child_run_id: str) -> ChildOutcome | None:
-        row = (
-            JobRun.objects.using(self.using).filter(pk=child_run_id).values(*CHILD_COLUMNS).first()
-        )
-        return child_outcome(row)
-
-
 #: What a parent reads of a child run to learn how it ended (``child_outcome``).
 CHILD_COLUMNS = ("status", "result", "error", "error_type", "error_code")
+
+
+def child_run_outcome(using: str, child_run_id: str) -> ChildOutcome | None:
+    """How the child run ``child_run_id`` ended; None while it has not."""
+    row = JobRun.objects.using(using).filter(pk=child_run_id).values(*CHILD_COLUMNS).first()
+    return child_outcome(row)
 
 
 def child_outcome(row: Mapping[str, Any] | None) -> ChildOutcome | None:
@@ -310,7 +285,9 @@ def _next_position(using: str) -> int:
 
 
 class OrmEventLog:
-    """``EventLookup`` over ``Event`` rows: cursors are positions, hits carry the ids."""
+    """The reads of ``EventLookup`` over ``Event`` rows: cursors are positions, hits
+    carry the ids. Publishing is a verb (gates, runs started by the event, wake-ups):
+    ``events.EventLog`` adds it, so this layer never imports the verbs."""
 
     def __init__(self, *, using: str = "default") -> None:
         self.using = using
@@ -347,11 +324,6 @@ class OrmEventLog:
             for start in range(0, len(ids), _BATCH):
                 events.filter(id__in=ids[start : start + _BATCH]).update(position=position)
         return position
-
-    def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
-        from ..events import publish_event
-
-        return publish_event(event, payload, key=key).id
 
     def find(self, event: str, key: str | None, after: int) -> EventHit | None:
         row = Event.objects.using(self.using).matching(event, key, after).first()

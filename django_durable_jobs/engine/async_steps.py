@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import otel
+from . import fanout, otel
 from .durations import Duration
-from .fanout import Call as FanoutCall
+from .records import Call as FanoutCall
 from .steps import DEFAULT_WAIT_TIMEOUT, Call, Io, Plan, StepEngine
 
 T = TypeVar("T")
@@ -122,7 +122,7 @@ class AsyncSteps(StepEngine):
         >>> calls = [total.call(o) for o in ids]  # doctest: +SKIP
         >>> totals = await ctx.step.invoke_all("totals", calls)  # doctest: +SKIP
         """
-        return await self._perform(self._invoke_all(name, calls, timeout))
+        return await self._perform(fanout.invoke_all(self, name, calls, timeout))
 
     async def map(
         self,

@@ -6,7 +6,7 @@ import math
 import re
 from datetime import datetime, timedelta
 
-from ..exceptions import InvalidDuration
+from .errors import InvalidDuration
 
 Duration = timedelta | int | float | str
 

@@ -5,53 +5,24 @@ suspend until the last one finishes. No Django import (the ORM side is
 The children are started in one bulk insert, each under an idempotency key made of
 the parent, the step and the child's position, so a worker killed half-way through
 starting them (or a replay) starts each child exactly once. The parent is woken
-once, by the last child to finish (``fanout_db.last_sibling``), plus the usual safety
+once, by the last child to finish (``invocations.last_sibling``), plus the usual safety
 poll (``EVENT_POLL``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from ..exceptions import ChildRunFailed, JobTimeoutError, Suspension
-from .durations import format_duration
-from .records import ChildOutcome, StepRecord, StepStatus
-
-if TYPE_CHECKING:
-    from .steps import Plan, StepEngine
+from .durations import Duration, format_duration, parse_duration
+from .records import Call, ChildBatches, ChildOutcome, StepRecord, StepStatus
+from .steps import Io, Plan, StepEngine
 
 KIND = "fanout"
-
-
-@dataclass(frozen=True)
-class Call:
-    """One child run of a fan-out: ``job.call(*args, **kwargs)``."""
-
-    job: Any  #: a ``JobDefinition`` or a job name
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def job_name(self) -> str:
-        return str(getattr(self.job, "name", self.job))
-
-
-class ChildBatches(Protocol):
-    """Starting a fan-out's children and reading how they finished."""
-
-    def start_all(self, parent_run_id: str, step: str, calls: Sequence[Call]) -> list[str]:
-        """Start one child per call (once, however often replayed); their ids, in order."""
-        ...
-
-    def outcomes(
-        self, parent_run_id: str, step: str, ids: Sequence[str]
-    ) -> list[ChildOutcome | None]:
-        """How each child finished (None while it has not), in the order of ``ids``."""
-        ...
 
 
 def key_prefix(parent_run_id: str, step: str) -> str:
@@ -72,11 +43,19 @@ def calls_of(calls: Sequence[Any], where: str) -> list[Call]:
 
 
 def invoke_all(
-    steps: StepEngine, batches: ChildBatches, name: str, calls: list[Call], limit: timedelta
+    steps: StepEngine, name: str, calls: Sequence[Any], timeout: Duration
 ) -> Plan[list[Any]]:
     """The plan of ``Steps.invoke_all`` and ``AsyncSteps.invoke_all``; see there."""
-    from .steps import Io
+    batches = steps._batches
+    if batches is None:
+        raise RuntimeError("step.invoke_all needs child runs; this engine has none")
+    checked = calls_of(calls, f"job {steps.job_name!r} step {name!r}")
+    return (yield from _plan(steps, batches, name, checked, parse_duration(timeout)))
 
+
+def _plan(
+    steps: StepEngine, batches: ChildBatches, name: str, calls: list[Call], limit: timedelta
+) -> Plan[list[Any]]:
     existing = yield from steps._begin(name)
     if existing is not None and existing.status is StepStatus.COMPLETED:
         return list(steps._replay(existing))

@@ -6,9 +6,9 @@ in ``memory.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -117,4 +117,31 @@ class ChildRuns(Protocol):
 
     def outcome(self, child_run_id: str) -> ChildOutcome | None:
         """None while the child has not finished."""
+        ...
+
+
+@dataclass(frozen=True)
+class Call:
+    """One child run of a fan-out: ``job.call(*args, **kwargs)``."""
+
+    job: Any  #: a ``JobDefinition`` or a job name
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def job_name(self) -> str:
+        return str(getattr(self.job, "name", self.job))
+
+
+class ChildBatches(Protocol):
+    """Starting a fan-out's children and reading how they finished."""
+
+    def start_all(self, parent_run_id: str, step: str, calls: Sequence[Call]) -> list[str]:
+        """Start one child per call (once, however often replayed); their ids, in order."""
+        ...
+
+    def outcomes(
+        self, parent_run_id: str, step: str, ids: Sequence[str]
+    ) -> list[ChildOutcome | None]:
+        """How each child finished (None while it has not), in the order of ``ids``."""
         ...

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import timedelta
 
-from ..registry import Backoff
-from .durations import parse_duration
+from .durations import Duration, parse_duration
+
+#: ``@job(backoff=...)``: a duration (the base of exponential backoff) or a function
+#: of the attempt number that returns the delay itself.
+Backoff = Duration | Callable[[int], Duration]
 
 
 def backoff_delay(

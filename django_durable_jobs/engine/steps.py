@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ..exceptions import (
     ChildRunFailed,
@@ -36,10 +36,7 @@ from ..exceptions import (
 from . import otel
 from .clock import Clock, SystemClock, aware
 from .durations import Duration, after, format_duration, parse_duration
-from .records import ChildRuns, EventLookup, StepRecord, StepStatus, StepStore
-
-if TYPE_CHECKING:
-    from .fanout import ChildBatches
+from .records import ChildBatches, ChildRuns, EventLookup, StepRecord, StepStatus, StepStore
 from .serialization import ErrorInfo, NotStorable, roundtrip, unstorable
 
 T = TypeVar("T")
@@ -390,15 +387,6 @@ class StepEngine:
             resume_at = min(deadline, after(now, self._limits.event_poll))
             yield from self._save(replace(record, wake_at=resume_at))
             raise Suspension(name, resume_at, "child")
-
-    # -- fan-out ------------------------------------------------------------
-    def _invoke_all(self, name: str, calls: Sequence[Any], timeout: Duration) -> Plan[list[Any]]:
-        from .fanout import calls_of, invoke_all
-
-        if self._batches is None:
-            raise RuntimeError("step.invoke_all needs child runs; this engine has none")
-        checked = calls_of(calls, f"job {self.job_name!r} step {name!r}")
-        return (yield from invoke_all(self, self._batches, name, checked, parse_duration(timeout)))
 
     @staticmethod
     def _deadline(

@@ -13,10 +13,10 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import otel
+from . import fanout, otel
 from .durations import Duration
-from .fanout import Call as FanoutCall
 from .memory import MemoryChildRuns, MemoryEventLog, MemoryStepStore
+from .records import Call as FanoutCall
 from .records import (
     ChildOutcome,
     ChildRuns,
@@ -136,7 +136,7 @@ class Steps(StepEngine):
 
         >>> totals = ctx.step.invoke_all("totals", [total.call(o) for o in ids])  # doctest: +SKIP
         """
-        return self._perform(self._invoke_all(name, calls, timeout))
+        return self._perform(fanout.invoke_all(self, name, calls, timeout))
 
     def map(
         self,

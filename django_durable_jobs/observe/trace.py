@@ -19,6 +19,7 @@ from ..engine import clock
 from ..engine.fanout import KIND, key_prefix
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from ..registry import all_jobs
+from ..registry import max_attempts as of_definition
 from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
 
 __all__ = ["JSON_LIMIT", "clip", "pretty_json", "short_duration", "stamp"]
@@ -263,8 +264,6 @@ def _resumed_at(step: StepRecord) -> bool:
 
 def max_attempts(job_name: str) -> int | None:
     """``1 + retries`` of the job registered on this process, or None if unknown."""
-    from ..worker.execution import max_attempts as of_definition
-
     definition = all_jobs().get(job_name)
     return None if definition is None else of_definition(definition)
 

@@ -20,7 +20,7 @@ from django.db import DataError, transaction
 from .. import conf, signals
 from ..db import flow
 from ..db.postgres import OUTCOME_COLUMNS
-from ..db.store import OrmChildRuns, OrmEventLog, OrmStepStore
+from ..db.store import OrmStepStore
 from ..engine import otel
 from ..engine.async_steps import AsyncSteps, IoRunner
 from ..engine.attempt import (
@@ -41,12 +41,12 @@ from ..engine.serialization import ErrorInfo, ascii_text
 from ..engine.steps import StepEngine, StepLimits
 from ..engine.sync_steps import STEP_LOST, Steps
 from ..engine.timeouts import TimeGuard
-from ..events import recheck_after_park, wake_parent
+from ..events import EventLog, recheck_after_park, wake_parent
 from ..exceptions import AttemptsExhausted, RunCancelled, StepOutputInvalid, UnknownJob
 from ..failure_handlers import handler_for, start_handler
-from ..invocations import OrmChildBatches, last_sibling
+from ..invocations import OrmChildBatches, OrmChildRuns, last_sibling
 from ..models import JobRun, RunStatus, StepRecord, StepStatus
-from ..registry import JobDefinition, get_job
+from ..registry import JobDefinition, get_job, max_attempts
 
 log = logging.getLogger("django_durable_jobs.worker")
 T = TypeVar("T")
@@ -172,11 +172,15 @@ async def arun_to_stop(
     """``run_to_stop`` for an ``async def`` job, awaited. ``io`` runs the database work
     off the loop (default: Django's ``sync_to_async``, as the async ORM does)."""
     clock = clock or current()
-    definition, refused = _definition(run, clock, rng)
+    io = io or django_io
+    # Off the loop: a run whose attempts are used up reads its steps to say where.
+    found: tuple[JobDefinition | None, Pending | None] = await io(
+        lambda: _definition(run, clock, rng)
+    )
+    definition, refused = found
     if refused is not None:
         return refused
     assert definition is not None
-    io = io or django_io
     steps = AsyncSteps(io=io, **_engine(run, definition, clock, owner, interrupt))
     ctx = AsyncJobContext(
         step=steps,
@@ -235,7 +239,7 @@ def _engine(
         "run_id": str(run.id),
         "job_name": run.job_name,
         "store": OrmStepStore(using=using, owner=owner),
-        "events": OrmEventLog(using=using),
+        "events": EventLog(using=using),
         "children": OrmChildRuns(using=using),
         "batches": OrmChildBatches(using=using),
         "clock": clock,
@@ -295,13 +299,6 @@ def otel_outcome(outcome: Outcome) -> tuple[str, str]:
     if isinstance(outcome, Failed):
         return "failed", outcome.error.code
     return ("succeeded" if isinstance(outcome, Succeeded) else "suspended"), ""
-
-
-def max_attempts(definition: JobDefinition | None) -> int:
-    if definition is None:
-        return 1
-    retries = definition.retries if definition.retries is not None else conf.get("RETRIES")
-    return 1 + int(retries)
 
 
 def _pending(

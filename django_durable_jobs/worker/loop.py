@@ -28,8 +28,7 @@ from types import FrameType
 from django.db import DatabaseError, connections
 
 from .. import conf, faults
-from ..db import flow
-from ..db import postgres as claims_pg
+from ..db import flow, postgres
 from ..db.claims import claim, release, requeue_expired
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
@@ -307,11 +306,11 @@ class Worker:
         using = conf.database()
         if pending is not None:
             faults.hit("outcome.before", using)
-        if pending is not None and not (claims_pg.available(using) and pending.fused):
+        if pending is not None and not (postgres.available(using) and pending.fused):
             record(pending, self._owner)
             pending = self._pending = None
             faults.hit("outcome.after", using)
-        if claims_pg.available(using):
+        if postgres.available(using):
             runs, recorded = self._claim_limited(owner, now), False
             if runs and pending is not None:
                 record(pending, self._owner)
@@ -320,9 +319,9 @@ class Worker:
             if not runs:
                 finish = None
                 if pending is not None:
-                    finish = claims_pg.Finish(pending.run.pk, self._owner, pending.outcome_values())
+                    finish = postgres.Finish(pending.run.pk, self._owner, pending.outcome_values())
                 try:
-                    runs, recorded = claims_pg.claim(
+                    runs, recorded = postgres.claim(
                         using, owner, now, self.lease, _queues(self.options.queues), limit, finish
                     )
                 except UNSTORABLE as exc:
