@@ -25,8 +25,8 @@ from benchmarks.run import WORK, recreate_db, say, start_worker, stop_worker  # 
 
 def measure(job_name: str, n: int, timeout: float = 1800) -> tuple[float, int]:
     """Seconds from the step start to the parent resuming, and the parent's executions."""
+    from django_durable_jobs.enqueueing import enqueue
     from django_durable_jobs.models import JobRun, StepRecord
-    from django_durable_jobs.runs import enqueue
 
     JobRun.objects.all().delete()
     parent = enqueue(job_name, n)

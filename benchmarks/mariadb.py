@@ -95,7 +95,7 @@ def claim_statements(queues: list[str] | None) -> list[str]:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from django_durable_jobs.claims import claim
+    from django_durable_jobs.db.claims import claim
 
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
         claim("bench-explain", now=timezone.now(), lease=timedelta(minutes=1), queues=queues)

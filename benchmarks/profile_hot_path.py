@@ -30,10 +30,10 @@ def main(n: int) -> None:
     call_command("migrate", verbosity=0)
 
     from benchmarks.jobs import bench_anoop, bench_io, bench_noop, bench_ten_steps
-    from django_durable_jobs.async_steps import inline
-    from django_durable_jobs.claims import claim
-    from django_durable_jobs.clock import SystemClock
-    from django_durable_jobs.execution import arun_to_stop, execute, settle, write
+    from django_durable_jobs.db.claims import claim
+    from django_durable_jobs.engine.async_steps import inline
+    from django_durable_jobs.engine.clock import SystemClock
+    from django_durable_jobs.worker.execution import arun_to_stop, execute, settle, write
 
     clock = SystemClock()
 

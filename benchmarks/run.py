@@ -516,10 +516,11 @@ def measure_round_trips() -> list[str]:
     from django.test.utils import CaptureQueriesContext
 
     from benchmarks.jobs import bench_noop, bench_ten_steps
-    from django_durable_jobs import claims, clock
-    from django_durable_jobs.execution import execute
+    from django_durable_jobs.db import claims
+    from django_durable_jobs.engine import clock
     from django_durable_jobs.models import JobRun
-    from django_durable_jobs.worker import Worker, WorkerOptions
+    from django_durable_jobs.worker.execution import execute
+    from django_durable_jobs.worker.loop import Worker, WorkerOptions
 
     say("ours: database round trips per durable step (in-process claim + execute)")
     truncate()
@@ -638,7 +639,8 @@ def claim_statement(queues: list[str] | None) -> ClaimSql:
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
-    from django_durable_jobs import claims, clock
+    from django_durable_jobs.db import claims
+    from django_durable_jobs.engine import clock
 
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
         claims.claim(

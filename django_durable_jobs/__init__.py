@@ -6,7 +6,9 @@ Public API: ``job``, ``enqueue``, the errors. Models live in
 
 from typing import TYPE_CHECKING, Any
 
-from .cron import Cron
+from .declare import job
+from .engine.cron import Cron
+from .engine.limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .exceptions import (
     AttemptsExhausted,
     ChildRunFailed,
@@ -28,8 +30,6 @@ from .exceptions import (
     Suspension,
     UnknownJob,
 )
-from .limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
-from .registry import job
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -71,7 +71,7 @@ __all__ = [
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> "JobRun":
     """Start a run of the job registered as ``job_name``: ``enqueue("onboarding", user_id=42)``."""
-    from .runs import enqueue as enqueue_by_name
+    from .enqueueing import enqueue as enqueue_by_name
 
     return enqueue_by_name(job_name, *args, **kwargs)
 

@@ -21,7 +21,9 @@ def _sync_schedules(sender: Any, using: str = "default", **kwargs: Any) -> None:
 
     Not after a partial ``migrate`` (to an older migration of this app, or of another
     app before this one's): the schedules table may not exist yet."""
-    from . import clock, conf, migrated, schedules
+    from . import conf, schedules
+    from .db import migrated
+    from .engine import clock
 
     if using == conf.database() and not migrated.unapplied_migrations(using):
         schedules.sync(clock.current().now())
@@ -33,8 +35,11 @@ class DurableJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import backends, checks, clock, conf, migrated, registry, retention
-        from .dbclock import DatabaseClock
+        from . import checks, conf, registry, retention
+        from .contrib import tasks as backends
+        from .db import migrated
+        from .db.dbclock import DatabaseClock
+        from .engine import clock
 
         del checks, migrated  # register the system checks on import
         # Leases and wake times are compared across processes: tell the database's time.

@@ -10,7 +10,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
 from .conf import DEFAULTS, DURATION_KEYS
-from .durations import parse_duration
+from .engine.durations import parse_duration
 from .exceptions import InvalidDuration
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from . import conf
-from .fanout import KIND as FANOUT
+from .engine.fanout import KIND as FANOUT
 from .models import (
     FINISHED,
     RUNNABLE,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .durations import parse_duration
+from .engine.durations import parse_duration
 
 DEFAULTS: dict[str, Any] = {
     # The database alias that holds runs, steps and events.

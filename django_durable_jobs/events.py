@@ -7,19 +7,29 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import BigIntegerField, Exists, OuterRef, Subquery, Value
+from django.db.models import BigIntegerField, Exists, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
-from . import clock, conf, gates, signals
-from .exceptions import InvalidName
-from .migrated import needs_tables
-from .models import Event, JobRun, RunStatus, StepRecord
-from .records import StepRecord as StepRecordValue
+from . import conf, signals
+from .db.migrated import needs_tables
+from .db.store import OrmEventLog, child_run_outcome
+from .engine import clock
+from .engine.records import StepRecord as StepRecordValue
+from .engine.serialization import check_payload, unstorable
+from .enqueueing import enqueue_job
+from .exceptions import InvalidName, RunStateError
+from .models import RUNNABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
 from .registry import JobOptions, jobs_on_event
-from .runs import enqueue_job
-from .serialization import check_payload, unstorable
-from .store import OrmChildRuns, OrmEventLog
+from .runs import cancel
+
+
+class EventLog(OrmEventLog):
+    """The engine's ``EventLookup`` over ``Event`` rows: the reads of ``OrmEventLog``,
+    and ``step.publish`` through ``publish_event`` like every other publisher."""
+
+    def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
+        return publish_event(event, payload, key=key).id
 
 
 @needs_tables
@@ -41,12 +51,37 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     row = Event.objects.using(using).create(
         name=event, key=key, payload=clean, published_at=clock.current().now()
     )
-    gates.cancel_on_event(row, using)
+    cancel_on_event(row, using)
     for job in jobs_on_event(event):
         # One run per event and job: the key makes a re-delivery return the same run.
         enqueue_job(job, (clean,), {}, JobOptions(idempotency_key=f"event:{row.id}"))
     transaction.on_commit(lambda: _committed(row), using=using)
     return row
+
+
+def cancel_on_event(event: Event, using: str) -> list[JobRun]:
+    """Cancel the unfinished runs ``event`` cancels, in the publisher's transaction."""
+    keys = CancelKey.objects.using(using).filter(run=OuterRef("pk"), event=event.name)
+    keys = (
+        keys.filter(Q(key__isnull=True) | Q(key=event.key))
+        if event.key is not None
+        else (keys.filter(key__isnull=True))
+    )
+    targets = JobRun.objects.using(using).filter(
+        Exists(keys),
+        status__in=(*RUNNABLE, RunStatus.RUNNING),
+        created_at__lte=event.published_at,
+    )
+    reason = f"cancelled by event {event.name!r}" + (
+        f" with key {event.key!r}" if event.key is not None else ""
+    )
+    cancelled = []
+    for run_id in list(targets.values_list("id", flat=True)):
+        try:
+            cancelled.append(cancel(run_id, now=event.published_at, reason=reason))
+        except RunStateError:  # it finished meanwhile
+            continue
+    return cancelled
 
 
 def _committed(event: Event) -> None:
@@ -156,7 +191,7 @@ def recheck_after_park(run_id: Any, record: StepRecordValue, now: datetime) -> N
             is not None
         )
     elif record.correlation_key and not record.event:  # step.invoke: the key is the child
-        arrived = OrmChildRuns(using=conf.database()).outcome(record.correlation_key) is not None
+        arrived = child_run_outcome(conf.database(), record.correlation_key) is not None
     if arrived:
         JobRun.objects.using(conf.database()).filter(pk=run_id, status=RunStatus.WAITING).update(
             wake_at=now

@@ -9,13 +9,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from .engine.durations import parse_duration
 
-class DurableJobsError(Exception):
-    """Base class of every error of django-durable-jobs; ``code`` is stable."""
-
-    code = "X_DURABLE_JOBS"
-    #: False for errors that retrying cannot fix: the run fails at once.
-    retryable = True
+# Defined below the duration parser (engine/errors.py) so that RetryAfter can parse its
+# delay here without an import cycle; this module stays their public home.
+from .engine.errors import DurableJobsError as DurableJobsError
+from .engine.errors import InvalidDuration as InvalidDuration
 
 
 class StepDuplicateError(DurableJobsError):
@@ -58,13 +57,6 @@ class StepOutputInvalid(DurableJobsError):
     """A step returned a value that cannot be stored; retrying would not change it."""
 
     code = "X_STEP_OUTPUT_INVALID"
-    retryable = False
-
-
-class InvalidDuration(DurableJobsError, ValueError):
-    """A duration that is not a timedelta, a number of seconds or a string like ``"5m"``."""
-
-    code = "X_DURATION_INVALID"
     retryable = False
 
 
@@ -117,8 +109,6 @@ class RetryAfter(DurableJobsError):
     code = "X_RETRY_AFTER"
 
     def __init__(self, delay: Any, message: str = "") -> None:
-        from .durations import parse_duration  # durations imports this module
-
         self.delay: timedelta = parse_duration(delay)
         super().__init__(message or f"retry after {self.delay}")
 

@@ -11,6 +11,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from .enqueueing import enqueue_job
 from .exceptions import UnknownJob
 from .models import JobRun, RunStatus
 from .registry import JobDefinition, JobOptions, get_job
@@ -46,8 +47,6 @@ def start_handler(run: JobRun, values: dict[str, Any], now: datetime) -> JobRun 
     handler = handler_for(run)
     if handler is None or values.get("status") not in (RunStatus.FAILED, RunStatus.CANCELLED):
         return None
-    from .runs import enqueue_job  # runs imports this module
-
     failure = {
         "run_id": str(run.pk),
         "job_name": run.job_name,

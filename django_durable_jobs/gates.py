@@ -13,12 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Exists, OuterRef, Q
 
-from . import flow
-from .exceptions import RunStateError
-from .limits import Limit
-from .models import RUNNABLE, CancelKey, Event, JobRun, JobRunQuerySet, RunStatus
+from .db import flow
+from .engine.limits import Limit
+from .models import CancelKey, JobRun, JobRunQuerySet, RunStatus
 from .registry import JobDefinition
 
 
@@ -112,30 +110,3 @@ def add_cancel_keys(
     ]
     if rows:
         CancelKey.objects.using(using).bulk_create(rows)
-
-
-def cancel_on_event(event: Event, using: str) -> list[JobRun]:
-    """Cancel the unfinished runs ``event`` cancels, in the publisher's transaction."""
-    from .runs import cancel  # runs imports this module
-
-    keys = CancelKey.objects.using(using).filter(run=OuterRef("pk"), event=event.name)
-    keys = (
-        keys.filter(Q(key__isnull=True) | Q(key=event.key))
-        if event.key is not None
-        else (keys.filter(key__isnull=True))
-    )
-    targets = JobRun.objects.using(using).filter(
-        Exists(keys),
-        status__in=(*RUNNABLE, RunStatus.RUNNING),
-        created_at__lte=event.published_at,
-    )
-    reason = f"cancelled by event {event.name!r}" + (
-        f" with key {event.key!r}" if event.key is not None else ""
-    )
-    cancelled = []
-    for run_id in list(targets.values_list("id", flat=True)):
-        try:
-            cancelled.append(cancel(run_id, now=event.published_at, reason=reason))
-        except RunStateError:  # it finished meanwhile
-            continue
-    return cancelled

@@ -1,4 +1,4 @@
-"""The figures of ``stats.py`` in the Prometheus text format, for a scraper.
+"""The figures of ``observe/stats.py`` in the Prometheus text format, for a scraper.
 
 Needs ``prometheus-client`` (``pip install django-durable-jobs[metrics]``). Mount the
 view in your URLconf and protect it as you see fit (a private network, a token in a
@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from . import clock, stats
+from .engine import clock
+from .observe import stats
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

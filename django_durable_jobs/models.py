@@ -9,8 +9,8 @@ from datetime import datetime
 from django.db import models
 from django.db.models import F, Q
 
-from .fields import InstantField
-from .schema import ExactCharField, PartialIndex
+from .db.fields import InstantField
+from .db.schema import ExactCharField, PartialIndex
 
 
 class RunStatus(models.TextChoices):
@@ -128,7 +128,7 @@ class JobRun(models.Model):
         "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     scheduled_at = InstantField(null=True, blank=True)
-    #: The OpenTelemetry context of the code that enqueued the run (``otel.py``).
+    #: The OpenTelemetry context of the code that enqueued the run (``engine/otel.py``).
     trace_context = models.JSONField(null=True, blank=True)
     # Flow control (SPEC §8), copied from the job at enqueue so that the claim can
     # enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.

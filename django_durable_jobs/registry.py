@@ -1,31 +1,33 @@
-"""``@job``, job definitions, lookup by name and autodiscovery of ``<app>/jobs.py``."""
+"""Job definitions: their options checked, the registry by name, autodiscovery of
+``<app>/jobs.py``.
+
+Below the verbs: ``runs`` starts runs of a ``JobDefinition`` it looks up here. The
+``@job`` decorator and the ``Job`` you enqueue are in ``declare.py``, above them.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, TypeVar
 
-from .cron import Cron, crons
-from .durations import Duration, parse_duration
+from .engine.cron import Cron, crons
+from .engine.durations import Duration, parse_duration
+from .engine.limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
+from .engine.limits import cancel_on as _cancel_on
+from .engine.limits import concurrency as _concurrency
+from .engine.limits import debounce as _debounce
+from .engine.limits import rate_limit as _rate_limit
+from .engine.limits import throttle as _throttle
+from .engine.records import Call
+from .engine.retry import Backoff
+from .engine.serialization import unstorable
 from .exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
-from .fanout import Call
-from .limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
-from .limits import cancel_on as _cancel_on
-from .limits import concurrency as _concurrency
-from .limits import debounce as _debounce
-from .limits import rate_limit as _rate_limit
-from .limits import throttle as _throttle
-from .serialization import unstorable
 
-if TYPE_CHECKING:
-    from .models import JobRun
-
-Backoff = Duration | Callable[[int], Duration]
 _registry: dict[str, JobDefinition] = {}
 
 
@@ -88,101 +90,17 @@ class JobDefinition:
         """The limits the claim enforces for this job's runs."""
         return tuple(limit for limit in (self.concurrency, self.throttle) if limit is not None)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
-        """Start a run in the caller's transaction; returns the ``JobRun``.
-
-        >>> run = onboarding.enqueue(user_id=42)  # doctest: +SKIP
-        """
-        return JobCall(self, JobOptions()).enqueue(*args, **kwargs)
-
-    async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRun:
-        """``enqueue`` for async views: ``run = await onboarding.aenqueue(user_id=42)``."""
-        return await JobCall(self, JobOptions()).aenqueue(*args, **kwargs)
-
     def call(self, *args: Any, **kwargs: Any) -> Call:
         """A child run for ``ctx.step.invoke_all``: ``[send.call(i) for i in ids]``."""
         return Call(self, args, kwargs)
 
-    def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
-        """Start many runs in batched INSERTs: ``job.enqueue_many([{"user_id": 1}, (2,)])``.
 
-        Each call is a ``dict`` of keyword arguments or a ``tuple`` of positional ones.
-        """
-        return JobCall(self, JobOptions()).enqueue_many(calls)
-
-    def using(
-        self,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_after: Duration | datetime | None = None,
-        idempotency_key: str | None = None,
-    ) -> JobCall:
-        """Override options for one enqueue: ``job.using(queue="mail").enqueue(...)``.
-
-        ``run_after`` is an aware datetime or a duration from the enqueue (``"5m"``).
-        """
-        return JobCall(
-            self,
-            JobOptions(
-                queue=queue, priority=priority, run_after=run_after, idempotency_key=idempotency_key
-            ),
-        )
+D = TypeVar("D", bound=JobDefinition)
 
 
-@dataclass(frozen=True)
-class JobCall:
-    """A job with per-enqueue options, from ``JobDefinition.using``."""
-
-    job: JobDefinition
-    options: JobOptions
-
-    def using(self, **changes: Any) -> JobCall:
-        return JobCall(self.job, replace(self.options, **changes))
-
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
-        from .runs import enqueue_job
-
-        return enqueue_job(self.job, args, kwargs, self.options)
-
-    async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRun:
-        """``enqueue`` for async views, on Django's thread-sensitive executor as the
-        async ORM does (so it joins a transaction opened there)."""
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self.enqueue, thread_sensitive=True)(*args, **kwargs)
-
-    def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
-        from .runs import enqueue_many_job
-
-        return enqueue_many_job(self.job, calls, self.options)
-
-
-@overload
-def job(fn: Callable[..., Any], /) -> JobDefinition: ...
-@overload
-def job(
-    *,
-    name: str | None = None,
-    queue: str = "default",
-    priority: int = 0,
-    retries: int | None = None,
-    backoff: Backoff | None = None,
-    timeout: Duration | None = None,
-    step_timeout: Duration | None = None,
-    on_event: str | None = None,
-    concurrency: Concurrency | int | None = None,
-    throttle: Throttle | None = None,
-    rate_limit: RateLimit | None = None,
-    debounce: Debounce | None = None,
-    cancel_on: CancelOn | list[CancelOn] | None = None,
-    on_failure: JobDefinition | str | None = None,
-    cron: str | Cron | list[str | Cron] | None = None,
-) -> Callable[[Callable[..., Any]], JobDefinition]: ...
-
-
-def job(
-    fn: Callable[..., Any] | None = None,
+def define(
+    kind: type[D],
+    function: Callable[..., Any],
     /,
     *,
     name: str | None = None,
@@ -200,39 +118,35 @@ def job(
     cancel_on: CancelOn | list[CancelOn] | None = None,
     on_failure: JobDefinition | str | None = None,
     cron: str | Cron | list[str | Cron] | None = None,
-) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
-    """Register a durable job. Bare (``@job``) or with options.
+) -> D:
+    """Check ``@job``'s options, make the definition (of class ``kind``) and register it.
 
-    >>> @job(name="onboarding", retries=3, timeout="1h")
-    ... def onboarding(ctx, user_id: int) -> dict:
-    ...     return ctx.step.run("load-user", load_user, user_id)
+    ``@job`` (``declare.py``) calls this with ``Job``, the definition you can enqueue;
+    the rules live here, next to ``JobOptions``, which applies the same ones.
     """
-
-    def register(function: Callable[..., Any]) -> JobDefinition:
-        job_name = _origin(function) if name is None else _text(name, "name", longest=200)
-        definition = JobDefinition(
-            name=job_name,
-            fn=function,
-            queue=_text(queue, "queue"),
-            priority=_priority(priority),
-            retries=None if retries is None else _integer(retries, "retries", minimum=0),
-            backoff=_backoff(backoff),
-            timeout=_positive(timeout, "timeout"),
-            step_timeout=_positive(step_timeout, "step_timeout"),
-            on_event=None if on_event is None else _text(on_event, "on_event"),
-            concurrency=_concurrency(concurrency, job_name, function),
-            throttle=_throttle(throttle, job_name, function),
-            rate_limit=_rate_limit(rate_limit, job_name, function),
-            debounce=_debounce(debounce, job_name, function),
-            cancel_on=_cancel_on(cancel_on, job_name, function),
-            on_failure=_handler(on_failure),
-            cron=crons(cron),
-        )
-        if definition.on_event is not None:  # at import, not in the publisher's save
-            _takes_a_payload(definition)
-        return register_job(definition)
-
-    return register(fn) if fn is not None else register
+    job_name = _origin(function) if name is None else _text(name, "name", longest=200)
+    definition = kind(
+        name=job_name,
+        fn=function,
+        queue=_text(queue, "queue"),
+        priority=_priority(priority),
+        retries=None if retries is None else _integer(retries, "retries", minimum=0),
+        backoff=_backoff(backoff),
+        timeout=_positive(timeout, "timeout"),
+        step_timeout=_positive(step_timeout, "step_timeout"),
+        on_event=None if on_event is None else _text(on_event, "on_event"),
+        concurrency=_concurrency(concurrency, job_name, function),
+        throttle=_throttle(throttle, job_name, function),
+        rate_limit=_rate_limit(rate_limit, job_name, function),
+        debounce=_debounce(debounce, job_name, function),
+        cancel_on=_cancel_on(cancel_on, job_name, function),
+        on_failure=_handler(on_failure),
+        cron=crons(cron),
+    )
+    if definition.on_event is not None:  # at import, not in the publisher's save
+        _takes_a_payload(definition)
+    register_job(definition)
+    return definition
 
 
 def _takes_a_payload(definition: JobDefinition) -> None:
@@ -285,6 +199,18 @@ def unregister(name: str) -> None:
 
 #: The modules autodiscovery imported, or None before it ran (or with it turned off).
 _discovered: list[str] | None = None
+
+
+def max_attempts(definition: JobDefinition | None) -> int:
+    """``1 + retries`` of ``definition`` (``DURABLE_JOBS["RETRIES"]`` when the job sets
+    none); 1 for a job this process does not know. The worker decides retries by it,
+    the trace shows it."""
+    if definition is None:
+        return 1
+    from . import conf
+
+    retries = definition.retries if definition.retries is not None else conf.get("RETRIES")
+    return 1 + int(retries)
 
 
 def autodiscover() -> list[str]:

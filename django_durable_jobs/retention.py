@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import clock, conf, runs
-from .cron import Cron
-from .durations import parse_duration
-from .registry import job
+from . import conf, runs
+from .declare import job
+from .engine import clock
+from .engine.cron import Cron
+from .engine.durations import parse_duration
 
 JOB_NAME = "django_durable_jobs.retention"
 #: Hourly, off the full hour when many other schedules fire.

@@ -1,207 +1,27 @@
-"""The verbs on runs: enqueue, enqueue_many, and the operator's cancel, retry, wake,
-replay_from and purge (the admin and ``manage.py jobs`` call these)."""
+"""The operator's verbs on runs: cancel, retry, wake, replay_from and purge (the admin
+and ``manage.py jobs`` call these). Starting runs is ``enqueueing.py``."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
-from . import children, claims_pg, clock, conf, flow, gates, otel, signals
-from .durations import Duration, after, before, parse_duration
+from . import children, conf, signals
+from .db.run_ids import resolve as _pk
+from .engine import clock
+from .engine.durations import Duration, before, parse_duration
 from .exceptions import (
-    InvalidDuration,
-    InvalidName,
-    InvalidPayload,
-    PayloadTooLarge,
     RunCancelled,
     RunNotFound,
     RunStateError,
     StepNotFound,
 )
 from .failure_handlers import start_handler
-from .migrated import needs_tables
 from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
-from .registry import JobDefinition, JobOptions, check_arguments, get_job
-from .run_ids import resolve as _pk
-from .serialization import MAX_DEPTH, NotStorable, check_payload, roundtrip, unstorable
-
-
-def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:
-    """Start a run of the job registered as ``job_name``.
-
-    >>> run = enqueue("onboarding", user_id=42)  # doctest: +SKIP
-    """
-    return enqueue_job(get_job(job_name), args, kwargs, JobOptions())
-
-
-@needs_tables
-def enqueue_job(
-    job: JobDefinition,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    options: JobOptions,
-    *,
-    now: datetime | None = None,
-    parent: str | None = None,
-) -> JobRun:
-    """Write a queued run in the caller's transaction on the jobs database.
-
-    With an ``idempotency_key`` already used for this job, the existing run is
-    returned and nothing is written (also under concurrent enqueues: the unique
-    constraint decides).
-    """
-    clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
-    now = now or clock.current().now()
-    run = JobRun(
-        job_name=job.name,
-        queue=options.queue or job.queue,
-        priority=job.priority if options.priority is None else options.priority,
-        args=clean_args,
-        kwargs=clean_kwargs,
-        idempotency_key=_key(options.idempotency_key),
-        created_at=now,
-        wake_at=_wake_at(options.run_after, now),
-        parent_id=parent,
-        trace_context=otel.carrier(),
-    )
-    flow.stamp(run, job, clean_args, clean_kwargs)
-    gates.stamp(run, job, clean_args, clean_kwargs)
-    db = conf.database()
-    outcome = "new"
-    if gates.gated(job):
-        run, outcome = gates.save_gated(run, job, now, db)
-    elif run.idempotency_key is None:
-        run.save(using=db, force_insert=True)
-    else:
-        JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
-        run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=run.idempotency_key)
-    if outcome == "new" and job.cancel_on:
-        gates.add_cancel_keys(run, job, clean_args, clean_kwargs, db)
-    if outcome == "skipped":
-        signals.run_skipped.send(sender=JobRun, run=run)
-    elif outcome == "new":
-        signals.run_enqueued.send(sender=JobRun, run=run)
-    return run
-
-
-Call = Mapping[str, Any] | tuple[Any, ...]
-
-
-@needs_tables
-def enqueue_many_job(
-    job: JobDefinition, calls: Iterable[Call], options: JobOptions, *, batch_size: int = 1000
-) -> list[JobRun]:
-    """Write many queued runs of ``job`` in few statements (``INSERT`` in batches).
-
-    Each call is a ``dict`` of keyword arguments or a ``tuple`` of positional ones.
-    Every call is validated before anything is written. Idempotency keys are not
-    supported here: use ``enqueue`` for those.
-    """
-    if options.idempotency_key is not None:
-        raise ValueError("enqueue_many does not take an idempotency_key; use enqueue()")
-    if gates.gated(job) or job.cancel_on:
-        raise ValueError(
-            f"job {job.name!r}: enqueue_many does not apply rate_limit, debounce or "
-            "cancel_on; use enqueue() for this job"
-        )
-    now, context = clock.current().now(), otel.carrier()
-    wake_at = _wake_at(options.run_after, now)
-    runs = []
-    for index, call in enumerate(calls):
-        if isinstance(call, tuple):
-            args, kwargs = _checked_arguments(job, call, {}, where=f"call {index}: ")
-        elif isinstance(call, Mapping):
-            args, kwargs = _checked_arguments(job, (), call, where=f"call {index}: ")
-        else:
-            raise TypeError(
-                f"job {job.name!r}: enqueue_many call {index} must be a dict of keyword "
-                f"arguments or a tuple of positional arguments, got {type(call).__name__}"
-            )
-        run = JobRun(
-            job_name=job.name,
-            queue=options.queue or job.queue,
-            priority=job.priority if options.priority is None else options.priority,
-            args=args,
-            kwargs=kwargs,
-            created_at=now,
-            wake_at=wake_at,
-            trace_context=context,
-        )
-        flow.stamp(run, job, args, kwargs)
-        runs.append(run)
-    # A microsecond apart and none later than asked, so workers take them in order.
-    for index, run in enumerate(runs):
-        run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
-    using = conf.database()
-    # The unnest INSERT writes the columns every run has; limits need bulk_create.
-    if runs and claims_pg.available(using) and not job.limits:
-        claims_pg.insert_runs(using, runs, batch_size)
-        created = runs
-    else:
-        created = JobRun.objects.using(using).bulk_create(runs, batch_size=batch_size)
-    for run in created:
-        signals.run_enqueued.send(sender=JobRun, run=run)
-    return created
-
-
-def _checked_arguments(
-    job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], *, where: str = ""
-) -> tuple[list[Any], dict[str, Any]]:
-    job_name = job.name
-    limit = int(conf.get("MAX_PAYLOAD_BYTES"))
-    try:  # the common case in one encoding; the slow path only names the culprit
-        # Two levels of wrapping: each argument may still nest MAX_DEPTH levels.
-        clean_args, clean_kwargs = roundtrip(
-            [list(args), dict(kwargs)], limit=limit, max_depth=MAX_DEPTH + 2
-        )
-    except NotStorable:
-        pass
-    else:
-        check_arguments(job, args, kwargs, where)
-        return clean_args, clean_kwargs
-    for index, value in enumerate(args):
-        check_payload(value, what=f"job {job_name!r}: {where}argument {index}", limit=limit)
-    for name, value in kwargs.items():
-        check_payload(value, what=f"job {job_name!r}: {where}argument {name!r}", limit=limit)
-    what = f"job {job_name!r}: {where}the arguments"
-    try:
-        roundtrip([list(args), dict(kwargs)], limit=limit, max_depth=MAX_DEPTH + 2)
-    except NotStorable as exc:
-        error = PayloadTooLarge if exc.too_large else InvalidPayload
-        raise error(f"{what} cannot be stored as JSON: {exc}") from None
-    raise AssertionError("unreachable: the arguments failed to encode once")  # pragma: no cover
-
-
-def _key(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > 255:
-        raise ValueError(f"idempotency_key must be a non-empty string of <= 255 chars: {value!r}")
-    if (why := unstorable(value)) is not None:
-        raise InvalidName(f"idempotency_key {value!r} cannot be stored: {why}")
-    return value
-
-
-def _wake_at(run_after: Duration | datetime | None, now: datetime) -> datetime:
-    if run_after is None:
-        return now
-    if isinstance(run_after, datetime):
-        if timezone.is_aware(run_after):
-            return run_after
-        if settings.USE_TZ:
-            raise ValueError(f"run_after must be an aware datetime, got naive {run_after!r}")
-        return timezone.make_aware(run_after)  # USE_TZ=False: local time, as Django means it
-    try:
-        return after(now, parse_duration(run_after), run_after)
-    except InvalidDuration as exc:
-        raise InvalidDuration(f"run_after: {exc}") from None
-
 
 # -- operating runs ---------------------------------------------------------------
 #
@@ -420,8 +240,6 @@ __all__ = [
     "RunStatus",
     "StepNotFound",
     "cancel",
-    "enqueue",
-    "enqueue_job",
     "get_run",
     "purge",
     "recent_runs",

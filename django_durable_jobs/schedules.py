@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import Min
 
 from . import conf
-from .cron import Cron, check_expr, latest_slot, next_slot, zone
+from .engine.cron import Cron, check_expr, latest_slot, next_slot, zone
 from .exceptions import InvalidSchedule, UnknownJob
 from .models import JobRun, Schedule
 from .registry import JobDefinition, JobOptions, all_jobs, get_job
@@ -179,7 +179,7 @@ def _write_first(using: str) -> None:
 
 def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
     """Start the run of ``schedule``'s latest due slot; the caller holds its row lock."""
-    from .runs import enqueue_job
+    from .enqueueing import enqueue_job
 
     assert schedule.next_run_at is not None  # due() only returns scheduled rows
     try:
@@ -232,7 +232,7 @@ class Ticker:
 
 def describe(schedule: Schedule, now: datetime, count: int = 5) -> list[datetime]:
     """The next ``count`` slots of ``schedule`` after ``now``, in its time zone."""
-    from .cron import slots
+    from .engine.cron import slots
 
     return slots(check_expr(schedule.cron), zone(schedule.timezone), now, count)
 

@@ -34,16 +34,18 @@ from typing import Any
 from django.db.models import Min
 from django.test import override_settings
 
-from . import clock as clocks
 from . import conf
-from .claims import claim, release
-from .clock import FakeClock
-from .durations import Duration, parse_duration
+from .db.claims import claim, release
+from .declare import Job, JobCall
+from .engine import clock as clocks
+from .engine.clock import FakeClock
+from .engine.durations import Duration, parse_duration
+from .engine.timeouts import TimeGuard
+from .enqueueing import enqueue
 from .events import publish_event
-from .execution import execute
 from .models import RUNNABLE, Event, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
-from .registry import JobCall, JobDefinition, get_job
-from .timeouts import TimeGuard
+from .registry import JobDefinition
+from .worker.execution import execute
 
 #: Long enough that a waiting step parks until its deadline; events wake it instead.
 _NO_POLL = "3650d"
@@ -110,13 +112,13 @@ class InlineJobs:
         return self.clock.now()
 
     # -- driving runs ----------------------------------------------------------------
-    def enqueue(self, job: JobDefinition | JobCall | str, /, *args: Any, **kwargs: Any) -> JobRun:
+    def enqueue(self, job: Job | JobCall | str, /, *args: Any, **kwargs: Any) -> JobRun:
         """Enqueue a run (nothing executes until ``drain``)."""
         if isinstance(job, str):
-            job = get_job(job)
+            return enqueue(job, *args, **kwargs)
         return job.enqueue(*args, **kwargs)
 
-    def run(self, job: JobDefinition | JobCall | str, /, *args: Any, **kwargs: Any) -> JobRun:
+    def run(self, job: Job | JobCall | str, /, *args: Any, **kwargs: Any) -> JobRun:
         """Enqueue a run and ``finish`` it: returns the finished ``JobRun``."""
         return self.finish(self.enqueue(job, *args, **kwargs))
 

@@ -18,7 +18,7 @@ from django.urls import reverse
 
 import django_durable_jobs
 from django_durable_jobs.admin.display import BADGES
-from django_durable_jobs.clock import FakeClock, current
+from django_durable_jobs.engine.clock import FakeClock, current
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus, WorkerStatus
 from tests.conftest import Driver
 from tests.factories import T0, JobRunFactory, StepRecordFactory

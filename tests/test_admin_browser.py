@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 

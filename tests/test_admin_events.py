@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_durable_jobs.admin.events import steps_completed_by
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.models import Event, RunStatus
 from tests.conftest import Driver

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_durable_jobs.attempt import Failed, Succeeded, Suspended
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.attempt import Failed, Succeeded, Suspended
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepStatus
 from tests.conftest import Driver
 from tests.testapp import async_jobs

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.async_steps import AsyncSteps, inline
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.async_steps import AsyncSteps, inline
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.memory import MemoryEventLog, MemoryStepStore
+from django_durable_jobs.engine.records import StepRecord, StepStatus
+from django_durable_jobs.engine.steps import StepLimits
 from django_durable_jobs.exceptions import JobTimeoutError, Suspension
-from django_durable_jobs.memory import MemoryEventLog, MemoryStepStore
-from django_durable_jobs.records import StepRecord, StepStatus
-from django_durable_jobs.step_engine import StepLimits
 
 
 def engine(store: MemoryStepStore, **options: Any) -> AsyncSteps:

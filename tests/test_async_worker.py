@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
-from django_durable_jobs.wakeup import make_waker
-from django_durable_jobs.worker import MAX_BATCH, Worker, WorkerOptions
+from django_durable_jobs.worker.loop import MAX_BATCH, Worker, WorkerOptions
+from django_durable_jobs.worker.wakeup import make_waker
 from tests.testapp import async_jobs, jobs
 from tests.testapp.models import Effect
 
@@ -78,9 +78,9 @@ def test_record_all_records_every_outcome_and_a_refused_one_holds_back_no_other(
 ) -> None:
     from datetime import timedelta
 
-    from django_durable_jobs.claims import claim
-    from django_durable_jobs.execution import run_to_stop
-    from django_durable_jobs.recording import record_all
+    from django_durable_jobs.db.claims import claim
+    from django_durable_jobs.worker.execution import run_to_stop
+    from django_durable_jobs.worker.recording import record_all
 
     for n in range(3):
         jobs.add.enqueue(n, 1)
@@ -99,3 +99,21 @@ def test_record_all_records_every_outcome_and_a_refused_one_holds_back_no_other(
     rows = {run.pk: run for run in JobRun.objects.filter(pk__in=[r.pk for r in more])}
     assert sum(run.status == RunStatus.SUCCEEDED for run in rows.values()) >= 2
     assert all(run.lease_owner == "" for run in rows.values())  # none left claimed
+
+
+def test_an_async_run_whose_attempts_workers_used_up_fails_instead_of_crashing_the_lane(
+    clock: FakeClock,
+) -> None:
+    """Workers died in each attempt (its lease expired): the next claim counts one too
+    many, and the lane must fail the run. Naming where they died reads the steps: that
+    read ran on the event loop (SynchronousOnlyOperation) and left the run running."""
+    run = async_jobs.async_logged.enqueue(1)  # retries=0: one attempt
+    JobRun.objects.filter(pk=run.pk).update(attempt=1)  # the one a dead worker used
+    worker(clock).run()
+    run.refresh_from_db()
+    assert (run.status, run.error_code, run.attempt) == (
+        RunStatus.FAILED,
+        "X_ATTEMPTS_EXHAUSTED",
+        1,
+    )
+    assert "before its first step completed" in run.error

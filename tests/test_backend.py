@@ -34,7 +34,7 @@ if HAS_TASKS:
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 
-    from django_durable_jobs.backends import DurableJobsBackend, install, steps
+    from django_durable_jobs.contrib.tasks import DurableJobsBackend, install, steps
     from django_durable_jobs.registry import get_job, unregister
     from tests.testapp import tasks
 
@@ -44,7 +44,7 @@ REPO_DIR = Path(__file__).resolve().parent.parent
 @pytest.mark.skipif(HAS_TASKS, reason="Django 5.2 only: there is no django.tasks to test")
 @pytest.mark.django_db
 def test_on_django_5_the_backend_imports_and_says_it_needs_django_6() -> None:
-    from django_durable_jobs import backends
+    from django_durable_jobs.contrib import tasks as backends
 
     assert backends.HAS_TASKS is False
     with pytest.raises(ImproperlyConfigured, match=r"needs Django 6\.0 or newer"):

@@ -23,7 +23,7 @@ pytestmark = [
 if django.VERSION >= (6, 0):
     from django.tasks import TaskResultStatus, task_backends
 
-    from django_durable_jobs.backends import asteps
+    from django_durable_jobs.contrib.tasks import asteps
     from tests.testapp import tasks
 
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from django_durable_jobs import clock
+from django_durable_jobs.engine import clock
 from django_durable_jobs.models import JobRun, RunStatus
 from tests.test_worker_processes import (
     LOG_DIR,

@@ -12,9 +12,9 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from django_durable_jobs import charts, stats
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import RunStatus
+from django_durable_jobs.observe import charts, stats
 from tests.factories import JobRunFactory
 
 pytestmark = pytest.mark.django_db

@@ -16,10 +16,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import job, publish_event
-from django_durable_jobs.claims import claim, renew
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.db.claims import claim, renew
+from django_durable_jobs.db.schema import PartialIndex
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
-from django_durable_jobs.schema import PartialIndex
 from tests.conftest import Driver
 from tests.testapp import jobs
 

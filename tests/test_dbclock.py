@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
-from django_durable_jobs import clock
-from django_durable_jobs.dbclock import DatabaseClock, measure_offset
+from django_durable_jobs.db.dbclock import DatabaseClock, measure_offset
+from django_durable_jobs.engine import clock
 
 pytestmark = pytest.mark.django_db
 

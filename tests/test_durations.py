@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_durable_jobs.durations import format_duration, parse_duration
+from django_durable_jobs.engine.durations import format_duration, parse_duration
 from django_durable_jobs.exceptions import DurableJobsError, InvalidDuration
 
 

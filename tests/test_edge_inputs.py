@@ -17,12 +17,12 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from django_durable_jobs import runs
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.declare import job
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.serialization import MAX_DEPTH, NotStorable, dumps
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import InvalidDuration, InvalidName, InvalidPayload
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord
-from django_durable_jobs.registry import job
-from django_durable_jobs.serialization import MAX_DEPTH, NotStorable, dumps
 from tests.conftest import Driver
 from tests.testapp import input_jobs, jobs
 
@@ -199,8 +199,8 @@ def test_unstorable_names_in_a_job_fail_the_run_without_a_retry(driver: Driver, 
 def test_a_wait_for_a_name_or_key_the_columns_cannot_hold_is_name_invalid(
     event: str, match: str | None
 ) -> None:
-    from django_durable_jobs.memory import MemoryEventLog, MemoryStepStore
-    from django_durable_jobs.steps import Steps
+    from django_durable_jobs.engine.memory import MemoryEventLog, MemoryStepStore
+    from django_durable_jobs.engine.sync_steps import Steps
 
     steps = Steps(run_id="r", job_name="j", store=MemoryStepStore(), events=MemoryEventLog())
     with pytest.raises(InvalidName):

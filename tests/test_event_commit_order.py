@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_durable_jobs import publish_event
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
 from tests.conftest import Driver
 from tests.testapp.event_jobs import any_key_waiter, waiter

@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 
 from django_durable_jobs import InvalidPayload, publish_event
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.events import wake_waiters
 from django_durable_jobs.models import Event, JobRun, RunStatus
 from tests.conftest import Driver
@@ -66,7 +66,7 @@ def test_event_published_between_check_and_park_still_wakes(
     clock.advance("3d")
     # The race: the event commits after the step looked (cursor taken) but before the
     # run is parked, so its wake-up finds no waiting run. Inject it at that moment.
-    from django_durable_jobs import execution
+    from django_durable_jobs.worker import execution
 
     original = execution.write
 

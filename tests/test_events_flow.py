@@ -12,7 +12,7 @@ from django.db.models.signals import post_save
 from django.dispatch import Signal
 
 from django_durable_jobs import publish_event, publish_on, signals
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
 from tests.conftest import Driver
 from tests.testapp import jobs

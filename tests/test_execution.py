@@ -7,12 +7,12 @@ from datetime import timedelta
 
 import pytest
 
-from django_durable_jobs.attempt import Failed, Succeeded, Suspended
-from django_durable_jobs.claims import claim
-from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.execution import execute
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.engine.attempt import Failed, Succeeded, Suspended
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.retry import backoff_delay
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepStatus
-from django_durable_jobs.retry import backoff_delay
+from django_durable_jobs.worker.execution import execute
 from tests.conftest import Driver
 from tests.factories import JobRunFactory
 from tests.testapp import jobs

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from django_durable_jobs.claims import claim
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from tests.conftest import Driver
 from tests.testapp import fanout_jobs

@@ -9,11 +9,11 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_durable_jobs import NonRetriable, RetryAfter, runs
-from django_durable_jobs.attempt import Failed
-from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.execution import Pending, _pending, write
+from django_durable_jobs.engine.attempt import Failed
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.serialization import ErrorInfo
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
-from django_durable_jobs.serialization import ErrorInfo
+from django_durable_jobs.worker.execution import Pending, _pending, write
 from tests.conftest import Driver
 from tests.testapp import flow_jobs
 from tests.testapp.models import Effect

@@ -11,13 +11,14 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, connections
 
-from django_durable_jobs import Concurrency, Throttle, flow, job, runs
-from django_durable_jobs.claims import claim, requeue_expired
-from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.execution import execute
+from django_durable_jobs import Concurrency, Throttle, job, runs
+from django_durable_jobs.db import flow
+from django_durable_jobs.db.claims import claim, requeue_expired
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.timeouts import TimeGuard
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.registry import unregister
-from django_durable_jobs.timeouts import TimeGuard
+from django_durable_jobs.worker.execution import execute
 from tests.testapp import flow_jobs
 
 pytestmark = pytest.mark.django_db

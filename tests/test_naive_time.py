@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_durable_jobs import runs
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from tests.conftest import Driver
@@ -124,7 +124,7 @@ def test_the_admin_shows_runs_with_use_tz_false(
 @pytest.mark.django_db
 def test_a_limited_run_is_claimed_with_use_tz_false(naive: None, clock: FakeClock) -> None:
     """Concurrency and throttle claims write ``started_at`` like every other claim."""
-    from django_durable_jobs import flow
+    from django_durable_jobs.db import flow
     from tests.testapp import flow_jobs
 
     clock.set(datetime(2026, 7, 1, 10, 0, tzinfo=UTC))

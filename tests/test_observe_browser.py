@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs import workers
-from django_durable_jobs.claims import claim
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.worker import rows as workers
 from tests.test_admin_browser import ARTIFACTS, REPO_DIR, browser, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs import trace
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
+from django_durable_jobs.observe import trace
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 from tests.test_admin_browser import browser, click_and_load, log_in
 

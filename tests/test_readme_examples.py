@@ -205,8 +205,8 @@ def test_the_settings_table_lists_every_setting() -> None:
 
 def test_the_errors_table_lists_every_public_error_code() -> None:
     import django_durable_jobs
+    from django_durable_jobs.db.migrated import NotMigrated
     from django_durable_jobs.exceptions import DurableJobsError
-    from django_durable_jobs.migrated import NotMigrated
 
     exported = [getattr(django_durable_jobs, name) for name in django_durable_jobs.__all__]
     errors = [e for e in exported if isinstance(e, type) and issubclass(e, DurableJobsError)]

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from django_durable_jobs import job
-from django_durable_jobs.durations import parse_duration
+from django_durable_jobs.engine.durations import parse_duration
+from django_durable_jobs.engine.limits import Limit
 from django_durable_jobs.exceptions import InvalidDuration, UnknownJob
-from django_durable_jobs.limits import Limit
 from django_durable_jobs.registry import (
     JobDefinition,
     all_jobs,

@@ -10,7 +10,7 @@ import pytest
 
 from django_durable_jobs import retention
 from django_durable_jobs.checks import check_settings
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
 from django_durable_jobs.registry import all_jobs, unregister
 from django_durable_jobs.schedules import start_due, sync

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 

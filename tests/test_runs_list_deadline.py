@@ -11,9 +11,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_durable_jobs import trace
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
+from django_durable_jobs.observe import trace
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from django_durable_jobs import Cron, job
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.exceptions import InvalidSchedule, UnknownJob
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
 from django_durable_jobs.registry import unregister

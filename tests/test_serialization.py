@@ -9,18 +9,18 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from django_durable_jobs.exceptions import (
-    DurableJobsError,
-    InvalidPayload,
-    PayloadTooLarge,
-    StepDuplicateError,
-)
-from django_durable_jobs.serialization import (
+from django_durable_jobs.engine.serialization import (
     ErrorInfo,
     NotStorable,
     check_payload,
     dumps,
     roundtrip,
+)
+from django_durable_jobs.exceptions import (
+    DurableJobsError,
+    InvalidPayload,
+    PayloadTooLarge,
+    StepDuplicateError,
 )
 
 BACKSLASH_U0000 = "\\u0000"  # the six characters \ u 0 0 0 0, not a NUL

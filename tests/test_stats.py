@@ -14,9 +14,10 @@ from django.test import Client
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_durable_jobs import stats, workers
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.observe import stats
+from django_durable_jobs.worker import rows as workers
 from tests.factories import JobRunFactory
 
 pytestmark = pytest.mark.django_db

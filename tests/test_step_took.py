@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from django_durable_jobs import trace
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from django_durable_jobs.observe import trace
 from tests.conftest import Driver
 from tests.testapp import jobs
 

@@ -11,23 +11,23 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.async_steps import AsyncSteps, inline
-from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.exceptions import (
-    JobTimeoutError,
-    StepDuplicateError,
-    StepOutputInvalid,
-    Suspension,
-)
-from django_durable_jobs.memory import MemoryChildRuns
-from django_durable_jobs.steps import (
+from django_durable_jobs.engine.async_steps import AsyncSteps, inline
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.memory import MemoryChildRuns
+from django_durable_jobs.engine.sync_steps import (
     MemoryEventLog,
     MemoryStepStore,
     StepLimits,
     Steps,
     StepStatus,
 )
-from django_durable_jobs.timeouts import TimeGuard
+from django_durable_jobs.engine.timeouts import TimeGuard
+from django_durable_jobs.exceptions import (
+    JobTimeoutError,
+    StepDuplicateError,
+    StepOutputInvalid,
+    Suspension,
+)
 
 
 class Awaited:
@@ -469,7 +469,7 @@ def test_publish_is_a_step_published_once(h: Harness) -> None:
 
 
 def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
-    from django_durable_jobs.records import ChildOutcome
+    from django_durable_jobs.engine.records import ChildOutcome
 
     children = h.children
     attempt = h.attempt
@@ -491,9 +491,9 @@ def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
 
 
 def test_invoke_failure_and_timeout(h: Harness) -> None:
+    from django_durable_jobs.engine.records import ChildOutcome
+    from django_durable_jobs.engine.serialization import ErrorInfo
     from django_durable_jobs.exceptions import ChildRunFailed
-    from django_durable_jobs.records import ChildOutcome
-    from django_durable_jobs.serialization import ErrorInfo
 
     children = h.children
     attempt = h.attempt

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.clock import FakeClock
-from django_durable_jobs.serialization import ErrorInfo
-from django_durable_jobs.steps import (
+from django_durable_jobs.db.store import LeaseLost, OrmStepStore
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.serialization import ErrorInfo
+from django_durable_jobs.engine.sync_steps import (
     EventLookup,
     MemoryEventLog,
     MemoryStepStore,
@@ -18,7 +19,7 @@ from django_durable_jobs.steps import (
     StepStatus,
     StepStore,
 )
-from django_durable_jobs.store import LeaseLost, OrmEventLog, OrmStepStore
+from django_durable_jobs.events import EventLog
 from tests.factories import T0, EventFactory, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -145,7 +146,7 @@ def log(request: pytest.FixtureRequest) -> tuple[EventLookup, Publish]:
     def publish(name: str, payload: Any = None, *, key: str | None = None) -> int:
         return EventFactory.create(name=name, payload=payload, key=key).id
 
-    return OrmEventLog(), publish
+    return EventLog(), publish
 
 
 def test_event_cursor_and_find(log: tuple[EventLookup, Publish]) -> None:

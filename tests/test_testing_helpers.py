@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from django.test import TestCase
 
-from django_durable_jobs import clock as clocks
 from django_durable_jobs import conf, job, publish_event
-from django_durable_jobs.claims import claim
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.engine import clock as clocks
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.testing import InlineJobs, RunNotSucceeded, RunStuck, inline_jobs
 from tests.testapp import jobs as testjobs

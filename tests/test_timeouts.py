@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from django_durable_jobs.timeouts import TimeGuard
+from django_durable_jobs.engine.timeouts import TimeGuard
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM")
 
@@ -314,7 +314,7 @@ def test_off_the_main_thread_signals_are_not_used() -> None:
 
 
 def test_code_that_swallows_the_error_is_stopped_with_overrun(guard: TimeGuard) -> None:
-    from django_durable_jobs.timeouts import Overrun
+    from django_durable_jobs.engine.timeouts import Overrun
 
     caught: list[BaseException] = []
 

@@ -1,4 +1,4 @@
-"""The trace (``trace.py``): rows, bars on one time axis, replayed marks, text output.
+"""The trace (``observe/trace.py``): rows, bars on one time axis, replayed marks, text output.
 
 ``build`` is pure: these tests hand it unsaved model instances, no database.
 """
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs import trace, trace_text
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.observe import trace, trace_text
 from tests.factories import T0
 
 

@@ -10,11 +10,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from django_durable_jobs import flow
-from django_durable_jobs.claims import claim, release, renew, requeue_expired
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.db import flow
+from django_durable_jobs.db.claims import claim, release, renew, requeue_expired
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
-from django_durable_jobs.worker import Worker, WorkerOptions
+from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 

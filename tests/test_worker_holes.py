@@ -13,11 +13,11 @@ import pytest
 from django.db import connection
 from django.db.backends.signals import connection_created
 
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.records import StepStatus as RecordStatus
+from django_durable_jobs.engine.sync_steps import STEP_LOST, MemoryEventLog, MemoryStepStore, Steps
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
-from django_durable_jobs.records import StepStatus as RecordStatus
-from django_durable_jobs.steps import STEP_LOST, MemoryEventLog, MemoryStepStore, Steps
-from django_durable_jobs.worker import Worker, WorkerOptions
+from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from tests.testapp import hole_jobs, jobs
 from tests.testapp.models import Effect
 

@@ -15,12 +15,12 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from django_durable_jobs import workers
-from django_durable_jobs.claims import claim
-from django_durable_jobs.clock import FakeClock
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Worker, WorkerStatus
-from django_durable_jobs.worker import Worker as Loop
-from django_durable_jobs.worker import WorkerOptions
+from django_durable_jobs.worker import rows as workers
+from django_durable_jobs.worker.loop import Worker as Loop
+from django_durable_jobs.worker.loop import WorkerOptions
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db

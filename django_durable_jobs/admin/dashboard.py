@@ -1,6 +1,6 @@
 """The dashboard: runs started, succeeded and failed over the last hour and day, queue
 depth, duration percentiles per job, the oldest runnable run's age, top error codes and
-live workers, as SVG drawn by templates from ``charts.py`` geometry.
+live workers, as SVG drawn by templates from ``observe/charts.py`` geometry.
 
 It is the change list of the ``Dashboard`` proxy model, so it sits in the app list and
 the sidebar like the other pages; seeing it needs the permission to view runs.
@@ -17,8 +17,9 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from .. import charts, clock, stats, trace
+from ..engine import clock
 from ..models import Dashboard
+from ..observe import charts, stats, trace
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Dashboard]

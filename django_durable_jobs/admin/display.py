@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import RunStatus, StepStatus, WorkerStatus
-from ..trace import pretty_json
+from ..observe.trace import pretty_json
 
 #: The CSS class of each status's badge (static/django_durable_jobs/timeline.css).
 #: Spelled out, not derived, so that a new status without a badge fails a test.

@@ -31,7 +31,8 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import clock, conf, registry
+from .. import conf, registry
+from ..engine import clock
 from ..exceptions import UnknownJob
 from ..models import JobRun
 from .display import badge

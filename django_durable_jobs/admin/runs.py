@@ -22,10 +22,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import clock, flow, runs, trace
+from .. import runs
+from ..db import flow
+from ..db.run_ids import MIN_PREFIX
+from ..engine import clock
 from ..exceptions import DurableJobsError
 from ..models import RUNNABLE, JobRun, RunStatus
-from ..run_ids import MIN_PREFIX
+from ..observe import trace
 from . import confirm
 from .display import badge, json_block, text_block, tools_beside_title
 from .family import RunFamily

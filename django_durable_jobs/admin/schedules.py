@@ -19,8 +19,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import clock, schedules
-from ..cron import check_expr, zone
+from .. import schedules
+from ..engine import clock
+from ..engine.cron import check_expr, zone
 from ..exceptions import InvalidSchedule, UnknownJob
 from ..models import Schedule
 from ..registry import get_job

@@ -11,8 +11,9 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import clock, trace
+from ..engine import clock
 from ..models import RUNNABLE, JobRun, RunStatus, StepRecord, StepStatus
+from ..observe import trace
 
 EMPTY = "—"
 

@@ -1,5 +1,5 @@
 """The workers admin: a read-only list of the ``runjobs`` processes, live and lost,
-with the runs each holds. Rows are written by the workers themselves (``workers.py``)."""
+with the runs each holds. Rows are written by the workers themselves (``worker/rows.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from .. import clock, conf, workers
+from .. import conf
+from ..engine import clock
 from ..models import Worker
+from ..worker import rows as workers
 from .display import badge
 from .times import when
 

@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from django_durable_jobs.clock import use
+from django_durable_jobs.engine.clock import use
 
 
 class ScaledClock:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.tasks import TaskContext, task
 
-from django_durable_jobs.backends import DurableTaskContext, asteps, steps
+from django_durable_jobs.contrib.tasks import DurableTaskContext, asteps, steps
 
 from .jobs import CALLS, effect
 

@@ -1,7 +1,7 @@
 """``manage.py jobs``: inspect and operate runs from a terminal.
 
 Argument parsing and printing only: the verbs live in ``runs.py``, the trace in
-``trace.py``. Every expected failure (an unknown run, a run in the wrong status,
+``observe/trace.py``. Every expected failure (an unknown run, a run in the wrong status,
 malformed JSON, a bad duration) is one line on stderr and a non-zero exit.
 """
 
@@ -15,20 +15,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from django_durable_jobs import (
-    clock,
-    conf,
-    flow,
-    runs,
-    schedule_lines,
-    stats,
-    trace,
-    trace_text,
-    workers,
-)
-from django_durable_jobs.events import publish_event
-from django_durable_jobs.exceptions import DurableJobsError
-from django_durable_jobs.models import FINISHED, JobRun, RunStatus
+from ... import conf, runs
+from ...db import flow
+from ...engine import clock
+from ...events import publish_event
+from ...exceptions import DurableJobsError
+from ...models import FINISHED, JobRun, RunStatus
+from ...observe import schedule_lines, stats, trace, trace_text
+from ...worker import rows as workers
 
 RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
 WORKER_HEADERS = ("worker", "status", "host", "pid", "queues", "started", "heartbeat", "runs")

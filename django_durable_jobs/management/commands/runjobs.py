@@ -1,4 +1,4 @@
-"""``manage.py runjobs``: argument parsing only; the loop lives in ``worker.py``."""
+"""``manage.py runjobs``: argument parsing only; the loop lives in ``worker/loop.py``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_durable_jobs import conf, faults
-from django_durable_jobs.durations import parse_duration
-from django_durable_jobs.exceptions import InvalidDuration
-from django_durable_jobs.models import JobRun
-from django_durable_jobs.serialization import unstorable
-from django_durable_jobs.startup import log_jobs, refuse_unmigrated
-from django_durable_jobs.worker import WorkerOptions, run_workers
+from ... import conf, faults
+from ...engine.durations import parse_duration
+from ...engine.serialization import unstorable
+from ...exceptions import InvalidDuration
+from ...models import JobRun
+from ...worker.loop import WorkerOptions, run_workers
+from ...worker.startup import log_jobs, refuse_unmigrated
 
 
 class Command(BaseCommand):

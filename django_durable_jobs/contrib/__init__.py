@@ -1,0 +1,1 @@
+"""Integrations with other APIs: ``tasks`` is the ``django.tasks`` backend."""

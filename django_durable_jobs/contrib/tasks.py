@@ -1,0 +1,483 @@
+"""A ``django.tasks`` backend (Django 6.0 or newer): tasks become durable runs.
+
+.. code-block:: python
+
+    TASKS = {
+        "default": {
+            "BACKEND": "django_durable_jobs.backends.DurableJobsBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {"retries": 3, "backoff": "2s", "timeout": "10m"},
+        }
+    }
+
+Every ``@task`` function enqueued with ``.enqueue()`` is written as a ``JobRun`` of
+the internal job ``django.tasks:<alias>`` (in the caller's transaction) and executed
+by ``manage.py runjobs`` like any other run: retries with backoff, timeouts, leases,
+the admin trace. ``get_result(id)`` reads the run back as a ``TaskResult``.
+
+A task declared with ``takes_context=True`` receives a ``DurableTaskContext``: a
+``TaskContext`` that also carries the run's step API, so the task can use durable
+steps (``context.step.run``, ``sleep``, ``wait_for_event``, ...). Async tasks
+(``async def``) are supported: their ``context.step`` is awaited
+(``await context.step.run(...)``).
+
+On Django 5.2 this module imports, and creating the backend raises
+``ImproperlyConfigured`` saying that it needs Django 6.0.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from inspect import iscoroutinefunction
+from typing import TYPE_CHECKING, Any
+
+import django
+from asgiref.sync import async_to_sync, sync_to_async
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from .. import conf, signals
+from ..declare import Job, job
+from ..engine import clock
+from ..engine.async_steps import AsyncSteps
+from ..engine.attempt import JobContext
+from ..engine.serialization import check_payload
+from ..engine.sync_steps import Steps
+from ..exceptions import UnknownJob
+from ..models import JobRun, RunStatus, StepRecord
+from ..registry import register_job
+from .task_errors import RecordedFailure, call_task, recorded_failure, task_errors
+
+HAS_TASKS = django.VERSION >= (6, 0)
+
+if TYPE_CHECKING or HAS_TASKS:
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task
+    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+else:  # Django 5.2: stand-ins, so that this module imports and says what it needs
+    BaseTaskBackend = TaskContext = object
+
+log = logging.getLogger("django_durable_jobs.backends")
+
+#: Runs of a backend alias belong to the job named ``JOB_PREFIX + alias``.
+JOB_PREFIX = "django.tasks:"
+#: One completed step per attempt records the worker that made it (``worker_ids``).
+WORKER_STEP = "django.tasks:worker:"
+OPTION_NAMES = ("retries", "backoff", "timeout", "step_timeout")
+MAX_QUEUE_NAME = 100  # JobRun.queue
+
+_STATUS: dict[str, str] = {
+    RunStatus.QUEUED: "READY",
+    RunStatus.RUNNING: "RUNNING",
+    RunStatus.SLEEPING: "RUNNING",
+    RunStatus.WAITING: "RUNNING",
+    RunStatus.SUCCEEDED: "SUCCESSFUL",
+    RunStatus.FAILED: "FAILED",
+    RunStatus.CANCELLED: "FAILED",
+}
+# A lease owner is "<worker id>#<8 hex digits>"; the suffix changes with every claim.
+_CLAIM_SUFFIX = re.compile(r"#[0-9a-f]{8}$")
+#: The run this thread is executing, set when it starts (saves a read per attempt).
+_executing: ContextVar[JobRun | None] = ContextVar("django_durable_jobs_task_run", default=None)
+
+
+# frozen at run time like its base (the stubs say otherwise); not generic at run time.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DurableTaskContext(TaskContext):  # type: ignore[misc,type-arg]
+    """The ``context`` of a ``takes_context=True`` task run by ``DurableJobsBackend``:
+    a ``TaskContext`` that also carries the run's durable step API. Annotate the
+    parameter as Django's ``TaskContext`` and use ``steps(context)`` for a typed
+    ``Steps``:
+
+    >>> @task(takes_context=True)  # doctest: +SKIP
+    ... def charge(context: TaskContext, order_id: int) -> str:
+    ...     step = steps(context)  # the same object as context.step
+    ...     receipt = step.run("charge", payments.charge, order_id)
+    ...     step.sleep("settle", "1h")  # the worker is free meanwhile
+    ...     return step.run("confirm", payments.confirm, receipt)
+    """
+
+    #: ``Steps``; for an ``async def`` task, ``AsyncSteps`` (awaited).
+    step: Steps | AsyncSteps
+    run_id: str
+    logger: logging.Logger
+
+
+def steps(context: Any) -> Steps:
+    """The step API of the run executing a task: ``steps(context).run("charge", fn)``.
+
+    For code typed against Django's ``TaskContext``; equal to ``context.step``.
+    """
+    step = getattr(context, "step", None)
+    if not isinstance(step, Steps):
+        raise TypeError(
+            "durable steps need a task with takes_context=True running on "
+            "django_durable_jobs.backends.DurableJobsBackend; got context "
+            f"{type(context).__name__}"
+        )
+    return step
+
+
+def asteps(context: Any) -> AsyncSteps:
+    """The awaited step API of the run executing an ``async def`` task:
+    ``await asteps(context).run("charge", fn)``; equal to ``context.step``."""
+    step = getattr(context, "step", None)
+    if not isinstance(step, AsyncSteps):
+        raise TypeError(
+            "awaited durable steps need an async def task with takes_context=True running "
+            f"on django_durable_jobs.backends.DurableJobsBackend; got context "
+            f"{type(context).__name__}"
+        )
+    return step
+
+
+class DurableJobsBackend(BaseTaskBackend):
+    """Run ``django.tasks`` tasks as durable runs executed by ``manage.py runjobs``.
+
+    ``OPTIONS`` takes the policy of ``@job`` for every task of this backend:
+    ``retries`` (default ``DURABLE_JOBS["RETRIES"]``), ``backoff``, ``timeout``,
+    ``step_timeout``.
+    """
+
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    # An async task is awaited on an event loop of its own, from the worker's main
+    # thread (its database work comes back to that thread, as with sync_to_async).
+    supports_async_task = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        if not HAS_TASKS:
+            raise ImproperlyConfigured(
+                "django_durable_jobs.backends.DurableJobsBackend needs Django 6.0 or newer "
+                f"(django.tasks); this is Django {django.get_version()}. On Django 5.2 "
+                "use @job from django_durable_jobs instead."
+            )
+        super().__init__(alias, params)
+        unknown = sorted(set(self.options) - set(OPTION_NAMES))
+        if unknown:
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {', '.join(unknown)}; "
+                f"known: {', '.join(OPTION_NAMES)}"
+            )
+        self.job_name = f"{JOB_PREFIX}{alias}"
+        # Registered again by every instance (one per thread): same function, same name.
+        self.job: Job = job(
+            name=self.job_name,
+            retries=self.options.get("retries"),
+            backoff=self.options.get("backoff"),
+            timeout=self.options.get("timeout"),
+            step_timeout=self.options.get("step_timeout"),
+        )(run_task)
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        super().validate_task(task)
+        if len(task.queue_name) > MAX_QUEUE_NAME:
+            raise InvalidTask(
+                f"Queue name {task.queue_name!r} is longer than {MAX_QUEUE_NAME} characters."
+            )
+
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
+        """Write a queued run in the caller's transaction and send ``task_enqueued``."""
+        self.validate_task(task)
+        path = _importable(task)
+        limit = int(conf.get("MAX_PAYLOAD_BYTES"))
+        clean_args = check_payload(list(args), what=f"task {path!r}: the arguments", limit=limit)
+        clean_kwargs = check_payload(
+            dict(kwargs), what=f"task {path!r}: the keyword arguments", limit=limit
+        )
+        run_after = _aware(task.run_after)
+        run = self.job.using(
+            queue=task.queue_name, priority=task.priority, run_after=run_after
+        ).enqueue(
+            task=path,
+            args=clean_args,
+            kwargs=clean_kwargs,
+            run_after=run_after.isoformat() if isinstance(run_after, datetime) else None,
+        )
+        result = self.result_of(run, task=task, workers=[])
+        _send(task_enqueued, self, result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        """The run ``result_id`` as a ``TaskResult``; ``TaskResultDoesNotExist`` if it is
+        not a run of this backend."""
+        try:
+            pk = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(result_id) from None
+        run = JobRun.objects.using(conf.database()).filter(pk=pk, job_name=self.job_name).first()
+        if run is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self.result_of(run)
+
+    def result_of(
+        self,
+        run: JobRun,
+        *,
+        task: Task[Any, Any] | None = None,
+        workers: list[tuple[str, datetime]] | None = None,
+    ) -> TaskResult[Any, Any]:
+        """Map a run of this backend to a ``TaskResult`` (``workers``: (id, time) per
+        attempt, read from the run's worker steps when not given)."""
+        stored = dict(run.kwargs)
+        if task is None:
+            task = self._task(run, stored)
+        if workers is None:
+            workers = worker_steps(run)
+        status = TaskResultStatus(_STATUS[run.status])
+        result: TaskResult[Any, Any] = TaskResult(
+            task=task,
+            id=str(run.id),
+            status=status,
+            enqueued_at=run.created_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            last_attempted_at=workers[-1][1] if workers else None,
+            args=list(stored.get("args", [])),
+            kwargs=dict(stored.get("kwargs", {})),
+            backend=self.alias,
+            errors=task_errors(run),
+            worker_ids=[worker for worker, _ in workers],
+        )
+        if status == TaskResultStatus.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", run.result)
+        return result
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        if apps.is_installed("django_durable_jobs"):
+            return []
+        return [
+            checks.Error(
+                f"TASKS[{self.alias!r}] uses DurableJobsBackend but django_durable_jobs is "
+                "not installed.",
+                hint='Add "django_durable_jobs" to INSTALLED_APPS and run migrate.',
+                id="django_durable_jobs.E040",
+            )
+        ]
+
+    def _task(self, run: JobRun, stored: dict[str, Any]) -> Task[Any, Any]:
+        task = _import_task(str(stored.get("task", "")), str(run.id))
+        run_after = stored.get("run_after")
+        try:
+            return task.using(
+                queue_name=run.queue,
+                priority=run.priority,
+                backend=self.alias,
+                run_after=datetime.fromisoformat(run_after) if run_after else None,
+            )
+        except (InvalidTask, InvalidTaskBackend):  # settings changed since the enqueue
+            return task
+
+
+def run_task(
+    ctx: JobContext,
+    task: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    run_after: str | None = None,
+) -> Any:
+    """The job behind every task: import the task by its path and call it."""
+    definition = _import_task(task, ctx.run_id)
+    ctx.step.run(f"{WORKER_STEP}{ctx.attempt}", _worker_id, ctx.run_id)
+    if not definition.takes_context:
+        return call_task(ctx, task, lambda: _call(definition, args, kwargs))
+    backend = task_backends[ctx.job_name.removeprefix(JOB_PREFIX)]
+    assert isinstance(backend, DurableJobsBackend)
+    step: Steps | AsyncSteps = ctx.step
+    if iscoroutinefunction(definition.func):
+        step = AsyncSteps.twin(ctx.step, io=_main_thread)
+    context = DurableTaskContext(
+        task_result=backend.result_of(_current_run(ctx.run_id), task=definition),
+        step=step,
+        run_id=ctx.run_id,
+        logger=ctx.logger,
+    )
+    return call_task(ctx, task, lambda: _call(definition, (context, *args), kwargs))
+
+
+def _call(definition: Task[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    if iscoroutinefunction(definition.func):
+        return async_to_sync(definition.func)(*args, **kwargs)
+    return definition.func(*args, **kwargs)
+
+
+async def _main_thread(work: Callable[[], Any]) -> Any:
+    """Database work of an async task, back on the thread that runs the job."""
+    return await sync_to_async(work, thread_sensitive=True)()
+
+
+def install() -> None:
+    """Create every ``TASKS`` backend of this kind, registering its job in this process.
+
+    The app's ``ready()`` calls it, so that a worker that never enqueues a task can
+    still execute the runs of every backend alias.
+    """
+    if not HAS_TASKS:
+        return
+    for alias, params in getattr(settings, "TASKS", {}).items():
+        try:
+            backend_class = import_string(params.get("BACKEND", ""))
+        except ImportError:
+            continue  # Django reports it when the backend is first used
+        if isinstance(backend_class, type) and issubclass(backend_class, DurableJobsBackend):
+            backend = task_backends[alias]
+            assert isinstance(backend, DurableJobsBackend)
+            register_job(backend.job)
+
+
+def worker_steps(run: JobRun) -> list[tuple[str, datetime]]:
+    """(worker id, start) of every attempt of a task run, oldest first."""
+    rows = (
+        StepRecord.objects.using(conf.database())
+        .filter(run=run, name__startswith=WORKER_STEP)
+        .order_by("id")
+        .values_list("output", "started_at")
+    )
+    return [(str(output), started_at) for output, started_at in rows]
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+def _importable(task: Task[Any, Any]) -> str:
+    """The path a worker imports the task from; it must lead back to this task."""
+    path = task.module_path
+    try:
+        found = import_string(path)
+    except ImportError:
+        found = None
+    if not isinstance(found, Task) or found.func is not task.func:
+        raise InvalidTask(
+            f"Task {path!r} cannot be imported by that path: a worker could not find it. "
+            "Decorate a module-level function with @task and keep its name."
+        )
+    return path
+
+
+def _import_task(path: str, run_id: str) -> Task[Any, Any]:
+    try:
+        found = import_string(path)
+    except ImportError as exc:
+        found, reason = None, str(exc)
+    else:
+        reason = f"it is a {type(found).__name__}, not a Task"
+    if not isinstance(found, Task):
+        raise UnknownJob(
+            f"run {run_id}: task {path!r} cannot be imported on this worker ({reason}); "
+            "was it renamed or its module not deployed?"
+        )
+    return found
+
+
+def _aware(when: datetime | timedelta | None) -> datetime | timedelta | None:
+    if isinstance(when, datetime) and timezone.is_naive(when):
+        return timezone.make_aware(when)  # USE_TZ=False: local time, as Django means it
+    return when
+
+
+def _worker_id(run_id: str) -> str:
+    run = _executing.get()
+    if run is not None and str(run.id) == run_id:
+        owner = run.lease_owner
+    else:
+        owner = (
+            JobRun.objects.using(conf.database())
+            .filter(pk=run_id)
+            .values_list("lease_owner", flat=True)
+            .first()
+        ) or ""
+    return _CLAIM_SUFFIX.sub("", owner) or "inline"
+
+
+def _current_run(run_id: str) -> JobRun:
+    run = _executing.get()
+    if run is not None and str(run.id) == run_id:
+        return run
+    return JobRun.objects.using(conf.database()).get(pk=run_id)
+
+
+# -- django.tasks signals, re-sent from the app's own ---------------------------------
+
+
+def _backend_of(run: JobRun) -> DurableJobsBackend | None:
+    if not run.job_name.startswith(JOB_PREFIX):
+        return None
+    try:
+        backend = task_backends[run.job_name.removeprefix(JOB_PREFIX)]
+    except InvalidTaskBackend:
+        log.warning("run %s: no TASKS alias for job %r; no task signal sent", run.id, run.job_name)
+        return None
+    return backend if isinstance(backend, DurableJobsBackend) else None
+
+
+def _send(signal: Any, backend: DurableJobsBackend, result: TaskResult[Any, Any]) -> None:
+    # Robust: a failing receiver must not take the worker down (Django's log receivers
+    # are always connected).
+    for receiver, outcome in signal.send_robust(sender=type(backend), task_result=result):
+        if isinstance(outcome, Exception):
+            log.error("task signal receiver %r failed: %r", receiver, outcome, exc_info=outcome)
+
+
+def _announce(run: JobRun, signal: Any, *, starting: bool = False) -> None:
+    backend = _backend_of(run)
+    if backend is None:
+        return
+    try:
+        workers = worker_steps(run)
+        if starting:
+            workers.append((_worker_id(str(run.id)), clock.current().now()))
+        result = backend.result_of(run, workers=workers)
+    except Exception:
+        log.exception("run %s: cannot build its TaskResult; no task signal sent", run.id)
+        return
+    if starting:
+        object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    if signal is task_finished and result.status == TaskResultStatus.FAILED:
+        # Django's log_task_finished logs sys.exc_info(): send it with the failure in hand.
+        try:
+            raise recorded_failure(run)
+        except RecordedFailure:
+            _send(signal, backend, result)
+        return
+    _send(signal, backend, result)
+
+
+def _on_run_started(sender: Any, run: JobRun, **kwargs: Any) -> None:
+    if not run.job_name.startswith(JOB_PREFIX):
+        return
+    _executing.set(run)
+    if getattr(run, "claimed_from", RunStatus.QUEUED) == RunStatus.QUEUED:  # a new attempt
+        _announce(run, task_started, starting=True)
+
+
+def _on_run_finished(sender: Any, run: JobRun, **kwargs: Any) -> None:
+    if run.job_name.startswith(JOB_PREFIX):
+        _announce(run, task_finished)
+
+
+def _on_run_failed(sender: Any, run: JobRun, will_retry: bool = False, **kwargs: Any) -> None:
+    if run.job_name.startswith(JOB_PREFIX) and not will_retry:
+        _announce(run, task_finished)
+
+
+if HAS_TASKS:
+    signals.run_started.connect(_on_run_started, dispatch_uid="durable_jobs.tasks.started")
+    signals.run_succeeded.connect(_on_run_finished, dispatch_uid="durable_jobs.tasks.succeeded")
+    signals.run_failed.connect(_on_run_failed, dispatch_uid="durable_jobs.tasks.failed")
+    # A cancelled run is finished too: its TaskResult is FAILED.
+    signals.run_cancelled.connect(_on_run_finished, dispatch_uid="durable_jobs.tasks.cancelled")
+
+__all__ = ["DurableJobsBackend", "DurableTaskContext", "asteps", "install", "steps"]

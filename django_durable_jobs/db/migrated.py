@@ -1,0 +1,98 @@
+"""Whether this app's tables exist: the first thing a new project forgets (``migrate``).
+
+``runjobs`` refuses to start on a database without them, a system check (database
+tag: ``manage.py check --database default``) warns, and enqueue / publish on such a
+database raise ``NotMigrated`` saying what to run instead of a bare "no such table".
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from django.core.checks import CheckMessage, Tags, register
+from django.core.checks import Warning as CheckWarning
+from django.db import DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
+
+from .. import conf
+from ..exceptions import DurableJobsError
+
+APP = "django_durable_jobs"
+MIGRATE = "run `python manage.py migrate`"
+# SQLite "no such table: x", PostgreSQL 'relation "x" does not exist',
+# MariaDB/MySQL "Table 'db.x' doesn't exist".
+_MISSING = re.compile(
+    r"no such table: (?P<a>django_durable_jobs_\w+)"
+    r"|relation \"(?P<b>django_durable_jobs_\w+)\" does not exist"
+    r"|Table '(?:[^'.]+\.)?(?P<c>django_durable_jobs_\w+)' doesn't exist"
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class NotMigrated(DurableJobsError, DatabaseError):
+    """This app's tables are missing on the jobs database: ``manage.py migrate`` was not
+    run. Also a ``DatabaseError``, which is what it replaces."""
+
+    code = "X_NOT_MIGRATED"
+    retryable = False
+
+
+def unapplied_migrations(using: str) -> list[str]:
+    """Names of this app's migrations not applied on database ``using``, in order."""
+    connection = connections[using]
+    executor = MigrationExecutor(connection)
+    targets = executor.loader.graph.leaf_nodes(APP)
+    plan = executor.migration_plan(targets)
+    return [migration.name for migration, backwards in plan if migration.app_label == APP]
+
+
+def missing_table(exc: BaseException) -> str | None:
+    """The table of this app that ``exc`` says does not exist, if that is what it says."""
+    found = _MISSING.search(str(exc))
+    return next(name for name in found.groups() if name) if found else None
+
+
+def needs_tables(function: Callable[P, R]) -> Callable[P, R]:
+    """Turn "no such table: django_durable_jobs_…" into ``NotMigrated`` saying what to do."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except DatabaseError as exc:
+            table = missing_table(exc)
+            if table is None or isinstance(exc, NotMigrated):
+                raise
+            raise NotMigrated(
+                f"the table {table} does not exist on database {conf.database()!r}: "
+                f"{MIGRATE} (django_durable_jobs is installed but not migrated)"
+            ) from exc
+
+    return wrapper
+
+
+@register(Tags.database)
+def check_migrated(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W030 when the jobs database lacks this app's migrations (``check --database``)."""
+    using = conf.database()
+    if not databases or using not in databases:
+        return []
+    try:
+        missing = unapplied_migrations(using)
+    except DatabaseError:
+        return []  # unreachable: other checks and the first query say so
+    if not missing:
+        return []
+    return [
+        CheckWarning(
+            f"django_durable_jobs has {len(missing)} unapplied migration(s) on database "
+            f"{using!r}: {', '.join(missing)}",
+            hint=f"{MIGRATE}; runjobs refuses to start until then.",
+            id="django_durable_jobs.W030",
+        )
+    ]

@@ -1,0 +1,191 @@
+"""The step API of async jobs, ``await ctx.step.run(...)``: the engine's plans, awaited.
+
+The decisions are ``steps.py``'s, the same as for sync jobs; this module only
+performs their work on an event loop. Store work (blocking database calls) goes
+through ``io``, which runs it off the loop (a thread); a write that has started
+finishes even if the run is cancelled meanwhile, so a timeout never tears a step
+in half. Time limits are ``asyncio`` cancellation: a ``step_timeout`` stops the
+awaited step function and fails the step with ``X_JOB_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from . import fanout, otel
+from .durations import Duration
+from .records import Call as FanoutCall
+from .steps import DEFAULT_WAIT_TIMEOUT, Call, Io, Plan, StepEngine
+
+T = TypeVar("T")
+
+#: Runs blocking work (a store call, a sync step function) off the event loop.
+IoRunner = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+async def in_thread(work: Callable[[], T]) -> T:
+    """The default ``IoRunner``: a thread of the loop's default executor."""
+    return await asyncio.to_thread(work)
+
+
+async def inline(work: Callable[[], T]) -> T:
+    """An ``IoRunner`` for stores that never block (the in-memory ones of tests)."""
+    return work()
+
+
+class AsyncSteps(StepEngine):
+    """The step API an ``async def`` job sees as ``ctx.step``; every method is awaited.
+
+    >>> import asyncio
+    >>> from django_durable_jobs.engine.memory import MemoryEventLog, MemoryStepStore
+    >>> steps = AsyncSteps(run_id="r1", job_name="demo", store=MemoryStepStore(),
+    ...                    events=MemoryEventLog(), io=inline)
+    >>> async def double(x): return x * 2
+    >>> asyncio.run(steps.run("double", double, 21))
+    42
+    """
+
+    def __init__(self, *, io: IoRunner = in_thread, **engine: Any) -> None:
+        """``io``: how blocking work is run off the loop; the rest is ``StepEngine``'s."""
+        super().__init__(**engine)
+        self._io = io
+
+    @classmethod
+    def twin(cls, steps: StepEngine, *, io: IoRunner) -> AsyncSteps:
+        """The same attempt, awaited: for a sync job that awaits async code (an async
+        ``django.tasks`` task). Both share the attempt's records and used names; the
+        records must be read already (a step ran), so that neither reads them again."""
+        twin = cls.__new__(cls)
+        twin.__dict__.update(steps.__dict__)
+        twin._io = io
+        return twin
+
+    async def run(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once, ever (awaited if it is async; a sync ``fn``
+        runs in a thread), and return its stored output."""
+        return await self._perform(self._run(name, fn, args, kwargs))
+
+    async def sleep(
+        self, name_or_duration: str | Duration, duration: Duration | None = None
+    ) -> None:
+        """``await sleep("3d")`` (step ``sleep:3d``) or ``await sleep("cool-off", "3d")``."""
+        await self._perform(self._sleep(*self._sleep_args(name_or_duration, duration)))
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """Suspend until ``when`` (an aware datetime)."""
+        await self._perform(self._sleep(name, self._until(name, when)))
+
+    async def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+        match: str | None = None,
+        required: bool = False,
+    ) -> Any:
+        """As ``Steps.wait_for_event``: the payload, or ``None`` on timeout."""
+        return await self._perform(self._wait(name, event, timeout, match, required))
+
+    async def publish(
+        self, name: str, event: str, payload: Any = None, *, key: str | None = None
+    ) -> int:
+        """Publish ``event`` as a step: exactly one event however often the run replays."""
+        return await self._perform(self._publish(name, event, payload, key))
+
+    async def invoke(
+        self,
+        name: str,
+        job: Any,
+        /,
+        *args: Any,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+        **kwargs: Any,
+    ) -> Any:
+        """Start a child run of ``job`` and suspend until it finishes; its result."""
+        return await self._perform(self._invoke(name, job, args, kwargs, timeout))
+
+    # -- fan-out (fanout.py) -------------------------------------------------
+    async def invoke_all(
+        self, name: str, calls: Sequence[FanoutCall], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
+    ) -> list[Any]:
+        """Start one child run per ``job.call(...)`` in ``calls`` and suspend until all
+        finished (woken once, by the last); their results in order. If any failed,
+        ``ChildRunFailed`` names the first, once all have finished.
+
+        >>> calls = [total.call(o) for o in ids]  # doctest: +SKIP
+        >>> totals = await ctx.step.invoke_all("totals", calls)  # doctest: +SKIP
+        """
+        return await self._perform(fanout.invoke_all(self, name, calls, timeout))
+
+    async def map(
+        self,
+        name: str,
+        job: Any,
+        items: Sequence[Any],
+        /,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+    ) -> list[Any]:
+        """``invoke_all`` with ``job.call(item)`` for each item."""
+        return await self.invoke_all(
+            name, [FanoutCall(job, (item,)) for item in items], timeout=timeout
+        )
+
+    # -- performing a plan ---------------------------------------------------
+    async def _perform(self, plan: Plan[T]) -> T:
+        sent: Any = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                work = plan.send(sent) if failure is None else plan.throw(failure)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            sent, failure = None, None
+            try:
+                sent = await self._do(work)
+            except BaseException as exc:  # the plan decides (a failed step is recorded)
+                failure = exc
+
+    async def _do(self, work: Io | Call) -> Any:
+        if isinstance(work, Call):
+            return await self._call(work)
+        if not work.write:
+            return await self._io(work.work)
+        return await _finished(asyncio.ensure_future(self._io(work.work)))
+
+    async def _call(self, work: Call) -> Any:
+        limit = self._limits.step_timeout
+        scope = asyncio.timeout(limit.total_seconds() if limit is not None else None)
+        try:
+            with otel.step_span(work.name, self.run_id, work.attempts):
+                async with scope:
+                    return await self._user_code(work)
+        except TimeoutError:
+            if scope.expired():
+                raise self._step_timeout(work.name) from None
+            raise  # the step's own TimeoutError: a failure like any other
+
+    async def _user_code(self, work: Call) -> Any:
+        if inspect.iscoroutinefunction(work.fn):
+            return await work.fn(*work.args, **work.kwargs)
+        value = await self._io(functools.partial(work.fn, *work.args, **work.kwargs))
+        return (await value) if inspect.isawaitable(value) else value
+
+
+async def _finished(write: asyncio.Future[T]) -> T:
+    """Await a write to its end even when the awaiting task is cancelled meanwhile (the
+    cancellation is delivered right after): a step is stored whole or not at all."""
+    try:
+        return await asyncio.shield(write)
+    except asyncio.CancelledError:
+        while not write.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({write})
+        raise

@@ -1,0 +1,186 @@
+"""One execution of a job function up to its next stop. No Django ORM here.
+
+The outcome is a value, not an exception: ``Succeeded``, ``Failed`` or
+``Suspended``; the caller (``worker/execution.py``) decides what that means for the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import (
+    DurableJobsError,
+    JobTimeoutError,
+    RetryAfter,
+    StepOutputInvalid,
+    Suspension,
+)
+from .durations import format_duration
+from .serialization import ErrorInfo, NotStorable, roundtrip
+from .sync_steps import Steps
+from .timeouts import Overrun, TimeGuard
+
+if TYPE_CHECKING:
+    from .async_steps import AsyncSteps
+
+_jobs_logger = logging.getLogger("django_durable_jobs.jobs")
+
+#: What job code may raise to leave that a bare ``except Exception`` does not catch; a
+#: job's own failure, never a stop of the process that executes it.
+JOB_EXITS = (SystemExit, KeyboardInterrupt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """What a job function receives as its first argument, ``ctx``."""
+
+    step: Steps
+    run_id: str
+    attempt: int
+    job_name: str
+    logger: logging.Logger
+    #: The slot a schedule started this run for (aware); None if no schedule did.
+    scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncJobContext:
+    """What an ``async def`` job receives as ``ctx``: the same, with an awaited step API."""
+
+    step: AsyncSteps
+    run_id: str
+    attempt: int
+    job_name: str
+    logger: logging.Logger
+    #: The slot a schedule started this run for (aware); None if no schedule did.
+    scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    result: Any
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ErrorInfo
+    retryable: bool
+    #: From ``RetryAfter``: the delay before the next attempt, instead of the backoff.
+    retry_after: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Suspended:
+    step: str
+    resume_at: datetime | None
+    reason: str
+
+
+Outcome = Succeeded | Failed | Suspended
+
+
+class _RunFilter(logging.Filter):
+    def __init__(self, run_id: str, job_name: str, attempt: int) -> None:
+        super().__init__()
+        self.values = {"run_id": run_id, "job_name": job_name, "attempt": attempt}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.__dict__.update(self.values)
+        return True
+
+
+def run_logger(run_id: str, job_name: str, attempt: int) -> logging.Logger:
+    """A ``Logger`` whose records carry ``run_id``, ``job_name`` and ``attempt``.
+
+    It is not registered with ``logging.getLogger`` (that would keep one logger per
+    run forever); it propagates to ``django_durable_jobs.jobs``.
+    """
+    bound = logging.Logger(f"django_durable_jobs.jobs.{job_name}")
+    bound.parent = _jobs_logger
+    bound.addFilter(_RunFilter(run_id, job_name, attempt))
+    return bound
+
+
+def run_attempt(
+    fn: Callable[..., Any],
+    ctx: JobContext,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    timeout: timedelta | None = None,
+    guard: TimeGuard | None = None,
+    max_result_bytes: int | None = None,
+) -> Outcome:
+    """Call ``fn(ctx, *args, **kwargs)`` and classify how it stopped."""
+    guard = guard or TimeGuard()
+    try:
+        limit = timeout.total_seconds() if timeout else None
+        with guard.limit(limit, lambda: _timed_out(ctx, timeout)):
+            value = fn(ctx, *args, **kwargs)
+        return Succeeded(_storable_result(ctx, value, max_result_bytes))
+    except Overrun as overrun:  # a timeout the job tried to swallow
+        return Failed(ErrorInfo.of(overrun.error), retryable=False)
+    except (Suspension, Exception, *JOB_EXITS) as stop:
+        return _stopped(stop)
+
+
+async def arun_attempt(
+    fn: Callable[..., Any],
+    ctx: AsyncJobContext,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    timeout: timedelta | None = None,
+    max_result_bytes: int | None = None,
+) -> Outcome:
+    """Await ``fn(ctx, *args, **kwargs)`` and classify how it stopped, as ``run_attempt``.
+
+    The ``timeout`` cancels the job's task: the ``CancelledError`` stops it at its
+    current ``await`` (an ``except Exception`` cannot catch it).
+    """
+    scope = asyncio.timeout(timeout.total_seconds() if timeout else None)
+    try:
+        async with scope:
+            value = await fn(ctx, *args, **kwargs)
+        return Succeeded(_storable_result(ctx, value, max_result_bytes))
+    except TimeoutError as exc:
+        if scope.expired():
+            return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
+        return _stopped(exc)
+    except (Suspension, Exception, *JOB_EXITS) as stop:
+        return _stopped(stop)
+
+
+def _stopped(stop: BaseException) -> Outcome:
+    """The outcome of an attempt that raised ``stop`` (a suspension or a failure)."""
+    if isinstance(stop, Suspension):
+        return Suspended(stop.step, stop.resume_at, stop.reason)
+    if isinstance(stop, JOB_EXITS):
+        # sys.exit(), exit() or KeyboardInterrupt raised by job code ends this attempt,
+        # not the worker: the operator's Ctrl-C reaches the worker's own signal handler.
+        return Failed(ErrorInfo.of(stop), retryable=True)
+    retryable = not (isinstance(stop, DurableJobsError) and not stop.retryable)
+    delay = stop.delay if isinstance(stop, RetryAfter) else None
+    return Failed(ErrorInfo.of(stop), retryable, retry_after=delay)
+
+
+def _timed_out(ctx: JobContext | AsyncJobContext, timeout: timedelta | None) -> JobTimeoutError:
+    shown = format_duration(timeout) if timeout is not None else "?"
+    return JobTimeoutError(
+        f"job {ctx.job_name!r} run {ctx.run_id}: attempt {ctx.attempt} exceeded its "
+        f"timeout of {shown}"
+    )
+
+
+def _storable_result(ctx: JobContext | AsyncJobContext, value: Any, limit: int | None) -> Any:
+    try:
+        return roundtrip(value, limit=limit)
+    except NotStorable as exc:
+        raise StepOutputInvalid(
+            f"job {ctx.job_name!r} run {ctx.run_id}: the return value cannot be stored: {exc}"
+        ) from None

@@ -1,0 +1,217 @@
+"""Strict JSON in and out, and errors turned into storable records.
+
+Strict means what PostgreSQL's ``jsonb``, MariaDB's ``JSON`` and a reader in any
+language accept: no NaN or Infinity, no NUL character, no lone surrogate, at most
+``MAX_DEPTH`` levels of nesting, and a size limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback as tb
+from dataclasses import dataclass
+from typing import Any
+
+from ..exceptions import DurableJobsError, InvalidPayload, PayloadTooLarge
+
+#: How deeply a stored value may nest. MariaDB's JSON columns refuse 32 levels, and a
+#: value stored as one of a run's arguments gains a level; far deeper values would also
+#: make the worker's decoder hit Python's recursion limit.
+MAX_DEPTH = 30
+
+
+class NotStorable(ValueError):
+    """Why a value cannot be stored; the caller turns it into its own error code."""
+
+    def __init__(self, reason: str, *, too_large: bool = False) -> None:
+        super().__init__(reason)
+        self.too_large = too_large
+
+
+def dumps(value: Any, *, limit: int | None = None, max_depth: int = MAX_DEPTH) -> str:
+    """Encode ``value`` as compact strict JSON, or raise ``NotStorable`` saying why."""
+    too_deep = f"it is nested more than {max_depth} levels deep"
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError as exc:  # nested deeper than the interpreter's stack allows
+        raise NotStorable(too_deep) from exc
+    except ValueError as exc:  # NaN / Infinity / circular reference
+        raise NotStorable(str(exc)) from exc
+    except TypeError as exc:  # not a JSON type
+        raise NotStorable(str(exc)) from exc
+    if "\\u0000" in text and _has_nul(value):
+        raise NotStorable("it contains a NUL character (\\x00)")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate: no database can store it
+        raise NotStorable(
+            f"it contains a lone surrogate ({text[exc.start]!r}), which is not valid Unicode"
+        ) from None
+    # Counting brackets is cheap and settles almost every value without a walk.
+    if text.count("[") + text.count("{") > max_depth and _depth(value) > max_depth:
+        raise NotStorable(too_deep)
+    if limit is not None and size > limit:
+        raise NotStorable(f"it is {size} bytes, over the limit of {limit}", too_large=True)
+    return text
+
+
+def unstorable(text: str) -> str | None:
+    """Why ``text`` cannot go into a text column of every database, or ``None``."""
+    if "\x00" in text:
+        return "it contains a NUL character (\\x00)"
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return f"it contains a lone surrogate ({text[exc.start]!r})"
+    return None
+
+
+def loads(text: str) -> Any:
+    return json.loads(text)
+
+
+def roundtrip(value: Any, *, limit: int | None = None, max_depth: int = MAX_DEPTH) -> Any:
+    """What a stored ``value`` reads back as (a tuple becomes a list, keys strings)."""
+    return loads(dumps(value, limit=limit, max_depth=max_depth))
+
+
+def check_payload(value: Any, *, what: str, limit: int) -> Any:
+    """Validate arguments or an event payload; return the stored form.
+
+    Raises ``InvalidPayload`` / ``PayloadTooLarge`` naming ``what``.
+    """
+    try:
+        return roundtrip(value, limit=limit)
+    except NotStorable as exc:
+        if exc.too_large:
+            raise PayloadTooLarge(f"{what} cannot be stored as JSON: {exc}") from None
+        inside = culprit(value) or ""
+        raise InvalidPayload(f"{what}{inside} cannot be stored as JSON: {exc}") from None
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def culprit(
+    value: Any, path: str = "", seen: frozenset[int] = frozenset(), depth: int = 0
+) -> str | None:
+    """Where inside ``value`` the first part that strict JSON refuses is, as a subscript
+    path (``"['items'][2]"``; ``""`` for ``value`` itself), or None if there is none.
+
+    Past ``MAX_DEPTH`` levels the value itself is the culprit: the walk stops there
+    instead of recursing as deep as the value goes."""
+    if isinstance(value, str):
+        return path if unstorable(value) is not None else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, _SCALARS):
+        return None
+    if not isinstance(value, dict | list | tuple) or id(value) in seen or depth >= MAX_DEPTH:
+        return path  # not a JSON type, a circular reference, or nested too deep
+    seen = seen | {id(value)}
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(value, dict) and (culprit(key) is not None or isinstance(key, tuple)):
+            return f"{path}[{key!r}]"
+        if (found := culprit(item, f"{path}[{key!r}]", seen, depth + 1)) is not None:
+            return found
+    return None
+
+
+def _depth(value: Any) -> int:
+    """How many levels of lists and dicts ``value`` nests (a scalar is 0); no recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        items = current.values() if isinstance(current, dict) else current
+        stack.extend((item, level + 1) for item in items if isinstance(item, list | tuple | dict))
+    return deepest if isinstance(value, list | tuple | dict) else 0
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+#: The widest error type a run or a step row holds (``error_type`` columns).
+MAX_ERROR_TYPE = 200
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every database stores it: NUL (refused by PostgreSQL) and lone
+    surrogates (not UTF-8) written as backslash escapes; everything else unchanged."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def ascii_text(text: str, limit: int) -> str:
+    """``text`` in printable-safe ASCII (non-ASCII as escapes), at most ``limit`` chars."""
+    text = storable_text(text).encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as problem:  # a __str__ that raises must not lose the failure
+        return f"<unprintable {type(exc).__name__}: {type(problem).__name__}>"
+
+
+def _traceback(exc: BaseException) -> str:
+    try:
+        return "".join(tb.format_exception(exc))
+    except Exception as problem:
+        return f"<no traceback: {type(problem).__name__}>"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorInfo:
+    """A failure as stored on a step or a run."""
+
+    type: str
+    message: str
+    traceback: str
+    code: str = ""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ErrorInfo:
+        """The failure as stored: texts made storable (an error message may carry
+        any character, a NUL included), the type cut to its column."""
+        kind = storable_text(f"{type(exc).__module__}.{type(exc).__qualname__}")
+        return cls(
+            type=kind if len(kind) <= MAX_ERROR_TYPE else kind[: MAX_ERROR_TYPE - 3] + "...",
+            message=storable_text(_message(exc)),
+            traceback=storable_text(_traceback(exc)),
+            # Only our codes are stable; another library's ``.code`` (SystemExit's int,
+            # ValidationError's None) is not an error code.
+            code=exc.code if isinstance(exc, DurableJobsError) else "",
+        )
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "type": self.type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "code": self.code,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
+        return cls(
+            type=str(data.get("type", "")),
+            message=str(data.get("message", "")),
+            traceback=str(data.get("traceback", "")),
+            code=str(data.get("code", "")),
+        )

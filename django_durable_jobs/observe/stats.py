@@ -1,0 +1,210 @@
+"""The figures an operator watches (SPEC §14): runs by status, queue depth, the oldest
+runnable run's age, throughput, duration percentiles per job, top error codes and
+live workers. ``jobs stats``, the metrics view and the dashboard read them here.
+
+Each figure is one aggregate query that an index serves (see the indexes on
+``JobRun``), so they stay fast with millions of finished runs in the table; the
+benchmark ``benchmarks/dashboard.py`` times them at 1,000,000 runs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Min
+from django.db.models.functions import TruncHour, TruncMinute
+
+from .. import conf
+from ..models import FINISHED, RUNNABLE, JobRun, RunStatus, Worker, WorkerStatus
+
+#: Statuses a run waits or works in: the queue depth counts them.
+PENDING = (*RUNNABLE, RunStatus.RUNNING)
+#: Percentiles of run durations, reported per job.
+PERCENTILES = (50, 95, 99)
+#: The newest succeeded runs per window whose durations make the percentiles: enough
+#: for a steady estimate, bounded so that a busy hour costs the same as a quiet one.
+DURATION_SAMPLE = 10_000
+TOP_ERRORS = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats:
+    """A snapshot taken at ``now``; ``as_json`` gives the ``jobs stats --json`` object."""
+
+    now: datetime
+    runs_by_status: dict[str, int]
+    queue_depth: dict[str, dict[str, int]]
+    oldest_runnable_age_seconds: float | None
+    #: Runs that started, succeeded, failed and were cancelled in the last minute / hour.
+    throughput: dict[str, dict[str, int]]
+    #: job -> {"count": n, "p50": s, "p95": s, "p99": s} over the last hour's successes.
+    durations: dict[str, dict[str, float]]
+    #: (error code, failed runs in the last day), most frequent first.
+    top_errors: list[tuple[str, int]]
+    workers_alive: int
+
+    def as_json(self) -> dict[str, Any]:
+        value = asdict(self)
+        value["now"] = self.now.isoformat()
+        value["top_errors"] = [{"code": code, "count": n} for code, n in self.top_errors]
+        return value
+
+
+def collect(*, now: datetime) -> Stats:
+    return Stats(
+        now=now,
+        runs_by_status=runs_by_status(),
+        queue_depth=queue_depth(),
+        oldest_runnable_age_seconds=oldest_runnable_age(now),
+        throughput={
+            "last_minute": throughput(now - timedelta(minutes=1)),
+            "last_hour": throughput(now - timedelta(hours=1)),
+        },
+        durations=durations(now - timedelta(hours=1)),
+        top_errors=top_errors(now - timedelta(days=1)),
+        workers_alive=workers_alive(now),
+    )
+
+
+def _runs() -> Any:
+    return JobRun.objects.using(conf.database()).order_by()
+
+
+def runs_by_status() -> dict[str, int]:
+    """Every status, zeros included."""
+    counts = dict.fromkeys(RunStatus.values, 0)
+    for status, n in _runs().values_list("status").annotate(n=Count("*")):
+        counts[status] = n
+    return counts
+
+
+def queue_depth() -> dict[str, dict[str, int]]:
+    """queue -> {status: runs} for runs not finished (queued, sleeping, waiting, running)."""
+    depth: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(PENDING, 0))
+    rows = _runs().filter(status__in=PENDING).values_list("queue", "status").annotate(n=Count("*"))
+    for queue, status, n in rows:
+        depth[queue][status] = n
+    return dict(sorted(depth.items()))
+
+
+def oldest_runnable_age(now: datetime) -> float | None:
+    """Seconds since the longest-waiting runnable run became runnable; None if none is."""
+    oldest = _runs().filter(status__in=RUNNABLE, wake_at__lte=now).aggregate(w=Min("wake_at"))["w"]
+    return None if oldest is None else max((now - oldest).total_seconds(), 0.0)
+
+
+def throughput(since: datetime) -> dict[str, int]:
+    """Runs started since ``since`` (first start), and runs finished since, per status."""
+    counts = dict.fromkeys(("started", *FINISHED), 0)
+    counts["started"] = _runs().filter(started_at__gte=since).count()
+    finished = (
+        _runs()
+        .filter(status__in=FINISHED, finished_at__gte=since)
+        .values_list("status")
+        .annotate(n=Count("*"))
+    )
+    for status, n in finished:
+        counts[status] = n
+    return counts
+
+
+def durations(since: datetime) -> dict[str, dict[str, float]]:
+    """Percentiles of first start to finish (sleeps and waits included) per job, over
+    the newest ``DURATION_SAMPLE`` runs that succeeded since ``since``."""
+    rows = (
+        _runs()
+        .filter(status=RunStatus.SUCCEEDED, finished_at__gte=since, started_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("job_name", "started_at", "finished_at")[:DURATION_SAMPLE]
+    )
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for job_name, started_at, finished_at in rows:
+        seconds[job_name].append(max((finished_at - started_at).total_seconds(), 0.0))
+    return {job: _percentiles(sorted(values)) for job, values in sorted(seconds.items())}
+
+
+def _percentiles(ordered: list[float]) -> dict[str, float]:
+    """Nearest-rank percentiles of a sorted, non-empty list."""
+    figures: dict[str, float] = {"count": len(ordered)}
+    for p in PERCENTILES:
+        rank = max(-(-p * len(ordered) // 100), 1)  # ceil(p/100 * n), at least 1
+        figures[f"p{p}"] = ordered[rank - 1]
+    return figures
+
+
+def top_errors(since: datetime, most: int = TOP_ERRORS) -> list[tuple[str, int]]:
+    """Error codes of the runs that failed since ``since``, most frequent first."""
+    rows = (
+        _runs()
+        .filter(status=RunStatus.FAILED, finished_at__gte=since)
+        .values_list("error_code")
+        .annotate(n=Count("*"))
+        .order_by("-n", "error_code")[:most]
+    )
+    return [(code or "(none)", n) for code, n in rows]
+
+
+def workers_alive(now: datetime) -> int:
+    since = now - conf.required_duration("LEASE")
+    return (
+        Worker.objects.using(conf.database())
+        .filter(status=WorkerStatus.LIVE, last_heartbeat__gte=since)
+        .count()
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Series:
+    """Runs started, succeeded and failed per bucket of ``step``, oldest bucket first;
+    ``starts[i]`` is when bucket ``i`` begins (UTC)."""
+
+    step: timedelta
+    starts: list[datetime]
+    counts: dict[str, list[int]]
+
+
+SERIES_KEYS = ("started", RunStatus.SUCCEEDED, RunStatus.FAILED)
+
+
+def series(now: datetime, *, step: timedelta, buckets: int) -> Series:
+    """Two grouped queries (starts; successes and failures), each an index range scan.
+
+    ``step`` is a minute or an hour: buckets are truncated in UTC, so that an hour is
+    the same hour in every time zone with a half-hour offset too."""
+    trunc = {timedelta(minutes=1): TruncMinute, timedelta(hours=1): TruncHour}[step]
+    last = _floor(now, step)
+    first = last - step * (buckets - 1)
+    starts = [first + step * i for i in range(buckets)]
+    counts = {key: [0] * buckets for key in SERIES_KEYS}
+
+    def put(key: str, bucket: datetime | None, n: int) -> None:
+        if bucket is not None and first <= bucket <= last:
+            counts[key][int((bucket - first) / step)] += n
+
+    started = (
+        _runs()
+        .filter(started_at__gte=first)
+        .annotate(bucket=trunc("started_at", tzinfo=UTC))
+        .values_list("bucket")
+        .annotate(n=Count("*"))
+    )
+    for bucket, n in started:
+        put("started", bucket, n)
+    ended = (
+        _runs()
+        .filter(status__in=(RunStatus.SUCCEEDED, RunStatus.FAILED), finished_at__gte=first)
+        .annotate(bucket=trunc("finished_at", tzinfo=UTC))
+        .values_list("status", "bucket")
+        .annotate(n=Count("*"))
+    )
+    for status, bucket, n in ended:
+        put(status, bucket, n)
+    return Series(step=step, starts=starts, counts=counts)
+
+
+def _floor(when: datetime, step: timedelta) -> datetime:
+    when = when.astimezone(UTC).replace(second=0, microsecond=0)
+    return when.replace(minute=0) if step >= timedelta(hours=1) else when

@@ -1,0 +1,355 @@
+"""A run's trace: its steps as rows on one time axis, for the admin's timeline and
+``manage.py jobs show`` (its text and JSON forms are in ``trace_text``).
+
+``build`` is a pure function of a run, its step records and ``now``; ``load`` reads
+a run's steps (one query). Which steps count as *replayed* is derived from what the
+records prove, see ``replayed_flags``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..engine import clock
+from ..engine.fanout import KIND, key_prefix
+from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
+from ..registry import all_jobs
+from ..registry import max_attempts as of_definition
+from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
+
+__all__ = ["JSON_LIMIT", "clip", "pretty_json", "short_duration", "stamp"]
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A span on the axis, in percent of its length."""
+
+    left: float
+    width: float
+    #: Still going: a sleep or wait not over yet, a run not finished.
+    open: bool = False
+
+
+@dataclass(frozen=True)
+class Tick:
+    left: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Child:
+    """One child run of a fan-out step (``step.invoke_all`` / ``step.map``)."""
+
+    id: str
+    status: str
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRow:
+    """One step as the trace shows it."""
+
+    number: int
+    name: str
+    status: str
+    #: "run" (``step.run``), "sleep" or "wait": decides how the bar is drawn.
+    kind: str
+    attempts: int
+    started_at: datetime
+    #: When it completed; for a sleeping step the wake time. None: not known (failed).
+    ended_at: datetime | None
+    took: timedelta | None
+    replayed: bool
+    wake_at: datetime | None
+    #: When a wait (or a child run) gives up.
+    deadline: datetime | None
+    event: str
+    key: str | None
+    output: Any
+    error: str
+    error_type: str
+    traceback: str
+    bar: Bar
+    #: A fan-out step's child runs, in call order (empty for other steps).
+    children: tuple[Child, ...] = ()
+
+    @property
+    def fanout_text(self) -> str:
+        done = sum(child.finished for child in self.children)
+        return f"{done} of {len(self.children)} child runs finished"
+
+    @property
+    def output_json(self) -> str:
+        return pretty_json(self.output)
+
+    @property
+    def output_preview(self) -> str:
+        return clip(json.dumps(self.output, ensure_ascii=False), 60)
+
+    @property
+    def has_output(self) -> bool:
+        return self.status == StepStatus.COMPLETED and self.kind != "sleep"
+
+    @property
+    def took_text(self) -> str:
+        return short_duration(self.took) if self.took is not None else ""
+
+    @property
+    def wake_text(self) -> str:
+        """The wake time of a sleep, or what a wait is (or was) waiting for."""
+        if self.kind == "wait":
+            if self.children:
+                text = self.fanout_text
+            elif self.event:
+                text = self.event + (f" key={self.key}" if self.key is not None else "")
+            else:
+                text = f"child run {self.key}"
+            if self.status == StepStatus.WAITING and self.deadline is not None:
+                text += f", until {stamp(self.deadline)}"
+            if self.status == StepStatus.WAITING and self.wake_at is not None:
+                text += f", next check {stamp(self.wake_at)}"
+            return text
+        if self.kind == "sleep" and self.wake_at is not None:
+            return f"until {stamp(self.wake_at)}"
+        return ""
+
+    @property
+    def error_line(self) -> str:
+        first = self.error.strip().splitlines()[0] if self.error.strip() else ""
+        return f"{self.error_type}: {first}" if self.error_type else first
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trace:
+    run: JobRun
+    #: From the job's definition on this process; None when the job is not registered.
+    max_attempts: int | None
+    steps: tuple[StepRow, ...]
+    start: datetime
+    end: datetime
+    now: datetime
+    #: The run from its first start to its end (or now); ``queued_bar``: before it.
+    run_bar: Bar
+    queued_bar: Bar
+    ticks: tuple[Tick, ...]
+
+    @property
+    def attempts_text(self) -> str:
+        return attempts_text(self.run.attempt, self.max_attempts)
+
+    @property
+    def took(self) -> timedelta | None:
+        return run_duration(self.run, self.now)
+
+    @property
+    def took_text(self) -> str:
+        took = self.took
+        return "" if took is None else short_duration(took)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many steps are in each status, in the order of ``StepStatus``."""
+        counter = Counter(row.status for row in self.steps)
+        return {status: counter[status] for status in StepStatus.values if counter[status]}
+
+
+def build(
+    run: JobRun,
+    steps: Sequence[StepRecord],
+    *,
+    now: datetime,
+    max_attempts: int | None,
+    children: Mapping[str, tuple[Child, ...]] | None = None,
+) -> Trace:
+    """The trace of ``run``; ``steps`` in the order each first ran (id order);
+    ``children``: the child runs of each fan-out step, by step name."""
+    ends = [_end(step, now) for step in steps]
+    start = min([run.created_at, *(step.started_at for step in steps)])
+    candidates = [start, *(end for end in ends if end is not None)]
+    if run.finished_at is not None:
+        candidates.append(run.finished_at)
+    if run.status not in FINISHED:
+        candidates.extend(when for when in (now, run.wake_at) if when is not None)
+    axis = _Axis(start, max(candidates))
+    flags = replayed_flags(steps)
+    rows = tuple(
+        _row(number, step, end, flags[index], axis, (children or {}).get(step.name, ()))
+        for index, (number, step, end) in enumerate(
+            zip(range(1, len(steps) + 1), steps, ends, strict=True)
+        )
+    )
+    first_start = run.started_at or axis.end
+    finished = run.finished_at or (now if run.started_at else None)
+    return Trace(
+        run=run,
+        max_attempts=max_attempts,
+        steps=rows,
+        start=axis.start,
+        end=axis.end,
+        now=now,
+        run_bar=axis.bar(run.started_at, finished, open=run.status not in FINISHED),
+        queued_bar=axis.bar(run.created_at, first_start),
+        ticks=axis.ticks(),
+    )
+
+
+def load(run: JobRun, *, now: datetime | None = None) -> Trace:
+    """Read ``run``'s steps (one query) and build its trace."""
+    steps = list(StepRecord.objects.using(run._state.db).filter(run=run).order_by("id"))
+    return build(
+        run,
+        steps,
+        now=now or clock.current().now(),
+        max_attempts=max_attempts(run.job_name),
+        children=_fanout_children(run, steps),
+    )
+
+
+def _fanout_children(run: JobRun, steps: Sequence[StepRecord]) -> dict[str, tuple[Child, ...]]:
+    """One query per fan-out step: its children's ids and statuses, in call order."""
+    found: dict[str, tuple[Child, ...]] = {}
+    for step in steps:
+        if step.kind != KIND:
+            continue
+        prefix = key_prefix(str(run.pk), step.name)
+        rows = JobRun.objects.using(run._state.db).filter(
+            parent=run, idempotency_key__startswith=prefix
+        )
+        keyed = rows.values_list("idempotency_key", "id", "status")
+        ordered = sorted(keyed, key=lambda row: int((row[0] or "0").rsplit(":", 1)[-1]))
+        found[step.name] = tuple(Child(str(pk), status) for _, pk, status in ordered)
+    return found
+
+
+def replayed_flags(steps: Sequence[StepRecord]) -> list[bool]:
+    """Which completed steps were served from storage by a later execution.
+
+    A job function runs from the top on every execution (a resume after a sleep or a
+    wait, a retry), so every completed step before a point where the run *resumed*
+    was replayed. The records prove a resume at a step that ran in more than one
+    execution (more than one attempt: a retried step) or at a sleep or wait that
+    completed later than it started (a wait still waiting counts one execution however
+    often it looked again, so the looks leave no mark). A later execution that left
+    no such mark (a retry after a failure outside any step, a worker that died) is not
+    visible in the records, so those replays are not marked.
+    """
+    flags = [False] * len(steps)
+    resumed_later = False
+    for index in range(len(steps) - 1, -1, -1):
+        step = steps[index]
+        flags[index] = resumed_later and step.status == StepStatus.COMPLETED
+        if _resumed_at(step):
+            resumed_later = True
+    return flags
+
+
+def _resumed_at(step: StepRecord) -> bool:
+    if step.attempts > 1:
+        return True
+    return (
+        step.status == StepStatus.COMPLETED
+        and _kind(step) != "run"
+        and step.completed_at is not None
+        and step.completed_at > step.started_at
+    )
+
+
+def max_attempts(job_name: str) -> int | None:
+    """``1 + retries`` of the job registered on this process, or None if unknown."""
+    definition = all_jobs().get(job_name)
+    return None if definition is None else of_definition(definition)
+
+
+def attempts_text(attempt: int, most: int | None) -> str:
+    return f"{attempt} / {'?' if most is None else most}"
+
+
+def run_duration(run: JobRun, now: datetime) -> timedelta | None:
+    """From the first start to the end, or to ``now`` for a running run."""
+    if run.started_at is None:
+        return None
+    if run.finished_at is not None:
+        return run.finished_at - run.started_at
+    return now - run.started_at if run.status == RunStatus.RUNNING else None
+
+
+def _kind(step: StepRecord) -> str:
+    # "publish" steps are drawn like a run; "invoke" and "fanout" ones like a wait.
+    return {"publish": "run", "invoke": "wait", KIND: "wait"}.get(step.kind, step.kind)
+
+
+def _end(step: StepRecord, now: datetime) -> datetime | None:
+    if step.status == StepStatus.COMPLETED:
+        return step.completed_at or step.started_at
+    if step.status == StepStatus.SLEEPING:
+        return step.wake_at or now
+    if step.status == StepStatus.WAITING:
+        return max(now, step.started_at)
+    return None  # failed: the time of the failure is not recorded
+
+
+def _row(
+    number: int,
+    step: StepRecord,
+    end: datetime | None,
+    replayed: bool,
+    axis: _Axis,
+    children: tuple[Child, ...] = (),
+) -> StepRow:
+    # The latest execution's duration, not the time since a first, failed attempt.
+    began = step.last_started_at or step.started_at
+    took = end - began if step.status == StepStatus.COMPLETED and end else None
+    still = step.status in (StepStatus.SLEEPING, StepStatus.WAITING)
+    return StepRow(
+        number=number,
+        name=step.name,
+        status=step.status,
+        kind=_kind(step),
+        attempts=step.attempts,
+        started_at=step.started_at,
+        ended_at=end,
+        took=took,
+        replayed=replayed,
+        wake_at=step.wake_at,
+        deadline=step.deadline,
+        event=step.event,
+        key=step.correlation_key,
+        output=step.output,
+        error=step.error,
+        error_type=step.error_type,
+        traceback=step.traceback,
+        bar=axis.bar(step.started_at, end, open=still),
+        children=children,
+    )
+
+
+class _Axis:
+    def __init__(self, start: datetime, end: datetime) -> None:
+        self.start, self.end = start, end
+        # A zero-length axis (everything in one instant) still draws: the CSS gives
+        # every bar a minimum width.
+        self.seconds = max((end - start).total_seconds(), 0.001)
+
+    def at(self, when: datetime) -> float:
+        return round(100 * (when - self.start).total_seconds() / self.seconds, 3)
+
+    def bar(self, start: datetime | None, end: datetime | None, *, open: bool = False) -> Bar:
+        if start is None:
+            return Bar(0.0, 0.0)
+        left = self.at(start)
+        width = max(self.at(end) - left, 0.0) if end is not None else 0.0
+        return Bar(left, round(width, 3), open)
+
+    def ticks(self, count: int = 4) -> tuple[Tick, ...]:
+        span = timedelta(seconds=self.seconds)
+        return tuple(
+            Tick(100 * i / count, "+" + short_duration(span * i / count)) for i in range(count + 1)
+        )

@@ -1,0 +1,146 @@
+"""A run's trace for the terminal and for machines (``manage.py jobs show``): a plain
+text table (coloured by the caller), a summary of the run, and JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..models import FINISHED, RunStatus, StepStatus
+from .trace import StepRow, Trace, clip, short_duration, stamp
+
+Paint = Callable[[str, str], str]
+STEP_HEADERS = (
+    "#",
+    "step",
+    "status",
+    "attempts",
+    "started",
+    "took",
+    "replayed",
+    "wake / event",
+    "error",
+)
+
+
+def step_cells(row: StepRow) -> tuple[str, ...]:
+    return (
+        str(row.number),
+        row.name,
+        row.status,
+        str(row.attempts),
+        stamp(row.started_at),
+        row.took_text,
+        "replayed" if row.replayed else "",
+        row.wake_text,
+        clip(row.error_line, 80),
+    )
+
+
+def text_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    paint: Paint | None = None,
+    status_column: int | None = None,
+) -> list[str]:
+    """Left-aligned columns; ``paint(status, padded_text)`` colours a row's status cell."""
+    widths = [len(h) for h in headers]
+    for cells in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for cells in rows:
+        padded = [c.ljust(w) for c, w in zip(cells, widths, strict=True)]
+        if paint is not None and status_column is not None:
+            padded[status_column] = paint(cells[status_column], padded[status_column])
+        lines.append("  ".join(padded).rstrip())
+    return lines
+
+
+def summary_lines(trace: Trace) -> list[str]:
+    run = trace.run
+    lines = [
+        f"run {run.id}  {run.job_name}  {run.status}  attempt {trace.attempts_text}  "
+        f"queue {run.queue}",
+        "  ".join(
+            f"{label} {stamp(when)}"
+            for label, when in (
+                ("created", run.created_at),
+                ("started", run.started_at),
+                ("finished", run.finished_at),
+                ("wakes", run.wake_at if run.status not in FINISHED else None),
+            )
+            if when is not None
+        )
+        + (f"  took {short_duration(trace.took)}" if trace.took is not None else ""),
+    ]
+    if run.status == RunStatus.SUCCEEDED:
+        lines.append("result " + clip(json.dumps(run.result, ensure_ascii=False), 200))
+    if run.error_code or run.error:
+        lines.append(f"error {run.error_code or run.error_type}: {clip(run.error, 200)}")
+    return lines
+
+
+def as_json(trace: Trace) -> dict[str, Any]:
+    """The trace for machines (``jobs show --json``): times ISO 8601, durations in seconds."""
+    run = trace.run
+    return {
+        "id": str(run.id),
+        "job": run.job_name,
+        "queue": run.queue,
+        "status": run.status,
+        "attempt": run.attempt,
+        "max_attempts": trace.max_attempts,
+        "args": run.args,
+        "kwargs": run.kwargs,
+        "result": run.result,
+        "error_code": run.error_code,
+        "error_type": run.error_type,
+        "error": run.error,
+        "idempotency_key": run.idempotency_key,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "wake_at": _iso(run.wake_at),
+        "steps": [
+            {
+                "name": row.name,
+                "status": row.status,
+                "attempts": row.attempts,
+                "started_at": _iso(row.started_at),
+                "completed_at": _iso(row.ended_at) if row.status == StepStatus.COMPLETED else None,
+                "took": row.took.total_seconds() if row.took is not None else None,
+                "replayed": row.replayed,
+                "wake_at": _iso(row.wake_at),
+                "event": row.event or None,
+                "key": row.key,
+                "output": row.output,
+                "error_type": row.error_type,
+                "error": row.error,
+                "traceback": row.traceback,
+                # Fan-out steps only: their child runs, in call order.
+                **(
+                    {"children": [{"id": c.id, "status": c.status} for c in row.children]}
+                    if row.children
+                    else {}
+                ),
+            }
+            for row in trace.steps
+        ],
+    }
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
+
+
+def children_lines(trace: Trace) -> list[str]:
+    """Each fan-out step's child runs (``jobs show``), under the step table."""
+    lines: list[str] = []
+    for row in trace.steps:
+        if row.children:
+            lines.append(f"{row.name}: {row.fanout_text}")
+            lines.extend(f"  {index}  {c.id}  {c.status}" for index, c in enumerate(row.children))
+    return lines

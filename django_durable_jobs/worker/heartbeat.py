@@ -1,0 +1,135 @@
+"""The heartbeat of a worker process: one thread, on its own connection, that renews
+the leases of every run in hand and notices runs cancelled meanwhile."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from uuid import UUID
+
+from django.db import DatabaseError, connections
+
+from .. import conf, faults
+from ..db.claims import renew
+from ..db.store import LeaseLost
+from ..engine.clock import Clock
+from ..exceptions import RunCancelled
+from ..models import JobRun, RunStatus
+from .rows import Presence
+
+log = logging.getLogger("django_durable_jobs.worker")
+
+
+class Heartbeat(threading.Thread):
+    """One per worker process, on its own connection: renews the leases of the runs in
+    hand (the sync one and every async one in flight) every ``every``, in one statement
+    per claim, and notices a cancellation so the run stops at its next step."""
+
+    def __init__(
+        self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
+    ) -> None:
+        super().__init__(name="durable-jobs-heartbeat", daemon=True)
+        self.clock, self.lease, self.every = clock, lease, every.total_seconds()
+        self.presence = presence
+        self._lock = threading.Lock()
+        self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
+        self._last: UUID | None = None
+        self._cancelled: set[UUID] = set()
+        self._renewed: dict[UUID, float] = {}  # run id -> monotonic time of claim or renewal
+        self._done = threading.Event()
+
+    def hold(self, owner: str, run_id: UUID) -> None:
+        with self._lock:
+            self._held[run_id] = owner
+            self._renewed[run_id] = time.monotonic()
+            self._last = run_id
+            self._cancelled.discard(run_id)
+
+    def drop(self, run_id: UUID | None = None) -> None:
+        with self._lock:
+            key = run_id if run_id is not None else self._last
+            self._held.pop(key, None)  # type: ignore[arg-type]
+            self._renewed.pop(key, None)  # type: ignore[arg-type]
+
+    def interruption(self) -> BaseException | None:
+        """Asked by the engine before each step of the run held last (the sync one): a
+        cancellation, or a lease lost while this process was frozen."""
+        return self._interruption(self._last) or self._stale(self._last)
+
+    def checked_interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
+        """``interruption_for`` plus the lease check of a frozen process (sync runs: it
+        queries the database, so not from an event loop)."""
+        return lambda: self._interruption(run_id) or self._stale(run_id)
+
+    def _stale(self, run_id: UUID | None) -> BaseException | None:
+        """Not renewed for a whole lease (SIGSTOP, a VM pause): another worker may own
+        the run now. Ask before the next step's side effect, not after it."""
+        with self._lock:
+            owner, renewed = self._held.get(run_id), self._renewed.get(run_id)  # type: ignore[arg-type]
+        if owner is None or run_id is None or renewed is None:
+            return None
+        if time.monotonic() - renewed < self.lease.total_seconds():
+            return None
+        if renew(owner, [run_id], now=self.clock.now(), lease=self.lease):
+            with self._lock:
+                self._renewed[run_id] = time.monotonic()
+            return None
+        return LeaseLost(
+            f"run {run_id}: worker {owner} was not renewed for a whole lease and lost it; "
+            "the next step is not started"
+        )
+
+    def interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
+        """What the engine of ``run_id`` asks before each step."""
+        return lambda: self._interruption(run_id)
+
+    def _interruption(self, run_id: UUID | None) -> BaseException | None:
+        if run_id not in self._cancelled:
+            return None
+        return RunCancelled("the run was cancelled while it executed")
+
+    def run(self) -> None:
+        try:
+            while not self._done.wait(self.every):
+                with self._lock:
+                    by_owner: dict[str, list[UUID]] = {}
+                    for run_id, owner in self._held.items():
+                        by_owner.setdefault(owner, []).append(run_id)
+                try:
+                    for owner, run_ids in by_owner.items():
+                        self._beat(owner, *run_ids)
+                    if self.presence is not None:
+                        self.presence.beat(self.clock.now())
+                except DatabaseError as exc:
+                    log.warning("heartbeat failed (%s); reconnecting", exc)
+                    connections.close_all()
+        finally:
+            connections.close_all()
+
+    def _beat(self, owner: str, *run_ids: UUID) -> None:
+        faults.hit("heartbeat", conf.database())
+        if renew(owner, run_ids, now=self.clock.now(), lease=self.lease) == len(run_ids):
+            with self._lock:
+                self._renewed.update(dict.fromkeys(run_ids, time.monotonic()))
+            return
+        lost = (
+            JobRun.objects.using(conf.database())
+            .filter(pk__in=run_ids)
+            .exclude(lease_owner=owner, status=RunStatus.RUNNING)
+            .values_list("pk", "status")
+        )
+        for run_id, status in lost:
+            with self._lock:
+                if self._held.get(run_id) != owner:
+                    continue  # the run finished meanwhile
+                if status == RunStatus.CANCELLED:
+                    self._cancelled.add(run_id)
+                elif status in {RunStatus.RUNNING, RunStatus.QUEUED}:  # taken over
+                    log.warning("run %s: lease lost (status %s)", run_id, status)
+                # else its outcome was recorded just now, before it was dropped
+
+    def stop(self) -> None:
+        self._done.set()

@@ -1,0 +1,175 @@
+"""The async lane of a worker process: up to M ``async def`` runs in flight at once.
+
+Sync runs keep the worker's main thread (one at a time, SIGALRM timeouts). Async runs
+are handed to this lane: an event loop in a thread of its own, where each run is a
+task. Their database work (claims are the main thread's) goes to a small pool of
+``db_threads`` threads, each with its own connection; a sync step function of an
+async job runs there too. The worker's heartbeat renews the leases of every run in
+flight, and every write of a run is fenced by its lease like a sync run's.
+
+Stopping: ``drain`` waits for the runs in flight to finish (or suspend); ``abandon``
+cancels them, and each cancelled run is released without using an attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from django.db import DatabaseError, connections
+
+from ..db.claims import release
+from ..engine.clock import Clock
+from ..models import JobRun
+from .execution import Pending, arun_to_stop
+from .health import close_broken_connections
+from .recording import record_all
+
+log = logging.getLogger("django_durable_jobs.worker")
+T = TypeVar("T")
+
+
+class Leases(Protocol):
+    """The part of the worker's heartbeat the lane uses."""
+
+    def hold(self, owner: str, run_id: UUID) -> None: ...
+    def drop(self, run_id: UUID) -> None: ...
+    def interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]: ...
+
+
+class AsyncLane:
+    """Executes async runs on an event loop thread; the main thread hands them in."""
+
+    def __init__(self, *, capacity: int, db_threads: int, clock: Clock, leases: Leases) -> None:
+        self.capacity = capacity
+        self.clock = clock
+        self.leases = leases
+        self.executed = 0
+        self._db = ThreadPoolExecutor(db_threads, thread_name_prefix="durable-jobs-db")
+        self._loop = asyncio.new_event_loop()
+        #: None until the loop made the task (the slot is taken from the hand-over).
+        self._tasks: dict[UUID, asyncio.Task[None] | None] = {}
+        self._changed = threading.Condition()
+        #: Outcomes waiting for the recorder, and whether it is at work.
+        self._outcomes: list[tuple[Pending, str, asyncio.Future[None]]] = []
+        self._recording: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="durable-jobs-async", daemon=True
+        )
+        self._thread.start()
+
+    # -- the main thread's side ------------------------------------------------
+    def in_flight(self) -> int:
+        with self._changed:
+            return len(self._tasks)
+
+    def free(self) -> int:
+        return max(self.capacity - self.in_flight(), 0)
+
+    def start(self, run: JobRun, owner: str) -> None:
+        """Execute ``run`` (claimed by ``owner``) to its next stop and record it."""
+        log.info("run claimed: run=%s job=%s attempt=%s async", run.id, run.job_name, run.attempt)
+        self.leases.hold(owner, run.id)
+        with self._changed:
+            # Counted at once: the next claim must see this slot taken.
+            self._tasks[run.id] = None
+        self._loop.call_soon_threadsafe(self._spawn, run, owner)
+
+    def wait(self, seconds: float, *, until_empty: bool = False) -> bool:
+        """Wait until a slot is free (or every run finished); False on time-out."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: not self._tasks if until_empty else len(self._tasks) < self.capacity,
+                timeout=seconds,
+            )
+
+    def abandon(self) -> None:
+        """Cancel every run in flight; each is released without using an attempt."""
+        self._loop.call_soon_threadsafe(self._cancel_all)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        for _ in range(self._db._max_workers):
+            self._db.submit(connections.close_all)
+        self._db.shutdown(wait=True)
+
+    # -- the loop's side -------------------------------------------------------
+    async def io(self, work: Callable[[], T]) -> T:
+        """Database work (and sync step functions) on the lane's connection threads."""
+        return await self._loop.run_in_executor(self._db, _on_connection, work)
+
+    async def _record(self, pending: Pending, owner: str) -> None:
+        """Record ``pending``; the outcomes of runs that stop while the recorder is busy
+        are written together with its next transaction (``record_all``)."""
+        done = self._loop.create_future()
+        self._outcomes.append((pending, owner, done))
+        if self._recording is None:  # kept here: the loop holds tasks only weakly
+            self._recording = self._loop.create_task(self._recorder())
+        await asyncio.shield(done)  # the outcome is written even if this run is cancelled
+
+    async def _recorder(self) -> None:
+        try:
+            while self._outcomes:
+                batch, self._outcomes = self._outcomes, []
+                outcomes = [(pending, owner) for pending, owner, _ in batch]
+                try:
+                    await self.io(functools.partial(record_all, outcomes))
+                except Exception:  # the lease decides: the run is taken over
+                    log.exception("run outcomes not recorded (%d runs)", len(batch))
+                for _, _, done in batch:
+                    done.set_result(None)
+        finally:
+            self._recording = None
+
+    def _spawn(self, run: JobRun, owner: str) -> None:
+        task = self._loop.create_task(self._execute(run, owner), name=f"run {run.id}")
+        with self._changed:
+            self._tasks[run.id] = task
+
+    def _cancel_all(self) -> None:
+        with self._changed:
+            tasks = [task for task in self._tasks.values() if task is not None]
+        for task in tasks:
+            task.cancel()
+
+    async def _execute(self, run: JobRun, owner: str) -> None:
+        try:
+            pending = await arun_to_stop(
+                run,
+                clock=self.clock,
+                owner=owner,
+                interrupt=self.leases.interruption_for(run.id),
+                io=self.io,
+            )
+            await self._record(pending, owner)
+            self.executed += 1
+        except asyncio.CancelledError:
+            released = await self.io(lambda: release(run, owner, now=self.clock.now()))
+            log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
+        except Exception:  # never reached by job code (its failures are outcomes)
+            log.exception("run %s: the async lane could not execute it", run.id)
+        finally:
+            self.leases.drop(run.id)
+            with self._changed:
+                self._tasks.pop(run.id, None)
+                self._changed.notify_all()
+
+
+def _on_connection(work: Callable[[], T]) -> T:
+    try:
+        return work()
+    except DatabaseError:
+        close_broken_connections()  # this thread reconnects on its next query
+        raise
+
+
+def any_async(jobs: dict[str, Any]) -> bool:
+    """Whether any registered job is ``async def`` (a worker without them has no lane)."""
+    return any(definition.is_async for definition in jobs.values())

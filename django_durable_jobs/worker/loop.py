@@ -1,0 +1,527 @@
+"""The worker loop: claim, lease, heartbeat, execute, suspend, retry, shut down.
+
+Execution model: sync runs execute one at a time per process, in the main thread, so
+that ``SIGALRM`` can stop a run past its ``timeout`` even inside an endless loop or a
+blocking call. Async runs (``async def`` jobs) go to the process's async lane
+(``lane.py``): up to ``--async-concurrency`` of them in flight on one event loop. The
+main thread claims for both, several runs per round trip when the lane has room.
+``--concurrency N`` forks N such processes under a supervisor that forwards signals
+and replaces a child that died. A heartbeat thread renews the leases of every run in
+hand; every write for a run is fenced by its lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import FrameType
+
+from django.db import DatabaseError, connections
+
+from .. import conf, faults
+from ..db import flow, postgres
+from ..db.claims import claim, release, requeue_expired
+from ..engine.clock import Clock, current
+from ..engine.timeouts import TimeGuard
+from ..exceptions import UnknownJob
+from ..models import JobRun
+from ..registry import all_jobs, get_job
+from ..schedules import Ticker, sync
+from .execution import UNSTORABLE, Pending, run_to_stop, settle
+from .health import close_broken_connections, keep_healthy
+from .heartbeat import Heartbeat
+from .lane import AsyncLane, any_async
+from .orphans import stop_with_parent
+from .recording import log_outcome, record, record_patiently, refused
+from .rows import Presence
+from .wakeup import Waker, make_waker
+
+log = logging.getLogger("django_durable_jobs.worker")
+
+
+class StopNow(BaseException):
+    """Raised in the main thread by a second stop signal: abandon the run in hand."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    queues: Sequence[str] | None = None
+    concurrency: int = 1
+    burst: bool = False
+    max_runs: int | None = None
+    poll_interval: timedelta = timedelta(seconds=1)
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    drain_timeout: timedelta = timedelta(seconds=30)
+    #: Async runs in flight at once (None: DURABLE_JOBS["ASYNC_CONCURRENCY"]).
+    async_concurrency: int | None = None
+
+
+class Worker:
+    """One process's loop. ``run()`` returns the number of runs it executed."""
+
+    def __init__(self, options: WorkerOptions, *, clock: Clock | None = None) -> None:
+        self.options = options
+        # The database's clock (installed by the app): leases and wake times are
+        # compared with times other processes wrote.
+        self.clock = clock or current()
+        self.lease = conf.required_duration("LEASE")
+        self.heartbeat = conf.required_duration("HEARTBEAT")
+        self.stopping = threading.Event()
+        self.executed = 0
+        self._in_hand: JobRun | None = None
+        self._owner = ""
+        self._signals = 0
+        self._waker: Waker | None = None
+        self._next_reap = 0.0
+        self._beat: Heartbeat | None = None
+        self._pending: Pending | None = None
+        self._guard: TimeGuard | None = None
+        self._lane: AsyncLane | None = None
+        #: Sync runs claimed in a batch and not started yet (released if the worker stops).
+        self._backlog: list[JobRun] = []
+        #: How many runs the next claim may take (with an async lane): adapts to the backlog.
+        self._batch = 1
+        self._schedules = Ticker()
+        self._presence: Presence | None = None
+
+    # -- signals ---------------------------------------------------------------
+    # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
+    # supervisor forwards SIGUSR1 (drain) and SIGUSR2 (abandon) instead, so a child
+    # that also got the signal directly (Ctrl-C reaches the whole process group,
+    # systemd signals the whole cgroup) does not count one stop request twice.
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_drain)
+        signal.signal(signal.SIGUSR2, self._on_abandon)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            self._drain(signal.Signals(signum).name)
+        else:
+            self._abandon()
+
+    def _on_drain(self, signum: int, frame: FrameType | None) -> None:
+        self._drain("SIGUSR1 from the supervisor")
+
+    def _on_abandon(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping.is_set():
+            log.warning(
+                "worker %s: stopping at once (SIGUSR2: a second stop, or the supervisor is "
+                "gone): giving back the run in hand",
+                self.options.worker_id,
+            )
+        self._abandon()
+
+    def _drain(self, why: str) -> None:
+        if self.stopping.is_set():
+            return
+        doing = "finishing the run in hand" if self._in_hand is not None else "idle, exiting"
+        log.info("worker %s: stopping (%s): %s", self.options.worker_id, why, doing)
+        self.stop()
+        drain = self.options.drain_timeout.total_seconds()
+        timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGUSR2))
+        timer.daemon = True
+        timer.start()
+
+    def _abandon(self) -> None:
+        self.stop()
+        if self._lane is not None:
+            self._lane.abandon()
+        if self._in_hand is not None and self._guard is not None:
+            # Not in the middle of a step's write: that would leave the connection torn.
+            self._guard.interrupt(StopNow())
+
+    def stop(self) -> None:
+        self.stopping.set()
+        interrupt = getattr(self._waker, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
+    # -- the loop --------------------------------------------------------------
+    def run(self) -> int:
+        self._waker = make_waker()
+        self._register()
+        self._lane = self._make_lane()
+        log.info(
+            "worker %s: queues=%s concurrency=1 async=%s database=%s wake=%s lease=%ss",
+            self.options.worker_id,
+            ",".join(self.options.queues or ["*"]),
+            self._lane.capacity if self._lane is not None else 0,
+            connections[conf.database()].vendor,
+            self._waker.mode,
+            self.lease.total_seconds(),
+        )
+        sync(self.clock.now())  # the schedules of the code this worker runs
+        try:
+            while not self.stopping.is_set():
+                if self.options.max_runs is not None and self.runs_done() >= self.options.max_runs:
+                    break
+                try:
+                    worked = self.run_once()
+                    keep_healthy(conf.database())
+                except DatabaseError as exc:
+                    # A restarted database or a dropped connection: reconnect and carry on.
+                    log.warning("worker %s: database error (%s); retrying", self._owner, exc)
+                    close_broken_connections()
+                    self.stopping.wait(min(self.options.poll_interval.total_seconds(), 1.0))
+                    continue
+                if not worked and not self._idle():
+                    break
+        finally:
+            self.flush()
+            self._let_go()
+            self._waker.close()
+            if self._beat is not None:
+                self._beat.stop()
+            if self._presence is not None:
+                self._presence.stopped(self.clock.now())
+            connections.close_all()
+        return self.runs_done()
+
+    def _idle(self) -> bool:
+        """Nothing was claimed: wait for work; False when a ``--burst`` worker is done
+        (nothing runnable and no async run in flight that could make more)."""
+        poll = self.options.poll_interval.total_seconds()
+        lane = self._lane
+        if lane is not None and lane.in_flight():
+            if self.options.burst:
+                lane.wait(poll, until_empty=True)
+                return True
+        elif self.options.burst:
+            return False
+        assert self._waker is not None
+        self._waker.wait(poll)
+        return True
+
+    def run_once(self) -> bool:
+        """Reap expired leases when due, record the previous run's outcome, claim one run
+        and execute it; False if there was nothing to do.
+
+        The outcome of a run is written together with the next claim (one statement on
+        PostgreSQL), so a busy worker pays one round trip per run.
+        """
+        now = self.clock.now()
+        if time.monotonic() >= self._next_reap:
+            self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
+            if requeued := requeue_expired(now=now):
+                log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+            if flow.has_limits() and (freed := flow.unhold_stranded(now=now)):
+                log.warning("let %d held run(s) go whose key had free slots", freed)
+        self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
+        if self._backlog:  # a sync run of the last batch: no claim until it has started
+            self.flush()
+            self._execute(self._backlog.pop(0))
+            return True
+        lane = self._lane
+        if lane is not None and not lane.free():
+            self.flush()  # the lane is full: record, claim nothing, wait for a slot
+            lane.wait(self.options.poll_interval.total_seconds())
+            return True
+        pending = self._pending
+        owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
+        # Never more than this process can start at once (the lane's free slots, or
+        # the one sync run the free main thread takes), and the batch grows only while
+        # it brings async runs (sync runs of one batch wait for each other).
+        limit = min(self._batch, max(lane.free(), 1)) if lane is not None else 1
+        runs = self._record_and_claim(pending, owner, now, limit)
+        self._dispatch(runs, owner, limit)
+        return bool(runs) or pending is not None
+
+    def _dispatch(self, runs: list[JobRun], owner: str, limit: int) -> None:
+        """Hand async runs to the lane, execute the first sync run, keep the others."""
+        lane = self._lane
+        sync_runs = []
+        for run in runs:
+            if lane is not None and _is_async(run):
+                lane.start(run, owner)
+            else:
+                sync_runs.append(run)
+        if len(runs) > 1:
+            log.info("runs claimed: %d in one round trip (limit %d)", len(runs), limit)
+        if len(sync_runs) > 1:
+            self._batch = 1
+        elif runs and not sync_runs and len(runs) == limit:
+            self._batch = min(self._batch * 2, MAX_BATCH)
+        if sync_runs:
+            self._backlog.extend(sync_runs[1:])
+            self._execute(sync_runs[0])
+
+    def runs_done(self) -> int:
+        """Runs executed to their next stop, sync and async."""
+        return self.executed + (self._lane.executed if self._lane is not None else 0)
+
+    def _make_lane(self) -> AsyncLane | None:
+        capacity = self.options.async_concurrency
+        if capacity is None:
+            capacity = int(conf.get("ASYNC_CONCURRENCY"))
+        if capacity < 1 or not any_async(all_jobs()):
+            return None  # no async job here: the classic one-run loop, nothing more
+        return AsyncLane(
+            capacity=capacity,
+            db_threads=int(conf.get("ASYNC_CONNECTIONS")),
+            clock=self.clock,
+            leases=self._heartbeat(),
+        )
+
+    def _let_go(self) -> None:
+        """Stopping: release the sync runs never started, let the async ones finish
+        (until the drain time-out, then cancel and release them)."""
+        backlog, self._backlog = self._backlog, []
+        for run in backlog:
+            with contextlib.suppress(DatabaseError):
+                released = release(run, self._owner, now=self.clock.now())
+                log.info("run released: run=%s claimed but not started (%s)", run.id, released)
+        lane = self._lane
+        if lane is None:
+            return
+        drain = self.options.drain_timeout.total_seconds()
+        if lane.in_flight():
+            log.info("worker %s: waiting for %d async run(s)", self._owner, lane.in_flight())
+        if not lane.wait(drain, until_empty=True):
+            lane.abandon()
+            lane.wait(drain, until_empty=True)
+        lane.close()
+
+    def _record_and_claim(
+        self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
+    ) -> list[JobRun]:
+        """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
+        for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
+        raises, the outcome stays pending under the owner that still holds its lease.
+
+        Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
+        their key); an outcome that frees a slot or starts an ``on_failure`` handler is
+        never fused with the claim (``Pending.fused``)."""
+        using = conf.database()
+        if pending is not None:
+            faults.hit("outcome.before", using)
+        if pending is not None and not (postgres.available(using) and pending.fused):
+            record(pending, self._owner)
+            pending = self._pending = None
+            faults.hit("outcome.after", using)
+        if postgres.available(using):
+            runs, recorded = self._claim_limited(owner, now), False
+            if runs and pending is not None:
+                record(pending, self._owner)
+                pending = self._pending = None
+                faults.hit("outcome.after", using)
+            if not runs:
+                finish = None
+                if pending is not None:
+                    finish = postgres.Finish(pending.run.pk, self._owner, pending.outcome_values())
+                try:
+                    runs, recorded = postgres.claim(
+                        using, owner, now, self.lease, _queues(self.options.queues), limit, finish
+                    )
+                except UNSTORABLE as exc:
+                    if pending is None:
+                        raise
+                    # The next iteration writes the outcome in short, with the claim.
+                    self._pending = refused(pending, exc)
+                    return []
+        else:
+            runs = claim(
+                owner,
+                now=now,
+                lease=self.lease,
+                queues=self.options.queues,
+                clock=self.clock,
+                limit=limit,
+            )
+            recorded = False  # pending was None here: recorded on its own above
+        previous, self._owner, self._pending = self._owner, owner, None
+        if pending is not None:
+            faults.hit("outcome.after", using)
+            log_outcome(pending.run, settle(pending, recorded, previous))
+        return runs
+
+    def _claim_limited(self, owner: str, now: datetime) -> list[JobRun]:
+        if not flow.has_limits():
+            return []
+        return flow.claim_limited(
+            owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
+        )
+
+    def flush(self) -> None:
+        """Record the outcome still held (before the worker stops or idles); a database
+        that stays away for a few seconds leaves the run to its lease."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            record_patiently(pending, self._owner)
+
+    def _register(self) -> None:
+        """The worker's row (admin, ``jobs workers``): inserted now, kept up to date by
+        the heartbeat thread, which therefore starts with the loop."""
+        self._presence = Presence(
+            self.options.worker_id,
+            queues=self.options.queues,
+            concurrency=self.options.concurrency,
+            lease=self.lease,
+            executed=self.runs_done,
+        )
+        self._presence.register(self.clock.now())
+        self._heartbeat()
+
+    def _heartbeat(self) -> Heartbeat:
+        if self._beat is None:
+            self._beat = Heartbeat(self.clock, self.lease, self.heartbeat, self._presence)
+            self._beat.start()
+        return self._beat
+
+    def _execute(self, run: JobRun) -> None:
+        log.info(
+            "run claimed: run=%s job=%s attempt=%s from=%s",
+            run.id,
+            run.job_name,
+            run.attempt,
+            run.claimed_from,
+        )
+        self._in_hand, self._guard = run, TimeGuard()
+        beat = self._heartbeat()
+        beat.hold(self._owner, run.id)
+        try:
+            faults.hit("claim.after", conf.database())
+            self._pending = run_to_stop(
+                run,
+                clock=self.clock,
+                owner=self._owner,
+                guard=self._guard,
+                interrupt=beat.checked_interruption_for(run.id),
+            )
+        except StopNow:
+            released = self._release(run)
+            log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
+            self.stopping.set()
+            return
+        except DatabaseError:
+            # Outside the attempt (its first read, the engine's setup): nothing of the job
+            # ran, so give the run back at once instead of letting its lease expire,
+            # which would count an attempt that never was (X_ATTEMPTS_EXHAUSTED).
+            with contextlib.suppress(DatabaseError):  # still down: the lease decides
+                log.warning(
+                    "run released: run=%s database error before it executed (released=%s)",
+                    run.id,
+                    self._release(run),
+                )
+            raise
+        finally:
+            self._in_hand = self._guard = None
+            beat.drop(run.id)
+        self.executed += 1
+
+    def _release(self, run: JobRun) -> bool:
+        try:
+            return release(run, self._owner, now=self.clock.now())
+        except DatabaseError:  # the stop or the fault cut the connection: once more, afresh
+            close_broken_connections()
+            return release(run, self._owner, now=self.clock.now())
+
+
+#: The most runs one claim takes.
+MAX_BATCH = 50
+
+
+def _is_async(run: JobRun) -> bool:
+    try:
+        return get_job(run.job_name).is_async
+    except UnknownJob:
+        return False  # the sync path fails it with X_JOB_UNKNOWN
+
+
+def _queues(queues: Sequence[str] | None) -> list[str] | None:
+    return None if queues is None else list(queues)
+
+
+# -- several processes ---------------------------------------------------------------
+
+
+def run_workers(options: WorkerOptions) -> int:
+    """Run ``options.concurrency`` worker processes; returns the process exit code."""
+    if options.concurrency <= 1:
+        worker = Worker(options)
+        worker.install_signal_handlers()
+        worker.run()
+        return 0
+    return _Supervisor(options).run()
+
+
+class _Supervisor:
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.children: dict[int, int] = {}  # pid -> slot
+        self.stopping = False
+        self.signals = 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        self.stopping = True
+        forward = signal.SIGUSR1 if self.signals == 1 else signal.SIGUSR2
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, forward)
+
+    def _spawn(self, slot: int) -> None:
+        connections.close_all()  # never share a connection across fork
+        supervisor = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                # Orphaned, it stops at once and gives its run back (see orphans.py).
+                stop_with_parent(supervisor, signal.SIGUSR2)
+                child = WorkerOptions(
+                    **{
+                        **self.options.__dict__,
+                        "concurrency": 1,
+                        "worker_id": f"{self.options.worker_id}/{slot}:{os.getpid()}",
+                    }
+                )
+                worker = Worker(child)
+                worker.install_signal_handlers()
+                worker.run()
+                code = 0
+            except BaseException:
+                log.exception("worker child %s crashed", slot)
+            finally:
+                os._exit(code)
+        self.children[pid] = slot
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        log.info(
+            "supervisor %s: %d worker processes", self.options.worker_id, self.options.concurrency
+        )
+        for slot in range(self.options.concurrency):
+            self._spawn(slot)
+        failures = 0
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            if pid not in self.children:
+                continue
+            slot = self.children.pop(pid)
+            code = os.waitstatus_to_exitcode(status)
+            done = self.options.burst or self.options.max_runs is not None
+            if code != 0 and not self.stopping:
+                failures += 1
+                log.error("worker child %s (pid %s) exited with %s; replacing it", slot, pid, code)
+                self._spawn(slot)
+            elif not done and not self.stopping:
+                self._spawn(slot)
+        return 0 if failures == 0 or self.stopping else 1

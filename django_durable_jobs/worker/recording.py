@@ -1,0 +1,126 @@
+"""Recording a run's outcome from the worker, and what to do when the database refuses
+it: a value no database stores (a NUL on PostgreSQL, a text too long for its column, a
+lone surrogate) is not a lost connection, and retrying the same write can never
+succeed. Such an outcome is recorded in short (``execution.shorten``) and the worker
+moves on, instead of retrying it forever (and, on PostgreSQL, where the outcome rides
+with the next claim, never claiming again).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from django.db import DatabaseError, transaction
+
+from .. import conf
+from ..models import JobRun
+from .execution import UNSTORABLE, Executed, Pending, settle, shorten, write
+from .health import close_broken_connections
+
+log = logging.getLogger("django_durable_jobs.worker")
+
+
+def record(pending: Pending, owner: str) -> None:
+    """Write ``pending`` on its own (fenced by ``owner``) and settle it; in short if the
+    database refuses it, not at all if it refuses that too (the lease then decides).
+
+    A lost connection raises, leaving ``pending`` to be written again."""
+    current: Pending | None = pending
+    while current is not None:
+        try:
+            recorded = write(current, owner)
+        except UNSTORABLE as exc:
+            current = refused(current, exc)
+            continue
+        log_outcome(current.run, settle(current, recorded, owner))
+        return
+
+
+def record_all(outcomes: Sequence[tuple[Pending, str]]) -> None:
+    """Record many outcomes (each fenced by its owner) in one transaction: one commit
+    instead of one per run, for async runs that stopped together. Each outcome is
+    committed before it is settled (its parent woken, its signals sent). If the
+    database refuses any of them, each is recorded on its own instead (in short if
+    need be), so that one bad outcome does not hold back the others."""
+    if len(outcomes) == 1:
+        record_patiently(*outcomes[0])
+        return
+    try:
+        with transaction.atomic(using=conf.database()):
+            written = [write(pending, owner) for pending, owner in outcomes]
+    except (DatabaseError, *UNSTORABLE):
+        close_broken_connections()
+        for pending, owner in outcomes:
+            record_patiently(pending, owner)
+        return
+    for (pending, owner), recorded in zip(outcomes, written, strict=True):
+        log_outcome(pending.run, settle(pending, recorded, owner))
+
+
+def record_patiently(pending: Pending, owner: str, tries: int = 3) -> None:
+    """``record``, retried across a few lost connections (a worker that stops)."""
+    for tries_left in range(tries - 1, -1, -1):
+        try:
+            record(pending, owner)
+            return
+        except DatabaseError as exc:
+            if not tries_left:
+                log.error(
+                    "run not recorded: run=%s (%s); it is taken over once its lease expires",
+                    pending.run.id,
+                    exc,
+                )
+                return
+            log.warning("run %s: database error (%s); retrying", pending.run.id, exc)
+            close_broken_connections()
+            time.sleep(1.0)
+
+
+def refused(pending: Pending, problem: BaseException) -> Pending | None:
+    """What to write instead of an outcome the database refused: its short form, or
+    nothing if that was the short form already."""
+    if pending.short:
+        log.error(
+            "run not recorded: run=%s even its short outcome was refused (%s); the run "
+            "is taken over once its lease expires",
+            pending.run.id,
+            problem,
+        )
+        return None
+    log.error(
+        "run outcome refused by the database: run=%s (%s: %s); recording it in short",
+        pending.run.id,
+        type(problem).__name__,
+        problem,
+    )
+    return shorten(pending, problem)
+
+
+def log_outcome(run: JobRun, executed: Executed) -> None:
+    if not executed.recorded:
+        log.warning(
+            "run not recorded: run=%s lease lost; outcome %s",
+            run.id,
+            type(executed.outcome).__name__,
+        )
+    elif executed.status in {"sleeping", "waiting"}:
+        log.info(
+            "run suspended: run=%s status=%s wake_at=%s",
+            run.id,
+            executed.status,
+            run.wake_at.isoformat() if run.wake_at else None,
+        )
+    elif executed.status == "succeeded":
+        log.info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
+    else:
+        log.warning(
+            "run failed: run=%s job=%s attempt=%s code=%s status=%s error=%s",
+            run.id,
+            run.job_name,
+            run.attempt,
+            run.error_code or "-",
+            executed.status,
+            run.error,
+        )

@@ -1,0 +1,74 @@
+"""What ``runjobs`` checks and says before its loop starts: this app's migrations are
+applied, and which jobs this process knows and where it looked for them."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.apps import apps
+from django.core.management.base import CommandError
+from django.db import DatabaseError
+from django.utils.module_loading import module_has_submodule
+
+from .. import conf
+from ..db.migrated import unapplied_migrations
+from ..engine.durations import format_duration
+from ..registry import JobDefinition, all_jobs, where_jobs_come_from
+
+log = logging.getLogger("django_durable_jobs.worker")
+
+
+def refuse_unmigrated() -> None:
+    """Stop at once, saying what to do, rather than retrying "no such table" forever."""
+    using = conf.database()
+    try:
+        missing = unapplied_migrations(using)
+    except DatabaseError as exc:  # unreachable now: the loop retries until it is back
+        log.warning("cannot check the migrations of database %r (%s); starting anyway", using, exc)
+        return
+    if missing:
+        raise CommandError(
+            f"django_durable_jobs has {len(missing)} unapplied migration(s) on database "
+            f"{using!r} ({', '.join(missing)}): run `python manage.py migrate` first"
+        )
+
+
+def log_jobs() -> None:
+    """The start-up banner's list of jobs and where they came from: a worker that knows
+    no jobs (they live in tasks.py, or there is no jobs.py) says so before any run fails."""
+    jobs = sorted(all_jobs().values(), key=lambda definition: definition.name)
+    level = logging.INFO if jobs else logging.WARNING
+    log.log(level, "%d job(s) registered; %s", len(jobs), where_jobs_come_from())
+    for definition in jobs:
+        log.info("  job %s", _describe(definition))
+    modules = conf.get("JOB_MODULES")
+    if "tasks" not in modules and (
+        elsewhere := [
+            a.name for a in apps.get_app_configs() if module_has_submodule(a.module, "tasks")
+        ]
+    ):
+        log.log(
+            level,
+            'not imported: %s (add "tasks" to DURABLE_JOBS["JOB_MODULES"] if jobs are there)',
+            ", ".join(f"{name}.tasks" for name in elsewhere),
+        )
+
+
+def _describe(definition: JobDefinition) -> str:
+    retries = conf.get("RETRIES") if definition.retries is None else definition.retries
+    backoff = conf.get("BACKOFF") if definition.backoff is None else definition.backoff
+    parts = [definition.name, f"queue={definition.queue}", f"retries={retries}"]
+    parts.append(f"backoff={_duration_text(backoff)}")
+    if definition.priority:
+        parts.append(f"priority={definition.priority}")
+    for option in ("timeout", "step_timeout", "on_event", "concurrency"):
+        if (value := getattr(definition, option)) is not None:
+            parts.append(f"{option}={_duration_text(value)}")
+    return " ".join(parts)
+
+
+def _duration_text(value: object) -> str:
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    return getattr(value, "__qualname__", None) or str(value)  # a backoff callable: its name
