@@ -245,9 +245,9 @@ def test_error_info_type_is_module_and_qualname() -> None:
     def raise_nested() -> None:
         raise Nested("nested")
 
-    assert ErrorInfo.of(_caught(raise_local)).type == "tests.test_serialization._LocalError"
+    assert ErrorInfo.of(_caught(raise_local)).type == "tests.unit.test_serialization._LocalError"
     assert ErrorInfo.of(_caught(raise_nested)).type == (
-        "tests.test_serialization.test_error_info_type_is_module_and_qualname.<locals>.Nested"
+        "tests.unit.test_serialization.test_error_info_type_is_module_and_qualname.<locals>.Nested"
     )
 
 
