@@ -66,14 +66,26 @@ test-leg: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django makemigrations --check --dry-run
 	@echo "== $(LEG) / sqlite =="
 	$(CLEAN_ENV) $(call pytest,$(ALL_TIERS))
-	@echo "== $(LEG) / postgresql =="
-	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(call pytest,$(DATABASE_TIERS))
-	@echo "== $(LEG) / mariadb =="
+	@echo "== $(LEG) / mariadb checks =="
 	@# The database checks (W030: unapplied migrations) read the database: migrate it first.
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py migrate --noinput -v 0
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django migrate --noinput -v 0
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py check --database default --fail-level WARNING
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --database default --fail-level WARNING
+	@$(MAKE) $(if $(filter 1,$(PARALLEL_DATABASES)),-j2 --output-sync=target) \
+		suite-postgresql suite-mariadb LEG=$(LEG)
+
+# One suite per database server (separate test databases): PARALLEL_DATABASES=1 runs the
+# two side by side, each one's output printed whole when it ends. Their time is mostly
+# real worker processes waiting on leases and polls, so two on 2 cores pays, as the
+# xdist processes within a suite do; PARALLEL_DATABASES=0 runs one after the other.
+PARALLEL_DATABASES ?= 1
+.PHONY: suite-postgresql suite-mariadb
+suite-postgresql:
+	@echo "== $(LEG) / postgresql =="
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(call pytest,$(DATABASE_TIERS))
+suite-mariadb:
+	@echo "== $(LEG) / mariadb =="
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(call pytest,$(DATABASE_TIERS))
 
 lint: .venv/$(LEG)/.installed
