@@ -1,9 +1,11 @@
 # Build and test toolchain. `make test` is what CI runs (via .ci/run).
 #
-#   make test                     lint + Django checks + pytest on SQLite, PostgreSQL and
-#                                 MariaDB, every leg
+#   make test                     lint + Django checks + pytest, every leg: every tier on
+#                                 SQLite, the database tiers on PostgreSQL and MariaDB
 #   make test LEGS=py312-dj61     one leg only
-#   make test PYTEST_ARGS="-x -k steps -m 'not slow'" PYTEST_WORKERS=0
+#   make test MARKERS=unit        one tier (unit, integration, processes, browser) or any
+#                                 marker expression: "integration and not slow"
+#   make test PYTEST_ARGS="-x -k steps" PYTEST_WORKERS=0
 #   make lint | make format | make venv | make clean
 
 SHELL := /bin/bash
@@ -15,6 +17,14 @@ LEGS ?= py311-dj52 py312-dj61
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
 MARIADB_URL ?= mysql://root@127.0.0.1:3306/durable_jobs
 PYTEST_ARGS ?=
+# The tests are in tiers, a folder and a marker each (tests/conftest.py; CONTRIBUTING.md
+# "Tests in tiers"). The SQLite suite runs every tier; PostgreSQL and MariaDB run the tiers
+# that read the database: unit has none, and the browser tier's pages are the admin whose
+# queries integration tests cover on every database through the test client.
+ALL_TIERS := unit or integration or processes or browser
+DATABASE_TIERS := integration or processes
+# Narrows every suite (a marker expression); a suite it leaves empty passes.
+MARKERS ?=
 # Test processes per suite (pytest-xdist; each gets its own test database). Most of the
 # suite's time is real worker processes waiting on leases and polls, so 3 on 2 cores
 # pays; PYTEST_WORKERS=0 runs in one process (easier to read a failure).
@@ -35,6 +45,10 @@ LEG ?= $(FIRST_LEG)
 BIN = .venv/$(LEG)/bin
 # Every tool runs from the repo root with no inherited database or settings choice.
 CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
+# $(call pytest,TIERS): pytest on those tiers narrowed by MARKERS; exit code 5 (nothing
+# selected, e.g. MARKERS=unit on PostgreSQL) is not a failure.
+pytest = $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
+	-m "$(if $(MARKERS),($(1)) and ($(MARKERS)),$(1))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 .PHONY: test test-leg lint format venv venv-leg clean faults soak
 
@@ -51,16 +65,28 @@ test-leg: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --fail-level WARNING
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django makemigrations --check --dry-run
 	@echo "== $(LEG) / sqlite =="
-	$(CLEAN_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
-	@echo "== $(LEG) / postgresql =="
-	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
-	@echo "== $(LEG) / mariadb =="
+	$(CLEAN_ENV) $(call pytest,$(ALL_TIERS))
+	@echo "== $(LEG) / mariadb checks =="
 	@# The database checks (W030: unapplied migrations) read the database: migrate it first.
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py migrate --noinput -v 0
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django migrate --noinput -v 0
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py check --database default --fail-level WARNING
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --database default --fail-level WARNING
-	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	@$(MAKE) $(if $(filter 1,$(PARALLEL_DATABASES)),-j2 --output-sync=target) \
+		suite-postgresql suite-mariadb LEG=$(LEG)
+
+# One suite per database server (separate test databases): PARALLEL_DATABASES=1 runs the
+# two side by side, each one's output printed whole when it ends. Their time is mostly
+# real worker processes waiting on leases and polls, so two on 2 cores pays, as the
+# xdist processes within a suite do; PARALLEL_DATABASES=0 runs one after the other.
+PARALLEL_DATABASES ?= 1
+.PHONY: suite-postgresql suite-mariadb
+suite-postgresql:
+	@echo "== $(LEG) / postgresql =="
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(call pytest,$(DATABASE_TIERS))
+suite-mariadb:
+	@echo "== $(LEG) / mariadb =="
+	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(call pytest,$(DATABASE_TIERS))
 
 lint: .venv/$(LEG)/.installed
 	@echo "== $(LEG) / lint =="
@@ -97,26 +123,29 @@ venv-leg: .venv/$(LEG)/.installed
 clean:
 	rm -rf .venv .tmp
 
-# The whole fault-injection battery (CONTRIBUTING.md; CI runs its middle slice): every
-# fault point x action x position with real workers, on SQLite and PostgreSQL, then the
-# database restart under load (FAULTS_PG_CLUSTER names the PostgreSQL it may restart).
+# The whole fault-injection battery (CONTRIBUTING.md; CI runs its middle slice, marked
+# processes but not faults): every fault point x action x position with real workers, on
+# SQLite and PostgreSQL, then the database restart under load (RESTART_CLUSTER names the
+# PostgreSQL it may restart). Selected by marker in tests/processes.
 #   make faults RESTART_CLUSTER="15 faults" RESTART_URL=postgres://postgres@127.0.0.1:5433/dj
 # (a cluster of its own: pg_createcluster 15 faults --port 5433 --start -- --auth-host=trust)
 RESTART_CLUSTER ?=
 RESTART_URL ?= postgres://postgres@127.0.0.1:5433/durable_jobs
-FAULT_TESTS := tests/test_faults.py tests/test_zombie_processes.py
+# The processes tier (the zombie, supervisor and kill -9 tests, CI's slice of the matrix)
+# with the rest of the battery, marked faults; not the soak.
+FAULTS := faults or (processes and not soak)
 # The soak: mixed load under random SIGKILLs for SOAK_SECONDS, on SOAK_URL (default PostgreSQL).
 SOAK_SECONDS ?= 600
 SOAK_URL ?= $(PG_URL)
 soak: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DATABASE_URL='$(SOAK_URL)' DURABLE_JOBS_SOAK_SECONDS='$(SOAK_SECONDS)' \
-	  $(BIN)/python -m pytest -s -m soak tests/test_soak.py $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest -s -m soak tests/processes $(PYTEST_ARGS)
 faults: .venv/$(LEG)/.installed
-	$(CLEAN_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
-	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "faults or not faults" $(FAULT_TESTS) $(PYTEST_ARGS)
+	$(CLEAN_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "$(FAULTS)" tests/processes $(PYTEST_ARGS)
+	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "$(FAULTS)" tests/processes $(PYTEST_ARGS)
 	@if [ -z '$(RESTART_CLUSTER)' ]; then echo "== restart: skipped (set RESTART_CLUSTER) =="; else \
 	  $(CLEAN_ENV) DURABLE_JOBS_RESTART_CLUSTER='$(RESTART_CLUSTER)' DATABASE_URL='$(RESTART_URL)' \
-	    $(BIN)/python -m pytest -s -m faults tests/test_db_restart.py $(PYTEST_ARGS); fi
+	    $(BIN)/python -m pytest -s -m "faults and postgres" tests/processes $(PYTEST_ARGS); fi
 
 # Benchmark against the peers in shared/bench (PostgreSQL on 127.0.0.1:5432; see
 # benchmarks/README.md). BENCH_ARGS=--quick for a one-minute smoke run without peers.

@@ -1,4 +1,4 @@
-"""Named fault points, for the project's own fault-injection tests (tests/test_faults.py).
+"""Named fault points, for the project's own fault-injection tests (tests/processes/test_faults.py).
 
 Not a user feature: see CONTRIBUTING.md. ``hit(point)`` is called where a crash, a
 cut connection or a long pause would hurt most (after a claim commits, between a

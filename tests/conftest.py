@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -15,26 +16,66 @@ from django_durable_jobs.models import JobRun
 from django_durable_jobs.worker.execution import Executed, execute
 from tests.testapp import jobs
 
-#: The vendor each database marker needs (Django's ``connection.vendor``).
-DATABASE_MARKERS = {"postgres": ("postgresql", "PostgreSQL"), "mariadb": ("mysql", "MariaDB/MySQL")}
+#: The folders under tests/, each a tier and the marker its tests get (CONTRIBUTING.md
+#: "Tests in tiers"): ``make test`` runs unit and browser once per leg and the tiers that
+#: read the database on every database.
+TIERS = ("unit", "integration", "processes", "browser")
+
+#: The vendor each database marker names (Django's ``connection.vendor``).
+DATABASE_MARKERS = {
+    "postgres": ("postgresql", "PostgreSQL"),
+    "mariadb": ("mysql", "MariaDB/MySQL"),
+    "sqlite": ("sqlite", "SQLite"),
+}
 
 
+#: For tests whose processes bring a SQLite file of their own (DATABASE_URL does not reach
+#: them): the same test on every database, so it runs in the SQLite suite only.
+own_sqlite_file = pytest.mark.sqlite(
+    reason="its processes use a SQLite file of their own, whatever DATABASE_URL says"
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the tier markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, with its reason, a test marked for another database than the one in use.
+    """Mark each test with its folder's tier, and skip, with its reason, a test marked for
+    other databases than the one in use."""
+    for item in items:
+        item.add_marker(_tier_of(item))
+        _skip_on_other_databases(item)
+    _skip_full_fault_battery(config, items)
 
-    ``@pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")``: the whole suite
-    runs on every database, and the summary says what each one did not cover and why.
-    """
+
+def _tier_of(item: pytest.Item) -> str:
+    """The tier is the folder: a test outside one, or on the wrong side of a tier's line
+    (a database in unit, a real process outside processes), stops the collection."""
+    tests_dir = Path(__file__).parent
+    relative = item.path.relative_to(tests_dir).parts
+    tier = relative[0] if len(relative) > 1 else ""
+    if tier not in TIERS:
+        raise pytest.UsageError(f"{item.nodeid}: test files live in tests/<tier>/, {TIERS}")
+    if tier == "unit" and item.get_closest_marker("django_db") is not None:
+        raise pytest.UsageError(f"{item.nodeid}: a unit test has no database (django_db)")
+    if tier != "processes" and item.get_closest_marker("subprocess") is not None:
+        raise pytest.UsageError(f"{item.nodeid}: real worker processes live in tests/processes")
+    return tier
+
+
+def _skip_on_other_databases(item: pytest.Item) -> None:
+    """``@pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")``: a test runs on
+    the databases its markers name (``postgres`` and ``mariadb`` together: a server
+    database); the summary says what each database did not cover and why."""
     from django.db import connection
 
-    for item in items:
-        for marker_name, (vendor, label) in DATABASE_MARKERS.items():
-            marker = item.get_closest_marker(marker_name)
-            if marker is None or connection.vendor == vendor:
-                continue
-            why = marker.kwargs.get("reason", f"needs {label}")
-            item.add_marker(pytest.mark.skip(reason=f"{why} (this run: {connection.vendor})"))
-    _skip_full_fault_battery(config, items)
+    named = [item.get_closest_marker(name) for name in DATABASE_MARKERS]
+    markers = [marker for marker in named if marker is not None]
+    vendors = {DATABASE_MARKERS[marker.name][0] for marker in markers}
+    if not markers or connection.vendor in vendors:
+        return
+    labels = " or ".join(DATABASE_MARKERS[marker.name][1] for marker in markers)
+    reasons = [marker.kwargs["reason"] for marker in markers if "reason" in marker.kwargs]
+    why = reasons[0] if reasons else f"needs {labels}"
+    item.add_marker(pytest.mark.skip(reason=f"{why} (this run: {connection.vendor})"))
 
 
 @pytest.fixture

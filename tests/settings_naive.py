@@ -1,5 +1,5 @@
 """The test settings of a project that keeps Django's ``USE_TZ = False``, in a time
-zone that is not UTC (tests/test_naive_time.py starts workers with it)."""
+zone that is not UTC (tests/integration/test_naive_time.py starts workers with it)."""
 
 from tests.settings import *  # noqa: F403
 

@@ -3,5 +3,5 @@ schema parts whose SQL differs per database.
 
 Only this layer (and ``models``) knows SQL dialects. It builds on ``models``,
 ``engine/`` and ``registry`` and never imports the worker, the verbs, the admin, the
-management commands or ``observe/`` (``tests/test_layers.py``).
+management commands or ``observe/`` (``tests/unit/test_layers.py``).
 """

@@ -3,6 +3,6 @@
 A port of the seed's step engine that knows nothing of Django: it talks to a
 ``StepStore``, an ``EventLookup`` and a ``Clock`` (protocols in ``records`` and
 ``clock``), so the same code runs on the in-memory stores in tests and on the ORM
-ones in ``db/``. ``tests/test_layers.py`` proves that no module here imports Django
+ones in ``db/``. ``tests/unit/test_layers.py`` proves that no module here imports Django
 or anything of the package outside ``engine/`` but ``exceptions``.
 """

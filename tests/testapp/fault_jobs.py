@@ -1,4 +1,4 @@
-"""Jobs the fault-injection matrix (tests/test_faults.py) runs in real worker processes.
+"""Jobs the fault-injection matrix (tests/processes/test_faults.py) runs in real worker processes.
 
 Each step's side effect is an ``Effect`` row written first thing in the step, so the
 test counts exactly how often each side effect happened.
@@ -67,7 +67,7 @@ def five(ctx: Any, n: int) -> int:
     return sum(int(ctx.step.run(f"s{i}", _square, n + i)) for i in range(5))
 
 
-# -- the soak (tests/test_soak.py, make soak) -----------------------------------------
+# -- the soak (tests/processes/test_soak.py, make soak) -----------------------------------------
 
 
 def _note(name: str, run_id: str) -> str:

@@ -1,4 +1,4 @@
-"""Jobs for the edge-input tests (tests/test_edge_inputs.py): overflowing durations,
+"""Jobs for the edge-input tests (tests/integration/test_edge_inputs.py): overflowing durations,
 unstorable outputs and names. Imported by those tests, which drive them in-process."""
 
 from __future__ import annotations
@@ -61,5 +61,6 @@ def bad_name(ctx: Any, where: str) -> None:
 
 @job(name="tests.inputs.grandparent", retries=0)
 def grandparent(ctx: Any, value: int) -> Any:
-    """Three generations for cancelling a whole family (tests/test_children_verbs.py)."""
+    """Three generations for cancelling a whole family
+    (tests/integration/test_children_verbs.py)."""
     return ctx.step.invoke("call-parent", "tests.parent", value, timeout="1h")

@@ -1,4 +1,4 @@
-"""django.tasks tasks for tests/test_backend.py (Django >= 6.0 only: not autodiscovered)."""
+"""django.tasks tasks for tests/*/test_backend.py (Django >= 6.0 only: not autodiscovered)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ class Command(BaseCommand):
         refuse_unmigrated()
         log_jobs()
         try:
-            faults.arm()  # a test's fault (tests/test_faults.py); nothing otherwise
+            faults.arm()  # a test's fault (tests/processes/test_faults.py); nothing otherwise
         except faults.FaultSpecError as exc:
             raise CommandError(str(exc)) from None
         values: dict[str, Any] = {

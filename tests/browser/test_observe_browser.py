@@ -1,0 +1,290 @@
+"""The dashboard and the workers page in real headless Chromium, at 1400 px with the
+admin's sidebar open and at 800 px with it folded, light and dark: the charts are
+drawn (every line and bar has a size) and the page never scrolls sideways.
+
+Screenshots go to ``.tmp/artifacts/``; with ``DURABLE_JOBS_UPDATE_DOCS=1`` the light
+1400 px ones are also copied to ``docs/`` (the README's pictures).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.worker import rows as workers
+from tests.browser.test_admin_browser import ARTIFACTS, REPO_DIR, browser, log_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+__all__ = ["browser"]  # the fixture
+
+JOBS = ("shop.sync_order", "shop.send_receipt", "crm.import_contacts", "billing.charge")
+CODES = ("X_JOB_TIMEOUT", "X_CHILD_FAILED", "X_NON_RETRIABLE")
+#: 1400 px with the admin's sidebar open; 800 px with it folded, as one works there.
+SIZES = ((1400, "wide", True), (800, "narrow", False))
+
+
+def busy_day(clock: FakeClock) -> None:
+    """A day of runs: steady successes, a burst of failures, a backlog on three queues."""
+    rng = random.Random(15)
+    now = clock.now()
+    rows = []
+    for i in range(1500):
+        # A third of the runs in the last hour, so that the per-minute chart has a shape.
+        end = now - timedelta(seconds=rng.uniform(0, 86400 if i % 3 else 3600))
+        took = timedelta(seconds=rng.lognormvariate(0.5, 1.0))
+        failed = rng.random() < (0.25 if now - end < timedelta(minutes=20) else 0.04)
+        rows.append(
+            JobRun(
+                job_name=rng.choice(JOBS),
+                status=RunStatus.FAILED if failed else RunStatus.SUCCEEDED,
+                error_code=rng.choice(CODES) if failed else "",
+                created_at=end - took,
+                started_at=end - took,
+                finished_at=end,
+            )
+        )
+    for queue, backlog in (("default", 40), ("emails", 120), ("reports", 8)):
+        for i in range(backlog):
+            status = (RunStatus.QUEUED, RunStatus.SLEEPING, RunStatus.WAITING)[i % 3]
+            rows.append(
+                JobRun(
+                    job_name=rng.choice(JOBS),
+                    queue=queue,
+                    status=status,
+                    created_at=now - timedelta(minutes=i),
+                    wake_at=now - timedelta(seconds=30 * i)
+                    if status == RunStatus.QUEUED
+                    else now + timedelta(hours=1),
+                )
+            )
+    JobRun.objects.bulk_create(rows)
+    for name, queues in (
+        ("web-1:4242", None),
+        ("web-2:977", ["emails"]),
+        ("web-3:31", ["reports"]),
+    ):
+        workers.register(name, queues=queues, concurrency=1, now=now)
+    claim("web-1:4242#a1b2c3d4", now=now, lease=timedelta(minutes=1))
+    clock.advance("5m")  # web-3 stops beating: lost
+    for name in ("web-1:4242", "web-2:977"):
+        workers.beat(name, now=clock.now(), executed=rng.randint(100, 900))
+
+
+def no_sideways_scroll(browser: Any) -> None:
+    overflow = browser.execute_script(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
+
+
+def assert_not_cut(browser: Any) -> None:
+    """Every column of an admin list visible, none behind the table's scrollbar."""
+    from selenium.webdriver.common.by import By
+
+    results = browser.find_element(By.CSS_SELECTOR, ".results")
+    cut = browser.execute_script(
+        "return arguments[0].scrollWidth - arguments[0].clientWidth", results
+    )
+    assert cut <= 0, f"the table is cut by {cut}px"
+
+
+def show(browser: Any, url: str, width: int, theme: str, sidebar: bool) -> None:
+    browser.set_window_size(width, 1000)
+    browser.execute_script(
+        f"localStorage.setItem('django.admin.navSidebarIsOpen', '{str(sidebar).lower()}');"
+        f"localStorage.setItem('theme', '{theme}')"
+    )
+    browser.get(url)
+
+
+def save(browser: Any, width: int, name: str) -> None:
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(width, min(int(height) + 140, 3000))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / name))
+    pictured = name in ("dashboard-wide-light.png", "workers-wide-light.png")  # the README's
+    if os.environ.get("DURABLE_JOBS_UPDATE_DOCS") == "1" and pictured:
+        shutil.copyfile(ARTIFACTS / name, REPO_DIR / "docs" / name.replace("-wide-light", ""))
+
+
+def check_dashboard(browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    lines = browser.find_elements(By.CSS_SELECTOR, "polyline.djdj-line")
+    assert len(lines) == 6
+    for line in lines:
+        box = line.rect
+        assert box["width"] > 100, box  # drawn across the chart
+    bars = browser.find_elements(By.CSS_SELECTOR, "rect[class^='djdj-fill--']")
+    assert bars and all(bar.rect["width"] > 0 for bar in bars)
+    # The series have their own colours in this theme.
+    colours = {line.value_of_css_property("stroke") for line in lines}
+    assert len(colours) == 3, colours
+    text = browser.find_element(By.ID, "djdj-dashboard").text
+    assert "X_JOB_TIMEOUT" in text and "emails" in text
+
+
+@pytest.mark.parametrize(("width", "size", "sidebar"), SIZES)
+def test_dashboard_and_workers_in_a_browser(
+    browser: Any,
+    live_server: Any,
+    django_user_model: Any,
+    clock: FakeClock,
+    width: int,
+    size: str,
+    sidebar: bool,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    clock.advance("12h")
+    busy_day(clock)
+    log_in(browser, live_server, django_user_model)
+    backgrounds = set()
+    for theme in ("light", "dark"):
+        show(
+            browser,
+            f"{live_server.url}/admin/django_durable_jobs/dashboard/",
+            width,
+            theme,
+            sidebar,
+        )
+        check_dashboard(browser)
+        no_sideways_scroll(browser)
+        backgrounds.add(
+            browser.find_element(By.TAG_NAME, "body").value_of_css_property("background-color")
+        )
+        save(browser, width, f"dashboard-{size}-{theme}.png")
+
+        show(browser, f"{live_server.url}/admin/django_durable_jobs/worker/", width, theme, sidebar)
+        rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+        assert len(rows) == 3
+        assert "lost" in rows[1].text or "lost" in rows[2].text
+        [in_hand] = browser.find_elements(By.CSS_SELECTOR, "td.field-in_hand a")
+        assert "/jobrun/" in (in_hand.get_attribute("href") or "")
+        no_sideways_scroll(browser)
+        if width >= 1400:
+            assert_not_cut(browser)
+        save(browser, width, f"workers-{size}-{theme}.png")
+    assert len(backgrounds) == 2  # the admin's theme did switch
+
+
+def long_run(clock: FakeClock, steps: int = 200) -> JobRun:
+    """A waiting run with ``steps`` completed steps, then a wait."""
+    start = clock.now() - timedelta(hours=2)
+    run = JobRun.objects.create(
+        job_name="crm.import_contacts",
+        status=RunStatus.WAITING,
+        created_at=start,
+        started_at=start,
+        attempt=1,
+        wake_at=clock.now() + timedelta(seconds=30),
+    )
+    StepRecord.objects.bulk_create(
+        StepRecord(
+            run=run,
+            name=f"import-page-{i:03d}",
+            status=StepStatus.COMPLETED,
+            started_at=start + timedelta(seconds=30 * i),
+            completed_at=start + timedelta(seconds=30 * i + 20),
+            attempts=1,
+            output={"page": i, "contacts": 50},
+        )
+        for i in range(steps)
+    )
+    StepRecord.objects.create(
+        run=run,
+        name="wait-approval",
+        kind="wait",
+        status=StepStatus.WAITING,
+        started_at=start + timedelta(seconds=30 * steps),
+        event="import.approved",
+        correlation_key="batch-7",
+        event_cursor=0,
+        wake_at=clock.now() + timedelta(seconds=30),
+        deadline=start + timedelta(days=7),
+        attempts=1,
+    )
+    return run
+
+
+@pytest.mark.parametrize(("width", "size", "sidebar"), SIZES)
+def test_run_page_and_list_in_a_browser(
+    browser: Any,
+    live_server: Any,
+    django_user_model: Any,
+    clock: FakeClock,
+    width: int,
+    size: str,
+    sidebar: bool,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    clock.advance("12h")
+    busy_day(clock)
+    run = long_run(clock)
+    log_in(browser, live_server, django_user_model)
+    for theme in ("light", "dark"):
+        show(browser, f"{live_server.url}/admin/django_durable_jobs/jobrun/", width, theme, sidebar)
+        no_sideways_scroll(browser)
+        if width >= 1400:
+            assert_not_cut(browser)
+        save(browser, width, f"runs-{size}-{theme}.png")
+
+        show(
+            browser,
+            f"{live_server.url}/admin/django_durable_jobs/jobrun/{run.pk}/change/",
+            width,
+            theme,
+            sidebar,
+        )
+        no_sideways_scroll(browser)
+        rows = browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")
+        assert len(rows) == 201
+        timeline = browser.find_element(By.ID, "timeline")
+        fields = browser.find_element(By.CSS_SELECTOR, "fieldset.module")
+        assert timeline.location["y"] < fields.location["y"]  # the timeline first
+        for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
+            assert bar.size["width"] > 0
+        save(browser, width, f"run-{size}-{theme}.png")
+
+
+def test_live_run_page_refreshes_itself(
+    browser: Any, live_server: Any, django_user_model: Any, clock: FakeClock
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    run = long_run(clock, steps=3)
+    log_in(browser, live_server, django_user_model)
+    show(
+        browser,
+        f"{live_server.url}/admin/django_durable_jobs/jobrun/{run.pk}/change/",
+        1400,
+        "light",
+        True,
+    )
+    browser.find_element(By.CSS_SELECTOR, "#step-1 > summary").click()  # opened by the reader
+    assert len(browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")) == 4
+    StepRecord.objects.filter(run=run, name="wait-approval").update(
+        status=StepStatus.COMPLETED, completed_at=clock.now(), output={"ok": True}
+    )
+    StepRecord.objects.create(
+        run=run, name="apply", status=StepStatus.COMPLETED, started_at=clock.now(),
+        completed_at=clock.now(), attempts=1, output=1,
+    )  # fmt: skip
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=clock.now())
+    # No reload: the page fetches the timeline again (every 5 s) and then stops.
+    WebDriverWait(browser, 60).until(
+        lambda b: len(b.find_elements(By.CSS_SELECTOR, "details.djdj-step")) == 5
+    )
+    assert browser.find_element(By.ID, "step-1").get_attribute("open") is not None
+    assert browser.find_element(By.ID, "timeline").get_attribute("data-djdj-refresh") == "5"
+    assert "succeeded" in browser.find_element(By.CSS_SELECTOR, ".djdj-run-row").text

@@ -1,0 +1,243 @@
+"""Concurrency limits and throttles (SPEC §8): validation, keys, the claim, on the
+fake clock; the interleaved-claimers race on PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+
+from django_durable_jobs import Concurrency, Throttle, job, runs
+from django_durable_jobs.db import flow
+from django_durable_jobs.db.claims import claim, requeue_expired
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.timeouts import TimeGuard
+from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.registry import unregister
+from django_durable_jobs.worker.execution import execute
+from tests.testapp import flow_jobs
+
+pytestmark = pytest.mark.django_db
+LEASE = timedelta(minutes=1)
+
+
+# -- validation at decoration, keys at enqueue ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"concurrency": Concurrency(2, key="customer")}, ["unit.bad", "'customer'", "order_id"]),
+        ({"concurrency": 0}, ["concurrency", "0"]),
+        ({"concurrency": Concurrency(0)}, ["concurrency", "0"]),
+        ({"concurrency": "2"}, ["concurrency", "'2'"]),
+        ({"throttle": Throttle(5, per="5 mins")}, ["5 mins"]),
+        ({"throttle": Throttle(5, per=0)}, ["throttle", "zero"]),
+        ({"throttle": Throttle(5, per="1s", key="ctx")}, ["'ctx'", "not a parameter"]),
+        ({"throttle": 5}, ["Throttle"]),
+    ],
+)
+def test_bad_limits_fail_at_decoration(options: dict[str, Any], words: list[str]) -> None:
+    with pytest.raises((ValueError, TypeError)) as excinfo:
+
+        @job(name="unit.bad", **options)
+        def bad(ctx: Any, order_id: int) -> None: ...
+
+    unregister("unit.bad")
+    for word in words:
+        assert word in str(excinfo.value)
+
+
+def test_keys_are_computed_at_enqueue_and_stored() -> None:
+    run = flow_jobs.per_customer.enqueue(customer_id=42)
+    everyone = flow_jobs.global_limit.enqueue(1)
+    region = flow_jobs.by_region.enqueue({"region": "eu-west", "name": "Zoë"})
+    throttled = flow_jobs.throttled.enqueue(1)
+    stored = {r.pk: r for r in JobRun.objects.all()}
+    assert (stored[run.pk].concurrency_key, stored[run.pk].concurrency_limit) == ("42", 2)
+    assert (stored[everyone.pk].concurrency_key, stored[everyone.pk].concurrency_limit) == ("", 2)
+    assert stored[region.pk].concurrency_key == "eu-west"
+    assert stored[throttled.pk].throttle_key == ""
+    assert stored[throttled.pk].throttle_period == timedelta(seconds=1)
+    assert stored[throttled.pk].concurrency_key is None
+
+
+def test_a_key_function_must_return_text() -> None:
+    with pytest.raises(TypeError, match=r"tests\.by_region.*returned 3"):
+        flow_jobs.by_region.enqueue({"region": 3})
+    assert not JobRun.objects.exists()
+
+
+# -- concurrency in the claim ----------------------------------------------------------------
+
+
+def finish(run: JobRun, clock: FakeClock) -> None:
+    execute(run, clock=clock, owner=run.lease_owner, guard=TimeGuard(use_signals=False))
+
+
+def test_concurrency_per_key_holds_the_rest_and_frees_a_slot(clock: FakeClock) -> None:
+    first = []
+    for _ in range(5):
+        first.append(flow_jobs.per_customer.enqueue(42))
+        clock.advance(timedelta(milliseconds=1))
+    other = flow_jobs.per_customer.enqueue(7)
+    taken = claim("w", now=clock.now(), lease=LEASE, limit=10)
+    assert sorted(r.concurrency_key or "" for r in taken) == ["42", "42", "7"]
+    assert {first[0].pk, first[1].pk} < {r.pk for r in taken}  # the oldest first
+    held = JobRun.objects.filter(status=RunStatus.QUEUED)
+    assert held.count() == 3 and set(held.values_list("wake_at", flat=True)) == {None}
+    reason = flow.held_reason(held.first(), clock.now())  # type: ignore[arg-type]
+    assert reason == "held by concurrency customer_id=42 (2/2 running)"
+    assert claim("w", now=clock.now(), lease=LEASE, limit=10) == []
+    # A run of key 42 finishes: exactly one held run of that key may go.
+    finish(next(r for r in taken if r.concurrency_key == "42"), clock)
+    [next_run] = claim("w", now=clock.now(), lease=LEASE, limit=10)
+    assert next_run.concurrency_key == "42" and next_run.pk == first[2].pk  # in order
+    assert other.pk in {r.pk for r in taken}
+
+
+def test_a_global_limit_counts_every_run_of_the_job(clock: FakeClock) -> None:
+    for n in range(4):
+        flow_jobs.global_limit.enqueue(n)
+    assert len(claim("w", now=clock.now(), lease=LEASE, limit=10)) == 2
+
+
+def test_held_runs_do_not_block_other_jobs(clock: FakeClock) -> None:
+    for _ in range(20):
+        flow_jobs.per_customer.enqueue(42)
+    plain = flow_jobs.retry_after.using(priority=-5).enqueue("body")  # worst priority
+    claim("w", now=clock.now(), lease=LEASE, limit=2)
+    [taken] = claim("w", now=clock.now(), lease=LEASE, limit=1)
+    assert taken.pk == plain.pk
+
+
+def test_a_suspended_run_does_not_hold_a_slot(clock: FakeClock) -> None:
+    sleeping = flow_jobs.by_region.enqueue({"region": "eu"})
+    clock.advance(timedelta(milliseconds=1))  # the fake clock stands still: order them
+    second = flow_jobs.by_region.enqueue({"region": "eu"})
+    [run] = claim("w", now=clock.now(), lease=LEASE)
+    assert run.pk == sleeping.pk
+    finish(run, clock)  # sleeps for a minute: its slot is free
+    [run] = claim("w", now=clock.now(), lease=LEASE)
+    assert run.pk == second.pk
+    finish(run, clock)
+    clock.advance(timedelta(minutes=1))
+    woken = claim("w", now=clock.now(), lease=LEASE, limit=5)
+    assert len(woken) == 1  # both woke; one slot
+
+
+def test_a_dead_workers_slot_returns_after_its_lease(clock: FakeClock) -> None:
+    dead = flow_jobs.one_per_key.enqueue("k")
+    clock.advance(timedelta(milliseconds=1))
+    waiting = flow_jobs.one_per_key.enqueue("k")
+    claim("dead", now=clock.now(), lease=LEASE)
+    assert claim("w", now=clock.now(), lease=LEASE) == []
+    clock.advance(LEASE + timedelta(seconds=1))
+    assert requeue_expired(now=clock.now()) == 1
+    [again] = claim("w", now=clock.now(), lease=LEASE)
+    assert again.pk == dead.pk and again.attempt == 2
+    finish(again, clock)
+    [after] = claim("w", now=clock.now(), lease=LEASE)
+    assert after.pk == waiting.pk
+
+
+def test_stranded_held_runs_are_let_go(clock: FakeClock) -> None:
+    dead = flow_jobs.one_per_key.enqueue("k")
+    clock.advance(timedelta(milliseconds=1))
+    waiting = flow_jobs.one_per_key.enqueue("k")
+    claim("dead", now=clock.now(), lease=LEASE)
+    claim("w", now=clock.now(), lease=LEASE)  # holds `waiting`
+    clock.advance(LEASE + timedelta(seconds=1))
+    requeue_expired(now=clock.now())
+    runs.cancel(dead.pk)  # the slot's run will never free it now
+    assert claim("w", now=clock.now(), lease=LEASE) == []
+    assert flow.unhold_stranded(now=clock.now()) == 1
+    [taken] = claim("w", now=clock.now(), lease=LEASE)
+    assert taken.pk == waiting.pk
+
+
+def test_a_run_cancelled_while_running_keeps_its_slot_until_stopped(clock: FakeClock) -> None:
+    first = flow_jobs.one_per_key.enqueue("k")
+    clock.advance(timedelta(milliseconds=1))
+    flow_jobs.one_per_key.enqueue("k")
+    [run] = claim("w", now=clock.now(), lease=LEASE)
+    runs.cancel(first.pk)  # it still executes up to its next step
+    assert claim("w2", now=clock.now(), lease=LEASE) == []
+    finish(run, clock)  # the worker stops it: the slot frees
+    assert len(claim("w2", now=clock.now(), lease=LEASE)) == 1
+
+
+def test_jobs_show_says_why_a_run_is_held(clock: FakeClock, capsys: Any) -> None:
+    for _ in range(2):
+        flow_jobs.per_customer.enqueue(42)
+        clock.advance(timedelta(milliseconds=1))
+    held = flow_jobs.per_customer.enqueue(42)
+    claim("w", now=clock.now(), lease=LEASE, limit=5)
+    call_command("jobs", "show", str(held.pk))
+    assert (
+        "not starting: held by concurrency customer_id=42 (2/2 running)" in capsys.readouterr().out
+    )
+
+
+# -- throttle -----------------------------------------------------------------------------
+
+
+def test_throttle_delays_starts_beyond_the_period(clock: FakeClock) -> None:
+    started = clock.now()
+    for n in range(7):
+        flow_jobs.throttled.enqueue(n)
+    assert len(claim("w", now=clock.now(), lease=LEASE, limit=10)) == 5
+    later = JobRun.objects.filter(status=RunStatus.QUEUED)
+    assert set(later.values_list("wake_at", flat=True)) == {started + timedelta(seconds=1)}
+    until = (started + timedelta(seconds=1)).strftime("%H:%M:%S")
+    assert flow.held_reason(later.first(), clock.now()) == f"throttled until {until}"  # type: ignore[arg-type]
+    clock.advance(timedelta(milliseconds=999))
+    assert claim("w", now=clock.now(), lease=LEASE, limit=10) == []
+    clock.advance(timedelta(milliseconds=1))
+    assert len(claim("w", now=clock.now(), lease=LEASE, limit=10)) == 2
+
+
+# -- two claimers at once ------------------------------------------------------------------
+
+
+@pytest.mark.postgres(reason="SQLite has one writer; the race needs row locks")
+@pytest.mark.mariadb
+@pytest.mark.django_db(transaction=True)
+def test_interleaved_claimers_never_exceed_a_limit(clock: FakeClock) -> None:
+    for _ in range(6):
+        flow_jobs.one_per_key.enqueue("k")
+    barrier = threading.Barrier(4)
+    taken: list[JobRun] = []
+
+    def claimer(name: str) -> None:
+        try:
+            barrier.wait(timeout=10)
+            taken.extend(claim(name, now=clock.now(), lease=LEASE, limit=3))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(taken) == 1
+    assert JobRun.objects.filter(status=RunStatus.RUNNING).count() == 1
+
+
+def test_the_admin_run_page_says_why_a_run_is_held(clock: FakeClock, admin_client: Any) -> None:
+    from django.urls import reverse
+
+    for _ in range(2):
+        flow_jobs.per_customer.enqueue(42)
+        clock.advance(timedelta(milliseconds=1))
+    held = flow_jobs.per_customer.enqueue(42)
+    claim("w", now=clock.now(), lease=LEASE, limit=5)
+    page = admin_client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[held.pk]))
+    text = page.content.decode()
+    assert "not starting" in text.lower()
+    assert "held by concurrency customer_id=42 (2/2 running)" in text

@@ -1,0 +1,93 @@
+"""A project with ``USE_TZ = False`` (issue 9, item 12): Django's supported setting.
+
+Django then stores naive local times (``TIME_ZONE``) and SQLite and MySQL refuse
+aware datetimes, while the app's clock is aware. Runs must enqueue, claim, sleep,
+wait and finish all the same, the columns holding local time as Django means it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from tests.conftest import Driver
+from tests.testapp import jobs
+from tests.testapp.admin_jobs import napper
+
+
+@pytest.fixture
+def naive(settings: Any) -> None:
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Paris"
+
+
+@pytest.mark.django_db
+def test_a_flow_runs_with_use_tz_false(naive: None, driver: Driver, clock: FakeClock) -> None:
+    clock.set(datetime(2026, 7, 1, 10, 0, tzinfo=UTC))  # 12:00 in Paris
+    run = jobs.onboarding.enqueue(7)
+    driver.drain()
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.SLEEPING
+    clock.advance("3d")
+    driver.drain()
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING
+    clock.advance("7d")
+    driver.drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.result == {"ordered": False, "email": "u7@example.com", "order": None}
+    # Read back as aware instants; stored as Paris time, as Django means USE_TZ=False.
+    assert run.created_at == datetime(2026, 7, 1, 10, 0, tzinfo=UTC)
+    assert JobRun.objects.filter(pk=run.pk, created_at=datetime(2026, 7, 1, 12, 0)).exists()
+    sleep = StepRecord.objects.get(run=run, name="sleep:3d")
+    assert sleep.wake_at == datetime(2026, 7, 4, 10, 0, tzinfo=UTC)
+
+
+@pytest.mark.django_db
+def test_a_naive_run_after_is_local_time(naive: None, clock: FakeClock) -> None:
+    run = jobs.noop.using(run_after=datetime(2026, 3, 1, 9, 30)).enqueue()
+    run.refresh_from_db()
+    assert run.wake_at == datetime(2026, 3, 1, 8, 30, tzinfo=UTC)
+    later = jobs.noop.using(run_after="1h").enqueue()
+    later.refresh_from_db()
+    assert later.wake_at is not None and timezone.is_aware(later.wake_at)
+    assert later.wake_at == clock.now() + timedelta(hours=1)
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_runs_with_use_tz_false(
+    naive: None, driver: Driver, clock: FakeClock, admin_client: Any
+) -> None:
+    run = napper.enqueue()
+    driver.drain()
+    listing = admin_client.get(reverse("admin:django_durable_jobs_jobrun_changelist"))
+    assert listing.status_code == 200
+    year = admin_client.get(
+        reverse("admin:django_durable_jobs_jobrun_changelist"), {"created_at__year": "2026"}
+    )
+    assert year.status_code == 200 and str(run.pk)[:8] in year.content.decode()
+    page = admin_client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk]))
+    assert page.status_code == 200 and "sleep:3d" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_limited_run_is_claimed_with_use_tz_false(naive: None, clock: FakeClock) -> None:
+    """Concurrency and throttle claims write ``started_at`` like every other claim."""
+    from django_durable_jobs.db import flow
+    from tests.testapp import flow_jobs
+
+    clock.set(datetime(2026, 7, 1, 10, 0, tzinfo=UTC))
+    limited = flow_jobs.per_customer.enqueue(customer_id=42)
+    throttled = flow_jobs.throttled.enqueue(1)
+    now = clock.now()
+    claimed = flow.claim_limited("naive-worker", now=now, lease=timedelta(minutes=1), limit=5)
+    assert {run.pk for run in claimed} == {limited.pk, throttled.pk}
+    for run in claimed:
+        assert run.status == RunStatus.RUNNING
+        assert run.started_at == now
+        assert JobRun.objects.filter(pk=run.pk, started_at=datetime(2026, 7, 1, 12, 0)).exists()

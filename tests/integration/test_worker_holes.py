@@ -1,0 +1,172 @@
+"""The worker's holes from issue 9, in-process on real databases: an outcome write that
+meets a cut connection (item 2), error texts no database stores (item 3), job code that
+raises SystemExit or KeyboardInterrupt (item 5), connections kept whatever
+CONN_MAX_AGE says (item 17)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.backends.signals import connection_created
+
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.worker.loop import Worker, WorkerOptions
+from tests.testapp import hole_jobs, jobs
+from tests.testapp.models import Effect
+
+
+def worker(clock: FakeClock, **options: Any) -> Worker:
+    return Worker(WorkerOptions(worker_id="w-holes", burst=True, **options), clock=clock)
+
+
+# -- item 2: the outcome write meets a terminated backend ------------------------------
+
+
+@pytest.mark.postgres(reason="terminating a server backend needs PostgreSQL or MariaDB")
+@pytest.mark.mariadb
+@pytest.mark.parametrize(
+    ("conn_max_age", "refuse_for"),
+    [(None, 0), (0, 0), (0, 0.5)],
+    ids=["persistent-terminated", "max-age-0-terminated", "max-age-0-refused"],
+)
+@pytest.mark.django_db(transaction=True)
+def test_outcome_survives_a_terminated_backend_at_its_write(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch, conn_max_age: int | None, refuse_for: float
+) -> None:
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", conn_max_age)
+    connection.close()
+    run = hole_jobs.cut_connection.enqueue(refuse_for)
+    clock.advance("1s")  # claimed in this order
+    after = jobs.noop.enqueue()
+    assert worker(clock).run() == 2
+    run.refresh_from_db()
+    # Before: the retry fenced the outcome with the next owner and was refused; the
+    # succeeded run sat "running" until its lease ran out and then burned an attempt.
+    assert (run.status, run.result, run.attempt) == (RunStatus.SUCCEEDED, "done", 1)
+    assert (run.lease_owner, run.lease_expires_at) == ("", None)
+    assert JobRun.objects.get(pk=after.pk).status == RunStatus.SUCCEEDED
+    assert Effect.objects.filter(name="work").count() == 1
+
+
+@pytest.mark.postgres(reason="terminating a server backend needs PostgreSQL or MariaDB")
+@pytest.mark.mariadb
+@pytest.mark.django_db(transaction=True)
+def test_a_limited_runs_outcome_survives_a_terminated_backend_and_frees_its_slot(
+    clock: FakeClock,
+) -> None:
+    """Flow's outcome (written alone, slot freed under the key's lock) meets the cut
+    connection that holes-worker's owner fencing was built for."""
+    first = hole_jobs.cut_connection_limited.enqueue()
+    clock.advance("1s")
+    second = hole_jobs.cut_connection_limited.enqueue()  # held until the first frees
+    assert worker(clock).run() == 2
+    for run in (first, second):
+        run.refresh_from_db()
+        assert (run.status, run.result, run.attempt) == (RunStatus.SUCCEEDED, "done", 1)
+        assert (run.lease_owner, run.lease_expires_at) == ("", None)
+    assert Effect.objects.filter(name="work").count() == 2
+
+
+# -- item 3: error texts a database cannot store --------------------------------------
+
+
+@pytest.mark.parametrize("where", ["job", "step"])
+@pytest.mark.django_db(transaction=True)
+def test_a_nul_or_a_lone_surrogate_in_an_error_is_stored_escaped(
+    clock: FakeClock, where: str
+) -> None:
+    failing = hole_jobs.unstorable_error.enqueue(where)
+    clock.advance("1s")  # claimed in this order
+    after = jobs.noop.enqueue()
+    w = worker(clock)
+    assert w.run_once()  # executes the failing run
+    assert w.run_once()  # records its outcome with the next claim, executes the next run
+    w.flush()
+    failing.refresh_from_db()
+    assert failing.status == RunStatus.FAILED and failing.error_type == "builtins.ValueError"
+    assert failing.error == "bad \\x00 byte and \\ud800 half"
+    assert "bad \\x00 byte and \\ud800 half" in failing.traceback
+    assert JobRun.objects.get(pk=after.pk).status == RunStatus.SUCCEEDED
+    if where == "step":
+        step = StepRecord.objects.get(run=failing, name="explode")
+        assert step.status == StepStatus.FAILED and step.error == failing.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_the_database_refuses_is_recorded_in_short_and_the_worker_moves_on(
+    clock: FakeClock,
+) -> None:
+    failing = hole_jobs.unstorable_error.enqueue("job")
+    clock.advance("1s")  # claimed in this order
+    after = jobs.noop.enqueue()
+    w = worker(clock)
+    assert w.run_once()
+    # What no escaping foresaw: texts the database refuses (built here around the
+    # escaping; a NUL is refused by PostgreSQL, a lone surrogate by every driver).
+    held = w._pending
+    assert held is not None
+    bad = {"error": "refused \x00 \udcff", "traceback": "\udcff" * 10, "error_type": "x\udcff"}
+    w._pending = replace(held, changes={**held.changes, **bad})
+    assert w.run_once()  # before: DataError / UnicodeEncodeError, the same write forever
+    assert w.run_once()  # the short outcome with the next claim; the next run executes
+    w.flush()
+    failing.refresh_from_db()
+    assert failing.status == RunStatus.FAILED and failing.attempt == 1
+    assert failing.error.startswith("refused \\x00 \\udcff [recorded in short: ")
+    assert failing.error_type == "x\\udcff" and failing.traceback == ""
+    assert failing.error.isascii() and "\x00" not in failing.error
+    assert (failing.lease_owner, failing.lease_expires_at) == ("", None)
+    assert JobRun.objects.get(pk=after.pk).status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.postgres(reason="SQLite and MariaDB store any JSON text, escaped")
+@pytest.mark.django_db(transaction=True)
+def test_a_success_whose_result_is_refused_fails_instead_of_vanishing(clock: FakeClock) -> None:
+    run = jobs.noop.enqueue()
+    w = worker(clock)
+    assert w.run_once()
+    held = w._pending
+    assert held is not None
+    w._pending = replace(held, changes={**held.changes, "result": {"k": "\udcff"}})
+    while w.run_once():
+        pass
+    w.flush()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_STEP_OUTPUT_INVALID"
+    assert "the database refused the outcome" in run.error and run.result is None
+
+
+# -- item 17: the worker keeps a healthy connection whatever CONN_MAX_AGE says ---------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_conn_max_age_0_the_worker_keeps_its_connection_between_runs(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)  # Django's default
+    for _ in range(5):
+        jobs.noop.enqueue()
+    connection.close()
+    main = threading.get_ident()
+    opened: list[str] = []
+
+    def created(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if threading.get_ident() == main:
+            opened.append(connection.alias)
+
+    connection_created.connect(created)
+    try:
+        assert worker(clock).run() == 5
+    finally:
+        connection_created.disconnect(created)
+    # Before: one connection per run (Django's request rule applied to every run).
+    assert opened == ["default"]
+    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 5
+
+
+# -- item 7: a retry records each step's start before its function runs ------------------

@@ -1,0 +1,131 @@
+"""Many async runs in one real ``runjobs`` process (SPEC §13): kill -9 with 50 runs in
+flight, SIGTERM draining every one of them, and no overlap with batched claims.
+
+Same harness as ``test_worker_processes.py`` (short lease, polls with generous
+deadlines that only keep a broken worker from hanging the suite).
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection, transaction
+
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from tests.processes.test_worker_processes import Workers, wait_until
+from tests.testapp import async_jobs
+from tests.testapp.models import Effect, Execution
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+IN_FLIGHT = 50
+
+
+@pytest.fixture
+def workers(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[Workers]:
+    failed_before = request.session.testsfailed
+    pool = Workers(request.node.name)
+    try:
+        yield pool
+    finally:
+        pool.cleanup(failed=request.session.testsfailed > failed_before)
+
+
+def effect_counts(name: str) -> Counter[str]:
+    return Counter(Effect.objects.filter(name=name).values_list("run_id", flat=True))
+
+
+def test_kill_9_with_50_async_runs_in_flight_a_new_worker_finishes_them_all(
+    workers: Workers,
+) -> None:
+    with transaction.atomic():
+        runs = [async_jobs.async_hang_once.enqueue() for _ in range(IN_FLIGHT)]
+    first = workers.start("first")
+    # Every run completed "touch" and now hangs in its "io" step: all 50 in flight in
+    # one process.
+    touched_steps = StepRecord.objects.filter(name="touch", status=StepStatus.COMPLETED)
+    wait_until(
+        lambda: touched_steps.count() >= IN_FLIGHT,
+        timeout=60,
+        what=f"{IN_FLIGHT} async runs in flight",
+        workers=[first],
+    )
+    assert JobRun.objects.filter(status=RunStatus.RUNNING).count() == IN_FLIGHT
+    assert first.kill() == -signal.SIGKILL
+
+    second = workers.start("second")
+    wait_until(
+        lambda: JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() >= IN_FLIGHT,
+        timeout=300,
+        what=f"the second worker to finish all {IN_FLIGHT} runs",
+        workers=[second],
+    )
+    assert second.terminate() == 0
+    ids = {str(run.id) for run in runs}
+    touched, after = effect_counts("touch"), effect_counts("after")
+    print(
+        f"\n[async kill -9 / {connection.vendor}] runs={IN_FLIGHT} "
+        f"attempts={Counter(JobRun.objects.values_list('attempt', flat=True))}"
+    )
+    assert set(touched) == ids and set(touched.values()) == {1}  # replayed, never re-run
+    assert set(after) == ids and set(after.values()) == {1}
+    assert set(JobRun.objects.values_list("status", "attempt")) == {(RunStatus.SUCCEEDED, 2)}
+    assert set(StepRecord.objects.filter(name="touch").values_list("attempts", flat=True)) == {1}
+
+
+def test_sigterm_drains_every_async_run_in_flight(workers: Workers) -> None:
+    worker = workers.start("drainer", "--drain-timeout", "60s")
+    workers.wait_started(worker)
+    with transaction.atomic():
+        runs = [async_jobs.async_io.enqueue(2.0, tag=str(n)) for n in range(30)]
+    wait_until(
+        lambda: Effect.objects.filter(name__startswith="touch").count() >= len(runs),
+        timeout=60,
+        what="30 async runs in flight",
+        workers=[worker],
+    )
+    assert worker.terminate(timeout=90) == 0
+    statuses = Counter(JobRun.objects.values_list("status", "attempt"))
+    assert statuses == {(RunStatus.SUCCEEDED, 1): len(runs)}, statuses  # finished, not cut
+    assert "waiting for" in worker.log() and "async run(s)" in worker.log()
+
+
+RUNS = 400
+
+
+def test_batched_claims_never_execute_a_run_in_two_workers_at_once(workers: Workers) -> None:
+    pool = [workers.start(f"w{i}", "--async-concurrency", "20") for i in range(3)]
+    for worker in pool:
+        workers.wait_started(worker)
+    with transaction.atomic():
+        runs = [async_jobs.async_logged.enqueue(n) for n in range(RUNS)]
+    wait_until(
+        lambda: JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() >= RUNS,
+        timeout=600,  # only keeps a broken worker from hanging the suite (a loaded CI box)
+        what=f"{RUNS} runs to finish",
+        workers=pool,
+    )
+    for worker in pool:
+        assert worker.terminate() == 0, worker.name
+    per_run: dict[str, list[Execution]] = {}
+    for execution in Execution.objects.order_by("started_ns"):
+        per_run.setdefault(execution.run_id, []).append(execution)
+    assert set(per_run) == {str(run.id) for run in runs}
+    assert all(len(rows) == 1 for rows in per_run.values())
+    for rows in per_run.values():
+        for earlier, later in itertools.pairwise(rows):
+            assert earlier.ended_ns and earlier.ended_ns <= later.started_ns
+    work = StepRecord.objects.filter(name="work")
+    assert set(work.values_list("status", "attempts")) == {(StepStatus.COMPLETED, 1)}
+    pids = Counter(rows[0].pid for rows in per_run.values())
+    batches = sum(worker.log().count("runs claimed: ") for worker in pool)
+    print(
+        f"\n[async overlap / {connection.vendor}] per-process={sorted(pids.values())} "
+        f"claims of several runs={batches}"
+    )
+    assert len(pids) > 1, pids
+    assert batches > 0  # batching was on: several runs per claim

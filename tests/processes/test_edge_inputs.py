@@ -1,0 +1,55 @@
+"""A real ``runjobs`` refuses, before its loop starts, options it cannot use (the other
+edge inputs: tests/integration/test_edge_inputs.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_durable_jobs.models import JobRun, RunStatus
+from tests.testapp import jobs
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+
+
+def runjobs(*args: str) -> subprocess.CompletedProcess[str]:
+    """``runjobs --burst`` in a real process on the test database; it must stop at once."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DURABLE_JOBS_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "django", "runjobs", "--burst", *args],
+        cwd=REPO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--worker-id", "w" * 201], "--worker-id must be 1 to 200 characters"),
+        (["--worker-id", ""], "--worker-id must be 1 to 200 characters"),
+        (["--worker-id", "host\x01:1\udc80"], "cannot be stored"),
+        (["--poll-interval", "0s"], "--poll-interval must be longer than zero"),
+        (["--poll-interval", "0ms"], "--poll-interval must be longer than zero"),
+    ],
+)
+def test_runjobs_refuses_what_it_cannot_use_before_it_starts(args: list[str], said: str) -> None:
+    jobs.noop.enqueue()
+    done = runjobs(*args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert said in done.stderr
+    assert " wake=" not in done.stdout + done.stderr  # the worker loop never started
+    assert JobRun.objects.get().status == RunStatus.QUEUED

@@ -1,0 +1,213 @@
+"""The fault-injection matrix (issue 11): every named fault point (faults.py) x {kill,
+database error, pause past the lease} x {first, middle, last hit}, each in a real
+``runjobs`` process, with a second worker that takes over.
+
+What every case asserts: the run finishes with its real outcome (succeeded, its real
+result; never X_ATTEMPTS_EXHAUSTED from a phantom owner), nothing is stuck, every step
+is recorded once and completed, and each side effect happened exactly once except
+where the fault sits between a step's effect and its record (``step.before_record``,
+and a heartbeat that kills or stops the process inside a step): there, exactly that
+one step's effect happened twice.
+
+The whole matrix runs under ``make faults`` (marker ``faults``); CI runs ``CI_SLICE``:
+the middle hit of every point, with every action at least three times.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from django_durable_jobs import faults
+from django_durable_jobs.events import publish_event
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
+    Worker,
+    Workers,
+    effects,
+    status_of,
+    wait_until,
+    workers,
+)
+from tests.testapp import fault_jobs
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+#: The nth hit of a point that is its first, middle and last in one run of the job
+#: (trio: 4 claims and 4 outcomes, 3 steps, 3 sleeps; relay: 3 invokes, 3 waits).
+POSITIONS = {
+    "claim.after": (1, 2, 4),
+    "step.before_record": (1, 2, 3),
+    "step.recorded": (1, 2, 3),
+    "suspend.write": (1, 2, 3),
+    "event.matched": (1, 2, 3),
+    "outcome.before": (1, 2, 4),
+    "outcome.after": (1, 2, 4),
+    "heartbeat": (1, 2, 3),
+    "invoke.start": (1, 2, 3),
+}
+RELAY_POINTS = {"event.matched", "invoke.start"}
+#: The slice CI runs (middle hits): every point once, every action at least three times,
+#: and all three at the one window where a side effect repeats.
+CI_SLICE = {
+    ("claim.after", "kill"),
+    ("step.before_record", "kill"),
+    ("step.before_record", "dberror"),
+    ("step.before_record", "pause"),
+    ("step.recorded", "kill"),
+    ("suspend.write", "pause"),
+    ("event.matched", "dberror"),
+    ("outcome.before", "kill"),
+    ("outcome.after", "dberror"),
+    ("heartbeat", "pause"),
+    ("invoke.start", "kill"),
+}
+
+
+def _cases() -> list[Any]:
+    cases: list[Any] = []
+    for point in faults.POINTS:
+        for action in faults.ACTIONS:
+            for where, nth in zip(("first", "middle", "last"), POSITIONS[point], strict=True):
+                in_ci = where == "middle" and (point, action) in CI_SLICE
+                marks = [] if in_ci else [pytest.mark.faults]
+                cases.append(
+                    pytest.param(point, action, nth, id=f"{point}-{action}-{where}", marks=marks)
+                )
+    return cases
+
+
+@pytest.mark.parametrize(("point", "action", "nth"), _cases())
+def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> None:  # noqa: F811
+    relay = point in RELAY_POINTS
+    run = (fault_jobs.relay if relay else fault_jobs.trio).enqueue()
+    first = workers.start("first", env={faults.ENV: f"{point}:{action}:{nth}"})
+    pump = _EventPump(run) if relay else None
+
+    def pumped(condition: Callable[[], bool]) -> Callable[[], bool]:
+        def check() -> bool:
+            if pump is not None:
+                pump.publish()
+            return condition()
+
+        return check
+
+    wait_until(
+        pumped(lambda: "FAULT FIRED" in first.log()),
+        timeout=90,
+        what=f"the fault {point}:{action}:{nth} to fire",
+        workers=[first] if action != "kill" else [],
+    )
+    second = workers.start("second")
+    workers.wait_started(second)
+    wait_until(
+        pumped(lambda: _finished(run)),
+        timeout=120,
+        what="every run to finish",
+        workers=[second],
+    )
+    _settle_first(first, action)
+    _assert_outcome(run, point, action, nth, relay)
+    assert second.terminate() == 0
+
+
+def _finished(run: JobRun) -> bool:
+    done = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}
+    return status_of(run) in done and not JobRun.objects.exclude(status__in=done).exists()
+
+
+def _settle_first(first: Worker, action: str) -> None:
+    """The faulty worker: killed (exit 86); or alive, and (paused) continued, its stale
+    writes refused, then stopped by SIGTERM like any worker (exit 0)."""
+    if action == "kill":
+        assert first.proc.wait(timeout=30) == faults.KILLED
+        return
+    if action == "pause":
+        wait_until(
+            lambda: "FAULT RESUMED" in first.log(),
+            timeout=90,
+            what="the paused worker to be continued",
+            workers=[first],
+        )
+    assert first.alive()
+    assert first.terminate(timeout=60) == 0
+
+
+def _assert_outcome(run: JobRun, point: str, action: str, nth: int, relay: bool) -> None:
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (RunStatus.SUCCEEDED, ""), (run.error_code, run.error)
+    assert run.attempt <= 4 and run.lease_owner == ""
+    records = list(StepRecord.objects.filter(run=run).values_list("name", "status", "attempts"))
+    assert {status for _, status, _ in records} == {StepStatus.COMPLETED}, records
+    counts = effects(run)
+    if relay:
+        assert _pinged(run.result), run.result
+        children = JobRun.objects.filter(parent=run)
+        assert children.count() == 3  # one child per invoke, however often it replayed
+        assert set(children.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+        child_effects = Counter(name for child in children for name in effects(child).elements())
+        assert child_effects == {"child1": 1, "child2": 1, "child3": 1}
+        return
+    assert run.result == ["s1", "s2", "s3"]
+    repeated = {name: n for name, n in counts.items() if n != 1}
+    assert set(counts) == {"s1", "s2", "s3"}
+    if point == "step.before_record":
+        # Between the effect and its record: that one step, and only it, ran twice.
+        assert repeated == {f"s{nth}": 2}, counts
+    elif point == "heartbeat" and action != "dberror":
+        # The process died (or froze) inside whichever step was executing.
+        assert len(repeated) <= 1 and set(repeated.values()) <= {2}, counts
+    else:
+        assert repeated == {}, counts
+
+
+def _pinged(result: Any) -> bool:
+    return result[0::2] == [1, 2, 3] and all(isinstance(p, dict) for p in result[1::2])
+
+
+class _EventPump:
+    """Publishes each ``ping`` the relay run waits for, once it waits for it."""
+
+    def __init__(self, run: JobRun) -> None:
+        self.run = run
+        self.sent: set[str] = set()
+
+    def publish(self) -> None:
+        waiting = StepRecord.objects.filter(
+            run=self.run, status=StepStatus.WAITING, event="ping"
+        ).values_list("name", flat=True)
+        for name in waiting:
+            if name not in self.sent:
+                self.sent.add(name)
+                publish_event("ping", {"round": name}, key=f"{self.run.id}:{name[-1]}")
+
+
+def test_a_database_error_before_the_run_executes_gives_it_back_without_an_attempt(
+    workers: Workers,  # noqa: F811
+) -> None:
+    run = fault_jobs.once.enqueue()
+    worker = workers.start("first", env={faults.ENV: "claim.after:dberror"})
+    wait_until(lambda: _finished(run), timeout=90, what="the run to finish", workers=[worker])
+    run.refresh_from_db()
+    # Before: the run sat claimed for a lease, was requeued as a dead worker's, and a
+    # job without retries failed X_ATTEMPTS_EXHAUSTED although it never executed.
+    assert (run.status, run.attempt, run.error_code) == (RunStatus.SUCCEEDED, 1, "")
+    assert effects(run) == {"s1": 1}
+    assert "database error before it executed" in worker.log()
+    assert worker.terminate() == 0
+
+
+def test_fault_points_are_inert_unless_armed() -> None:
+    assert faults.hit.__qualname__ == "hit"  # the empty module function, not an armed one
+    faults.arm("")  # no spec: stays inert
+    assert faults.hit.__qualname__ == "hit"
+    faults.hit("step.before_record")  # nothing happens
+
+
+@pytest.mark.parametrize("spec", ["nowhere:kill", "heartbeat:explode", "heartbeat:kill:0", "x"])
+def test_a_wrong_fault_spec_is_refused(spec: str) -> None:
+    with pytest.raises(faults.FaultSpecError, match="DURABLE_JOBS_FAULT"):
+        faults.parse(spec)

@@ -1,0 +1,110 @@
+"""What a user installs: the built wheel carries templates, static files, migrations and
+the licence, and works from outside this checkout; the README cites nothing missing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import own_sqlite_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Run in a fresh interpreter whose only copy of the app is the installed wheel.
+PROBE = """
+import sys
+from pathlib import Path
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth",
+                    "django.contrib.admin", "django.contrib.staticfiles",
+                    "django_durable_jobs"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+    TEMPLATES=[{"BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True}],
+    STATIC_URL="/static/",
+)
+django.setup()
+import django_durable_jobs
+from django.contrib.staticfiles import finders
+from django.db.migrations.loader import MigrationLoader
+from django.template.loader import get_template
+
+target = Path(sys.argv[1]).resolve()
+package = django_durable_jobs.__file__
+assert Path(package).resolve().is_relative_to(target), package
+template = get_template("django_durable_jobs/timeline.html").origin.name
+assert Path(template).resolve().is_relative_to(target), template
+assert Path(finders.find("django_durable_jobs/timeline.css")).resolve().is_relative_to(target)
+migrations = MigrationLoader(None, ignore_no_migrations=True).disk_migrations
+ours = sorted(name for app, name in migrations if app == "django_durable_jobs")
+print("migrations", len(ours), ours[0])
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("django_durable_jobs-*.whl")
+    return built
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@own_sqlite_file
+def test_the_wheel_carries_templates_static_files_migrations_and_the_licence(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    migrations = sorted(ROOT.glob("django_durable_jobs/migrations/0*.py"))
+    assert migrations
+    for path in [
+        *migrations,
+        *ROOT.glob("django_durable_jobs/templates/**/*.html"),
+        *ROOT.glob("django_durable_jobs/static/**/*.css"),
+        ROOT / "django_durable_jobs/py.typed",
+    ]:
+        assert path.relative_to(ROOT).as_posix() in names
+    assert any(name.endswith("licenses/LICENSE") for name in names)
+    metadata = next(
+        zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("METADATA")
+    )
+    assert "License-Expression: MIT" in metadata
+    assert "Classifier: Framework :: Django :: 6.1" in metadata
+    assert "Provides-Extra: test" in metadata
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@own_sqlite_file
+def test_the_installed_wheel_finds_its_templates_static_files_and_migrations(wheel, tmp_path):
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
+    subprocess.run(
+        [*pip, "--disable-pip-version-check", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, str(target)],
+        cwd=tmp_path,  # not this checkout: its package must not shadow the wheel's
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    count = len(list(ROOT.glob("django_durable_jobs/migrations/0*.py")))
+    assert probe.stdout.startswith(f"migrations {count} 0001_initial")

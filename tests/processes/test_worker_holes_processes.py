@@ -1,0 +1,194 @@
+"""The worker's holes from issue 9 with real ``runjobs`` processes: job code that exits
+(item 5), a supervisor killed alone (item 6), poison pills (item 7).
+
+Same harness as tests/processes/test_worker_processes.py: short leases, waits that poll the
+database until generous deadlines (they only keep a broken worker from hanging the
+suite), worker output printed when a test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import pytest
+
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
+    Workers,
+    effects,
+    status_of,
+    wait_until,
+    worker_pids,
+    workers,
+)
+from tests.testapp import hole_jobs, worker_jobs
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+FINISHED = {RunStatus.SUCCEEDED, RunStatus.FAILED}
+
+
+# -- item 5: SystemExit, exit() and KeyboardInterrupt raised by job code ------------------
+
+
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_job_code_that_exits_fails_its_run_and_the_worker_keeps_serving(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+    concurrency: str,
+) -> None:
+    worker = workers.start("exits", "--concurrency", concurrency)
+    hows = ["sys.exit", "exit", "keyboard-interrupt", "step"]
+    runs = {how: hole_jobs.exits.enqueue(how) for how in hows}
+    for how, run in runs.items():
+        wait_until(
+            lambda run=run: status_of(run) in FINISHED,  # type: ignore[misc]
+            timeout=60,
+            what=f"the {how} run to finish",
+            workers=[worker],
+        )
+    after = worker_jobs.logged.enqueue(7)
+    wait_until(
+        lambda: status_of(after) in FINISHED,
+        timeout=60,
+        what="a run after them",
+        workers=[worker],
+    )
+    assert worker.alive()
+    expected = {
+        "sys.exit": "builtins.SystemExit",
+        "exit": "builtins.SystemExit",
+        "keyboard-interrupt": "builtins.KeyboardInterrupt",
+        "step": "builtins.SystemExit",
+    }
+    for how, run in runs.items():
+        run.refresh_from_db()
+        # Before: the worker process died with the job; the run sat "running" for a lease.
+        assert (run.status, run.attempt, run.error_type) == (
+            RunStatus.FAILED,
+            1,
+            expected[how],
+        ), how
+        assert run.error_type.split(".")[1] in run.traceback and "hole_jobs.py" in run.traceback
+        assert effects(run) == {f"exits-{how}": 1}
+    assert runs["sys.exit"].error == "3"
+    step = StepRecord.objects.get(run=runs["step"], name="quit")
+    assert (step.status, step.error_type, step.error) == (
+        StepStatus.FAILED,
+        "builtins.SystemExit",
+        "4",
+    )
+    assert JobRun.objects.get(pk=after.pk).status == RunStatus.SUCCEEDED
+    assert worker.terminate() == 0  # exits 0 when asked to, and only then
+    assert "crashed" not in worker.log() and "exited with" not in worker.log()
+
+
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_the_operators_ctrl_c_still_stops_the_worker(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+    concurrency: str,
+) -> None:
+    worker = workers.start("ctrl-c", "--concurrency", concurrency, "--drain-timeout", "20s")
+    workers.wait_started(worker, processes=int(concurrency))
+    run = hole_jobs.nap.enqueue(2)
+    wait_until(
+        lambda: effects(run)["napping"] >= 1,
+        timeout=60,
+        what="the step to start",
+        workers=[worker],
+    )
+    os.killpg(worker.proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    assert worker.proc.wait(timeout=30) == 0
+    run.refresh_from_db()
+    assert (run.status, run.result) == (RunStatus.SUCCEEDED, 2.0)  # drained, not failed
+
+
+# -- item 6: a supervisor killed alone ---------------------------------------------------
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie no one reaped counts: it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+
+def test_children_of_a_killed_supervisor_give_their_runs_back_and_exit(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+) -> None:
+    supervisor = workers.start("sup", "--concurrency", "2")
+    workers.wait_started(supervisor, processes=2)
+    children = worker_pids([supervisor]) - {supervisor.pid}
+    assert len(children) == 2, supervisor.log()
+    run = hole_jobs.nap.enqueue(60)
+    wait_until(
+        lambda: effects(run)["napping"] >= 1,
+        timeout=60,
+        what="a child to start the step",
+        workers=[supervisor],
+    )
+    killed_at = time.monotonic()
+    os.kill(supervisor.pid, signal.SIGKILL)  # the supervisor alone, not its group
+    assert supervisor.proc.wait(timeout=30) == -signal.SIGKILL
+    # Before: both children went on claiming runs, as orphans, for as long as they lived.
+    try:
+        wait_until(
+            lambda: all(_gone(pid) for pid in children),
+            timeout=30,
+            what="the orphaned children to exit",
+        )
+    finally:
+        for pid in children:  # the fixture cannot reach them once their supervisor is gone
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    print(f"\n[orphans] children gone {time.monotonic() - killed_at:.2f}s after the supervisor")
+    run.refresh_from_db()
+    # Given back as claimed: runnable again at once, no attempt used.
+    assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
+    assert "supervisor is gone" in supervisor.log()
+
+
+# -- item 7: poison pills ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["os._exit", "segfault"])
+def test_a_step_that_kills_its_worker_is_named_when_attempts_run_out(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+    how: str,
+) -> None:
+    # A supervisor replaces each child the poison kills; retries=2: three attempts.
+    supervisor = workers.start("sup", "--concurrency", "2")
+    run = hole_jobs.poison.enqueue(how)
+    wait_until(
+        lambda: status_of(run) in FINISHED,
+        timeout=120,
+        what="the poisoned run to run out of attempts",
+        workers=[supervisor],
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_code == "X_ATTEMPTS_EXHAUSTED"
+    # Before: "... its workers stopped renewing the lease", no step, and attempt "4 / 3".
+    assert "while it executed step 'swallow-poison'" in run.error, run.error
+    assert run.attempt == 3
+    assert effects(run) == {"before": 1, "poison": 3}
+    steps = {step.name: step for step in StepRecord.objects.filter(run=run)}
+    assert (steps["before"].status, steps["before"].attempts) == (StepStatus.COMPLETED, 1)
+    lost = steps["swallow-poison"]
+    # Its start is recorded from the first retry on (the first attempt writes once per step).
+    assert (lost.status, lost.error_type, lost.attempts) == (
+        StepStatus.FAILED,
+        "django_durable_jobs.StepLost",
+        2,
+    )
+    assert "worker died inside it" in lost.error
+    assert supervisor.terminate() == 0

@@ -1,0 +1,35 @@
+"""The RETENTION setting's system check and its default (off)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_durable_jobs import retention
+from django_durable_jobs.checks import check_settings
+from django_durable_jobs.registry import all_jobs
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("7d", "expected a dict of status -> age"),
+        ({}, "expected a dict of status -> age"),
+        ({"succeded": "7d"}, "unknown status 'succeded'"),
+        ({"queued": "7d"}, "unknown status 'queued'"),
+        ({"failed": "30 days"}, "failed: "),
+        ({"failed": 0}, "failed: it must be longer than zero"),
+    ],
+)
+def test_a_bad_retention_is_a_system_check_error(settings: Any, value: Any, message: str) -> None:
+    settings.DURABLE_JOBS = {"RETENTION": value}
+    (error,) = check_settings()
+    assert error.id == "django_durable_jobs.E030"
+    assert message in error.msg and "RETENTION" in error.msg
+
+
+def test_retention_is_off_by_default(settings: Any) -> None:
+    settings.DURABLE_JOBS = {}
+    assert check_settings() == []
+    assert retention.JOB_NAME not in all_jobs()
