@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from django_durable_jobs import stats
+    from benchmarks.internals import stats
 
     call_command("migrate", verbosity=0)
     started = time.perf_counter()

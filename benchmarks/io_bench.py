@@ -1,7 +1,7 @@
 """Async workloads of the benchmark: the I/O workload against procrastinate's, the
 connections it uses, and a worker's memory over many runs (RSS sampled).
 
-Called by ``run.py`` (``measure_io``, ``measure_rss``); reuses its helpers.
+Called by ``run.py`` (``measure_io``, ``measure_rss``); the report prints ``io_report``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.db import scalar, truncate
+from benchmarks.harness import WORK, process, start_worker, stop_worker
 
 IO_N = int(os.environ.get("IO_N", "2000"))
 IO_CONC = int(os.environ.get("IO_CONC", "100"))
@@ -28,8 +31,6 @@ class IoResult:
 
 
 def _connections_of(dbname: str) -> int:
-    from benchmarks.run import scalar
-
     return int(
         scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
@@ -44,7 +45,6 @@ def measure_io(label: str = "io", env: dict[str, str] | None = None) -> IoResult
     from django.conf import settings
 
     from benchmarks.jobs import bench_io
-    from benchmarks.run import process, truncate
 
     truncate()
     bench_io.enqueue_many([{"ms": IO_MS}] * IO_N)
@@ -94,7 +94,6 @@ class RssResult:
 def measure_rss(job: Any, label: str, runs: int = RSS_RUNS) -> RssResult:
     """One worker executes ``runs`` runs of ``job``; its RSS is sampled after 1,000 runs
     and then every ``runs/10``."""
-    from benchmarks.run import WORK, start_worker, stop_worker, truncate
     from django_durable_jobs.models import JobRun
 
     truncate()
