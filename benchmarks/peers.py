@@ -155,7 +155,7 @@ def ensure_venvs(peers: Sequence[Peer], setup: bool) -> dict[str, str]:
 
 
 def run_peer(peer: Peer, n: int, nb: int) -> tuple[Row, dict[str, Any]]:
-    row = Row(peer.system)
+    row = Row(peer.system, system=peer.system)
     result = PEER_OUT / f"{peer.system}.json"
     result.unlink(missing_ok=True)
     log = WORK / f"peer_{peer.system}.log"
@@ -227,7 +227,7 @@ def run_peers(peers: Sequence[Peer], n: int, nb: int, setup: bool) -> PeerResult
         reasons = ensure_venvs(peers, setup=setup)
     for peer in peers:
         if peer.system in reasons:
-            results.rows.append(Row(peer.system, missing=reasons[peer.system]))
+            results.rows.append(Row(peer.system, system=peer.system, missing=reasons[peer.system]))
             continue
         row, metrics = run_peer(peer, n, nb)
         results.rows.append(row)

@@ -37,6 +37,8 @@ class Row:
     #: Why the whole row has no figures (a peer that could not be run).
     missing: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: A peer's name in shared/bench (``name`` is the version its script reports).
+    system: str | None = None
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Report:
 
     header: list[str]
     ours: Row
+    plain: Row  # ours, 1 worker, under a plain project's settings
     peers: list[Row]
     extras: list[str]  # the peers' extra figures, as footnotes
     io: IoResult
@@ -115,6 +118,57 @@ def ratios(ours: Row, peers: Sequence[Row]) -> list[str]:
     return out
 
 
+def peer_value(peers: Sequence[Row], system: str, key: str) -> float | None:
+    """A peer's figure for one of the table's columns; None if it was not run."""
+    row = next((p for p in peers if p.system == system and p.missing is None), None)
+    return None if row is None else row.values.get(key)
+
+
+def verdict(met: bool | None) -> str:
+    return "n/a" if met is None else "met" if met else "NOT met"
+
+
+def times(ours: float | None, theirs: float | None) -> str:
+    return f"{ours / theirs:.2f}x" if ours and theirs else "n/a"
+
+
+def goals(r: Report) -> list[str]:
+    """The ratios the async-and-throughput issue (14) set as goals, each with its
+    verdict in this run; a goal against a peer that was not run is n/a."""
+    tuned, plain = r.ours.values.get("w1") or 0.0, r.plain.values.get("w1") or 0.0
+    pgq = peer_value(r.peers, "pgqueuer", "w1")
+    steps, absurd = r.ours.values.get("steps") or 0.0, peer_value(r.peers, "absurd", "steps")
+    io, procrastinate = r.io.rate, r.procrastinate_io
+    latency = r.ours.values.get("latency") or 0.0
+    pgq_latency = peer_value(r.peers, "pgqueuer", "latency")
+    wake50, wake99 = pct(r.wakeup.latency_ms, 50), pct(r.wakeup.latency_ms, 99)
+    worst = max(r.rss, key=lambda x: x.growth)
+    return [
+        "Goals (issue 14), in this run:",
+        f"  no-op 1 worker >= pgqueuer: tuned {tuned:,.0f}/s = {times(tuned, pgq)}, plain "
+        f"project {plain:,.0f}/s = {times(plain, pgq)} of "
+        + ("pgqueuer (not run)" if pgq is None else f"pgqueuer's {pgq:,.0f}/s")
+        + f" -> tuned {verdict(None if pgq is None else tuned >= pgq)}, "
+        f"plain {verdict(None if pgq is None else plain >= pgq)}",
+        f"  I/O workload >= 2x procrastinate: {io:,.0f} runs/s (at most {r.io.connections} "
+        f"connections) = {times(io, procrastinate)} of "
+        + ("procrastinate (not run)" if procrastinate is None else f"{procrastinate:,.0f}/s")
+        + f" -> {verdict(None if procrastinate is None else io >= 2 * procrastinate)}",
+        f"  10-step >= 2x Absurd: {steps:,.0f} steps/s = {times(steps, absurd)} of "
+        + ("Absurd (not run)" if absurd is None else f"{absurd:,.0f}")
+        + f" -> {verdict(None if absurd is None else steps >= 2 * absurd)}",
+        f"  worker RSS after {max(worst.rss_kb):,} runs within 10% of after "
+        f"{min(worst.rss_kb):,}: "
+        + ", ".join(f"{x.job} {x.growth:+.1%}" for x in r.rss)
+        + f" -> {verdict(worst.growth <= 0.10)}",
+        f"  enqueue -> start p50 <= 3 ms: {latency:.1f} ms"
+        + ("" if pgq_latency is None else f" (pgqueuer {pgq_latency:.1f} ms)")
+        + f" -> {verdict(latency <= 3)}",
+        f"  event commit -> next step p50 <= 5 ms, p99 <= 20 ms: {wake50:.1f} / "
+        f"{wake99:.1f} ms -> {verdict(wake50 <= 5 and wake99 <= 20)}",
+    ]
+
+
 def per_database(ours: Row, wakeup: Wakeup, mariadb: dict[str, Any] | str) -> list[str]:
     """Our figures on PostgreSQL beside MariaDB's."""
     if isinstance(mariadb, str):
@@ -173,9 +227,11 @@ def environment(n: int, nb: int, lat_jobs: int, wake_events: int) -> list[str]:
 
 def render(r: Report) -> list[str]:
     """The whole report, a blank line between its sections."""
-    out = ["", *r.header, "", *table([r.ours, *r.peers]), "", *notes([r.ours, *r.peers], r.extras)]
+    rows = [r.ours, r.plain, *r.peers]
+    out = ["", *r.header, "", *table(rows), "", *notes(rows, r.extras)]
     out += ["", "Ratios, ours / peer (>1: ours is better; for latency <1 is better):"]
     out += ratios(r.ours, r.peers) if r.peers else ["  (no peers run)"]
+    out += ["", *goals(r)]
     out += ["", *io_report(r.io, r.io_default, r.rss)]
     if r.procrastinate_io:
         out.append(

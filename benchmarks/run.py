@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     django.setup()
     from benchmarks.jobs import bench_anoop, bench_noop
 
-    ours, problems = measure_ours(n, nb)
+    ours, plain, problems = measure_ours(n, nb)
     say(f"ours: I/O workload, {io_bench.IO_N} runs awaiting {io_bench.IO_MS} ms, 1 worker")
     io = io_bench.measure_io()
     say("ours: the I/O workload with CONN_MAX_AGE=0")
@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = Report(
         header=header,
         ours=ours,
+        plain=plain,
         peers=peers.rows,
         extras=peers.extras,
         io=io,
