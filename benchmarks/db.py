@@ -64,6 +64,21 @@ def truncate() -> None:
         cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
 
 
+def run_columns(values: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The runs table's columns (from the model) and the SQL for each, for an INSERT ...
+    SELECT that generates runs: ``values`` where given, NULL for any other nullable
+    column (the flow-control, schedule and debounce columns: what ``enqueue`` writes for
+    a plain run). A new NOT NULL column stops the benchmark until it gets a value here."""
+    from django_durable_jobs.models import JobRun
+
+    fields = JobRun._meta.concrete_fields
+    columns = [str(f.column) for f in fields]
+    missing = sorted(str(f.column) for f in fields if f.column not in values and not f.null)
+    if missing:
+        raise RuntimeError(f"no value for new NOT NULL column(s) {missing}")
+    return columns, [values.get(column, "NULL") for column in columns]
+
+
 def run_sql(sql: str, params: Sequence[Any] = ()) -> None:
     from django.db import connection
 

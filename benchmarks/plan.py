@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from datetime import timedelta
 
-from benchmarks.db import run_sql, scalar, truncate
+from benchmarks.db import run_columns, run_sql, scalar, truncate
 from benchmarks.harness import say
 
 EXPLAIN_ROWS = 100_000
@@ -114,15 +114,12 @@ def insert_runs(count: int, status: str) -> None:
         "parent_id": "NULL",
         "trace_context": "NULL",
     }
-    columns = [str(f.column) for f in JobRun._meta.concrete_fields]
-    missing = set(columns) - set(values)
-    if missing:
-        raise RuntimeError(f"insert_runs: no value for new column(s) {sorted(missing)}")
+    columns, sql = run_columns(values)
     table = JobRun._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} ({', '.join(columns)}) "
-            f"SELECT {', '.join(values[c] for c in columns)} "
+            f"SELECT {', '.join(sql)} "
             f"FROM generate_series(1, {count}) AS g"
         )
         cursor.execute(f"ANALYZE {table}")
