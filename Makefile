@@ -59,7 +59,7 @@ test-leg: .venv/$(LEG)/.installed
 	@echo "== $(LEG) / lint =="
 	$(CLEAN_ENV) $(BIN)/ruff check .
 	$(CLEAN_ENV) $(BIN)/ruff format --check .
-	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project
+	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project benchmarks
 	@echo "== $(LEG) / django checks =="
 	$(CLEAN_ENV) $(BIN)/python manage.py check --fail-level WARNING
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --fail-level WARNING
@@ -92,7 +92,7 @@ lint: .venv/$(LEG)/.installed
 	@echo "== $(LEG) / lint =="
 	$(CLEAN_ENV) $(BIN)/ruff check .
 	$(CLEAN_ENV) $(BIN)/ruff format --check .
-	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project
+	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project benchmarks
 
 format: .venv/$(LEG)/.installed
 	$(BIN)/ruff format .

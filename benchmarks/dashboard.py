@@ -70,19 +70,16 @@ def columns() -> dict[str, str]:
 def fill(count: int) -> None:
     from django.db import connection
 
+    from benchmarks.db import run_columns
     from django_durable_jobs.models import JobRun
 
-    values = columns()
-    names = [str(f.column) for f in JobRun._meta.concrete_fields]
-    missing = set(names) - set(values)
-    if missing:
-        raise RuntimeError(f"no value for new column(s) {sorted(missing)}")
+    names, values = run_columns(columns())
     table = JobRun._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {table} CASCADE")
         cursor.execute(
             f"INSERT INTO {table} ({', '.join(names)}) "
-            f"SELECT {', '.join(values[n] for n in names)} FROM ("
+            f"SELECT {', '.join(values)} FROM ("
             f"  SELECT g, random() AS r,"
             f"         now() - (g::float / {count}) * interval '30 days' AS t"
             f"  FROM generate_series(1, {count}) AS g) AS gen"
@@ -130,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from django_durable_jobs.observe import stats
+    from benchmarks.internals import stats
 
     call_command("migrate", verbosity=0)
     started = time.perf_counter()

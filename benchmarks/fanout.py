@@ -20,12 +20,13 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.run import WORK, recreate_db, say, start_worker, stop_worker  # noqa: E402
+from benchmarks.db import recreate_db  # noqa: E402 - needs the path above
+from benchmarks.harness import WORK, say, start_worker, stop_worker  # noqa: E402
 
 
 def measure(job_name: str, n: int, timeout: float = 1800) -> tuple[float, int]:
     """Seconds from the step start to the parent resuming, and the parent's executions."""
-    from django_durable_jobs.enqueueing import enqueue
+    from benchmarks.internals import enqueue
     from django_durable_jobs.models import JobRun, StepRecord
 
     JobRun.objects.all().delete()
@@ -43,7 +44,8 @@ def measure(job_name: str, n: int, timeout: float = 1800) -> tuple[float, int]:
             stop_worker(worker)
     parent.refresh_from_db()
     looks = sum(StepRecord.objects.filter(run=parent).values_list("attempts", flat=True))
-    return parent.result["t1"] - parent.result["t0"], looks
+    times: dict[str, float] = parent.result or {}
+    return times["t1"] - times["t0"], looks
 
 
 def main() -> None:

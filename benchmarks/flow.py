@@ -19,12 +19,20 @@ over the saturated backlog. The database named by BENCH_DB is dropped and recrea
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
-from run import WORK, process, recreate_db, say, start_worker  # type: ignore[import-not-found]
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+
+from benchmarks.db import recreate_db  # noqa: E402 - needs the path above
+from benchmarks.harness import WORK, process, say, start_worker  # noqa: E402
 
 
 def enqueue(job: Any, calls: list[Any]) -> float:

@@ -18,53 +18,46 @@ also writes the figures for run.py.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-os.environ["BENCH_ENGINE"] = "mysql"  # before Django reads benchmarks.settings
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import run as bench  # noqa: E402 - needs the environment above
+from benchmarks.db import recreate_db, truncate  # noqa: E402 - needs the path above
+from benchmarks.harness import WORK, pct, process, say  # noqa: E402
+from benchmarks.ours import enqueue_in_one_transaction  # noqa: E402
+from benchmarks.wakeup import WAKE_EVENTS, measure_wakeup, wakeup_report  # noqa: E402
 
 #: Finished runs beside the 5 runnable ones (--quick: a tenth), sleeping runs, backlog.
 FINISHED, SLEEPING, BACKLOG = 100_000, 10_000, 100_000
 
 
-def recreate_db() -> None:
-    from django.conf import settings
-    from django.db import connections
-
-    connections.close_all()
-    db = settings.DATABASES["default"]
-    driver = importlib.import_module("MySQLdb")  # mysqlclient, Django's MySQL driver
-    conn = driver.connect(host=db["HOST"], port=db["PORT"], user=db["USER"])
-    try:
-        cursor = conn.cursor()
-        cursor.execute(f"DROP DATABASE IF EXISTS `{db['NAME']}`")
-        cursor.execute(f"CREATE DATABASE `{db['NAME']}`")
-    finally:
-        conn.close()
-
-
-def truncate() -> None:
-    from django.db import connection
-
-    from django_durable_jobs.models import Event, JobRun, StepRecord
-
-    with connection.cursor() as cursor:
-        cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
-        for model in (StepRecord, Event, JobRun):
-            cursor.execute(f"TRUNCATE TABLE {connection.ops.quote_name(model._meta.db_table)}")
-        cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
+def measure_mariadb(quick: bool) -> dict[str, Any] | str:
+    """This script in its own process, for run.py (Django is set up once per process,
+    with one database engine): its figures, or why there are none."""
+    say("mariadb: our figures on MariaDB (benchmarks/mariadb.py)")
+    out = WORK / "mariadb.json"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, str(REPO / "benchmarks" / "mariadb.py"), "--json", str(out)]
+    log = WORK / "mariadb.log"
+    with open(log, "w") as log_file:
+        code = subprocess.call(
+            [*cmd, *(["--quick"] if quick else [])], stdout=log_file, stderr=log_file, cwd=REPO
+        )
+    if code != 0 or not out.exists():
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+        return f"benchmarks/mariadb.py exited {code}: {tail[0]} (see {log})"
+    figures: dict[str, Any] = json.loads(out.read_text())
+    return figures
 
 
 def insert_runs(count: int, status: str, wake_in: timedelta | None = None) -> None:
@@ -95,7 +88,7 @@ def claim_statements(queues: list[str] | None) -> list[str]:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from django_durable_jobs.db.claims import claim
+    from benchmarks.internals import claim
 
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
         claim("bench-explain", now=timezone.now(), lease=timedelta(minutes=1), queues=queues)
@@ -125,7 +118,7 @@ def analyze(sql: str) -> tuple[list[str], float]:
 
 
 def measure_explain(scale: int) -> list[str]:
-    bench.say("mariadb: the claim's plan with finished, sleeping and backlogged runs")
+    say("mariadb: the claim's plan with finished, sleeping and backlogged runs")
     finished, sleeping, backlog = FINISHED // scale, SLEEPING // scale, BACKLOG // scale
     truncate()
     out = [
@@ -160,35 +153,34 @@ def measure(n: int, nb: int, events: int, scale: int) -> dict[str, Any]:
 
     from benchmarks.jobs import bench_noop, bench_ten_steps
 
-    bench.truncate = truncate  # measure_wakeup empties the tables between phases
-    bench.say(f"mariadb: recreating the database, migrate (N={n}, NB={nb})")
+    say(f"mariadb: recreating the database, migrate (N={n}, NB={nb})")
     recreate_db()
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("SELECT VERSION()")
         server = cursor.fetchone()[0]
-    bench.say(f"mariadb: {n} no-op runs, 1 worker (runjobs --burst)")
-    bench.enqueue_in_one_transaction(n, bench_noop)
-    noop = bench.process([], n, "mariadb_noop_1")
+    say(f"mariadb: {n} no-op runs, 1 worker (runjobs --burst)")
+    enqueue_in_one_transaction(n, bench_noop)
+    noop = process([], n, "mariadb_noop_1")
     truncate()
-    bench.say(f"mariadb: {n} no-op runs, 2 workers (runjobs --burst --concurrency 2)")
-    bench.enqueue_in_one_transaction(n, bench_noop)
-    noop2 = bench.process(["--concurrency", "2"], n, "mariadb_noop_2")
+    say(f"mariadb: {n} no-op runs, 2 workers (runjobs --burst --concurrency 2)")
+    enqueue_in_one_transaction(n, bench_noop)
+    noop2 = process(["--concurrency", "2"], n, "mariadb_noop_2")
     truncate()
-    bench.say(f"mariadb: {nb} runs of bench.ten_steps, 1 worker")
-    bench.enqueue_in_one_transaction(nb, bench_ten_steps)
-    steps = bench.process([], nb, "mariadb_ten_steps_1")
+    say(f"mariadb: {nb} runs of bench.ten_steps, 1 worker")
+    enqueue_in_one_transaction(nb, bench_ten_steps)
+    steps = process([], nb, "mariadb_ten_steps_1")
     truncate()
-    wakeup = bench.measure_wakeup(events)
+    wakeup = measure_wakeup(events)
     return {
         "server": server,
         "w1": noop.rate,
         "w2": noop2.rate,
         "steps": steps.rate * 10,
-        "wake_p50": bench.pct(wakeup.latency_ms, 50),
-        "wake_p99": bench.pct(wakeup.latency_ms, 99),
+        "wake_p50": pct(wakeup.latency_ms, 50),
+        "wake_p99": pct(wakeup.latency_ms, 99),
         "wake_mode": wakeup.mode,
-        "wake_report": bench.wakeup_report(wakeup),
+        "wake_report": wakeup_report(wakeup),
         "explain": measure_explain(scale),
         "problems": noop.problems + noop2.problems + steps.problems + wakeup.problems,
     }
@@ -201,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n = 1000 if args.quick else int(os.environ.get("N", "5000"))
     nb = 100 if args.quick else int(os.environ.get("NB", "500"))
-    events = 50 if args.quick else bench.WAKE_EVENTS
-    bench.WORK.mkdir(parents=True, exist_ok=True)
+    events = 50 if args.quick else WAKE_EVENTS
+    WORK.mkdir(parents=True, exist_ok=True)
 
     import django
 
@@ -221,4 +213,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    os.environ["BENCH_ENGINE"] = "mysql"  # before Django reads benchmarks.settings
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     sys.exit(main())

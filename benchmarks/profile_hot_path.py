@@ -21,7 +21,7 @@ from typing import Any
 def main(n: int) -> None:
     import django
 
-    from benchmarks.run import recreate_db
+    from benchmarks.db import recreate_db
 
     recreate_db()
     django.setup()
@@ -29,11 +29,16 @@ def main(n: int) -> None:
 
     call_command("migrate", verbosity=0)
 
+    from benchmarks.internals import (
+        SystemClock,
+        arun_to_stop,
+        claim,
+        execute,
+        inline,
+        settle,
+        write,
+    )
     from benchmarks.jobs import bench_anoop, bench_io, bench_noop, bench_ten_steps
-    from django_durable_jobs.db.claims import claim
-    from django_durable_jobs.engine.async_steps import inline
-    from django_durable_jobs.engine.clock import SystemClock
-    from django_durable_jobs.worker.execution import arun_to_stop, execute, settle, write
 
     clock = SystemClock()
 

@@ -13,7 +13,7 @@ if HAS_TASKS:
     from django.tasks import TaskContext, task, task_backends
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 
-    from django_durable_jobs.backends import DurableJobsBackend, install, steps
+    from django_durable_jobs.contrib.tasks import DurableJobsBackend, install, steps
     from django_durable_jobs.registry import get_job, unregister
     from tests.testapp import tasks
 

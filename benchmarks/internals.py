@@ -1,0 +1,53 @@
+"""The package internals the benchmark probes reach into, imported here and only here.
+
+The round-trip and plan probes call the claim and the execution directly (a worker
+process cannot be traced statement by statement), and the profile drives the hot path
+in-process. Those modules may move inside the package; when one does, this file is the
+one place to change. The public paths (``django_durable_jobs``, ``.models``) are
+imported where they are used.
+
+Import it inside functions, after ``django.setup()``: the claim imports the models.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.engine.async_steps import inline
+from django_durable_jobs.engine.clock import SystemClock, current
+from django_durable_jobs.enqueueing import enqueue
+from django_durable_jobs.observe import stats
+from django_durable_jobs.worker.execution import arun_to_stop, execute, settle, write
+from django_durable_jobs.worker.loop import Worker, WorkerOptions
+
+
+def database_now() -> datetime:
+    """Now on the database's clock (the one the worker claims at): a run enqueued at the
+    database's now is not yet due at Python's when the database's clock runs ahead."""
+    return current().now()
+
+
+__all__ = [
+    "SystemClock",
+    "Worker",
+    "WorkerOptions",
+    "arun_to_stop",
+    "claim",
+    "database_now",
+    "enqueue",
+    "execute",
+    "inline",
+    "settle",
+    "stats",
+    "stop_heartbeat",
+    "write",
+]
+
+
+def stop_heartbeat(worker: Worker) -> None:
+    """Stop the heartbeat thread of a worker driven with ``run_once()`` (its ``run()``
+    loop would stop it on the way out)."""
+    beat = getattr(worker, "_beat", None)
+    if beat is not None:
+        beat.stop()
