@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from . import conf
-from .engine.fanout import KIND as FANOUT
+from .engine.vocabulary import StepKind
 from .models import (
     FINISHED,
     RUNNABLE,
@@ -35,9 +35,9 @@ def release_failed(parent: uuid.UUID) -> int:
     A fan-out step that did not complete forgets its list of children: it starts its
     children again, and the bulk insert skips every key still held, so only the failed
     or cancelled children get a new run and the others (finished or not) keep theirs."""
-    _steps().filter(run_id=parent, kind=FANOUT).exclude(status=StepStatus.COMPLETED).update(
-        output=None
-    )
+    _steps().filter(run_id=parent, kind=StepKind.FANOUT).exclude(
+        status=StepStatus.COMPLETED
+    ).update(output=None)
     failed = list(
         _runs()
         .filter(parent_id=parent, status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
@@ -46,7 +46,7 @@ def release_failed(parent: uuid.UUID) -> int:
     if not failed:
         return 0
     _steps().filter(
-        run_id=parent, kind="invoke", correlation_key__in=[str(pk) for pk in failed]
+        run_id=parent, kind=StepKind.INVOKE, correlation_key__in=[str(pk) for pk in failed]
     ).exclude(status=StepStatus.COMPLETED).update(correlation_key=None)
     return _runs().filter(pk__in=failed).update(idempotency_key=None)
 
@@ -56,7 +56,7 @@ def release_forgotten(parent: uuid.UUID) -> int:
     up its key (call it after the forgotten steps are deleted)."""
     kept = (
         _steps()
-        .filter(run_id=parent, kind="invoke")
+        .filter(run_id=parent, kind=StepKind.INVOKE)
         .exclude(correlation_key=None)
         .values_list("correlation_key", flat=True)
     )
@@ -75,7 +75,7 @@ def fresh_windows(run: uuid.UUID) -> int:
     them, instead of failing again at once because the old one has passed."""
     return (
         _steps()
-        .filter(run_id=run, kind__in=("wait", "invoke", FANOUT))
+        .filter(run_id=run, kind__in=(StepKind.WAIT, StepKind.INVOKE, StepKind.FANOUT))
         .exclude(status=StepStatus.COMPLETED)
         .update(deadline=None)
     )

@@ -15,7 +15,7 @@ from . import conf, signals
 from .db.migrated import needs_tables
 from .db.store import OrmEventLog, child_run_outcome
 from .engine import clock
-from .engine.records import StepRecord as StepRecordValue
+from .engine.records import RecordedStep
 from .engine.serialization import check_payload, unstorable
 from .enqueueing import enqueue_job
 from .exceptions import InvalidName, RunStateError
@@ -175,7 +175,7 @@ def wake_waiters(event: Event) -> int:
     )
 
 
-def recheck_after_park(run_id: Any, record: StepRecordValue, now: datetime) -> None:
+def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None:
     """Close the lost wake-up window of a run that just parked.
 
     What it waits for (an event, a child run) may have arrived after the step looked

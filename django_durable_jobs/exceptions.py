@@ -15,6 +15,7 @@ from .engine.durations import parse_duration
 # delay here without an import cycle; this module stays their public home.
 from .engine.errors import DurableJobsError as DurableJobsError
 from .engine.errors import InvalidDuration as InvalidDuration
+from .engine.vocabulary import StepKind
 
 
 class StepDuplicateError(DurableJobsError):
@@ -138,15 +139,16 @@ class Suspension(BaseException):
     """Unwinds a run that must wait (sleep, event, child run); never a failure.
 
     It derives from ``BaseException`` so that a job's ``except Exception:`` cannot
-    swallow it, and the worker parks the run until ``resume_at`` instead of
-    counting an attempt.
+    swallow it, and the worker parks the run until ``wake_at`` instead of
+    counting an attempt. ``kind`` says what it waits for (``StepKind.SLEEP``: the
+    run sleeps; any other: it waits for an event or child runs).
     """
 
-    def __init__(self, step: str, resume_at: datetime | None, reason: str) -> None:
-        super().__init__(f"step {step!r} suspended until {resume_at} ({reason})")
+    def __init__(self, step: str, wake_at: datetime | None, kind: StepKind) -> None:
+        super().__init__(f"step {step!r} suspended until {wake_at} ({kind})")
         self.step = step
-        self.resume_at = resume_at
-        self.reason = reason
+        self.wake_at = wake_at
+        self.kind = kind
 
 
 class InvalidSchedule(DurableJobsError, ValueError):

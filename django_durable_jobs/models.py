@@ -12,6 +12,9 @@ from django.db.models import F, Q
 from .db.fields import InstantField
 from .db.schema import ExactCharField, PartialIndex
 
+# The engine's word for a step's status is the column's: one enum (no Django in it).
+from .engine.vocabulary import StepStatus as StepStatus
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued", "queued"
@@ -69,17 +72,6 @@ class CancelKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} {self.key!r} -> {self.run_id}"
-
-
-class StepStatus(models.TextChoices):
-    COMPLETED = "completed", "completed"
-    """Done; ``output`` is memoized and replayed."""
-    SLEEPING = "sleeping", "sleeping"
-    """Sleeping until ``wake_at``."""
-    WAITING = "waiting", "waiting"
-    """Waiting for ``event`` (with ``correlation_key``) until its deadline."""
-    FAILED = "failed", "failed"
-    """The last attempt raised; it runs again on retry."""
 
 
 class JobRunQuerySet(models.QuerySet["JobRun"]):
@@ -248,7 +240,7 @@ class StepRecord(models.Model):
 
     run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="steps")
     name = ExactCharField(max_length=200)
-    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in StepStatus])
     output = models.JSONField(null=True, blank=True)
     started_at = InstantField()
     completed_at = InstantField(null=True, blank=True)

@@ -3,12 +3,23 @@
 
 from django.dispatch import Signal
 
+from .engine.vocabulary import StepKind
+
 run_enqueued = Signal()  # run
 run_started = Signal()  # run
 step_completed = Signal()  # run_id, step
-run_suspended = Signal()  # run, step, resume_at, reason
+run_suspended = Signal()  # run, step, wake_at, kind (StepKind); also resume_at, reason
 run_succeeded = Signal()  # run
 run_failed = Signal()  # run, error, will_retry
 run_cancelled = Signal()  # run
 run_skipped = Signal()  # run: enqueued over a RateLimit, never executed
 event_published = Signal()  # event
+
+#: ``run_suspended``'s ``reason`` as 0.1 sent it; sent with ``kind`` until the next
+#: release (README "Upgrading"), then removed with ``resume_at``.
+SUSPENDED_REASON = {
+    StepKind.SLEEP: "sleep",
+    StepKind.WAIT: "event",
+    StepKind.INVOKE: "child",
+    StepKind.FANOUT: "child",
+}

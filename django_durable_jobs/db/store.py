@@ -14,9 +14,9 @@ from django.db import connections, transaction
 from django.db.models import Exists, F, Field, Max
 
 from .. import faults, signals
-from ..engine.records import ChildOutcome, EventHit, StepStatus
+from ..engine.records import ChildOutcome, EventHit, RecordedStep
 from ..engine.serialization import ErrorInfo
-from ..engine.sync_steps import StepRecord as Record
+from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
 from ..models import Event, EventPosition, JobRun, RunStatus, StepRecord
 from . import postgres
@@ -48,7 +48,7 @@ _COLUMNS = (
 )
 
 
-def _columns(record: Record) -> dict[str, Any]:
+def _columns(record: RecordedStep) -> dict[str, Any]:
     error = record.error
     return {
         "status": str(record.status),
@@ -63,17 +63,17 @@ def _columns(record: Record) -> dict[str, Any]:
         "error": error.message if error else "",
         "error_type": error.type if error else "",
         "traceback": error.traceback if error else "",
-        "kind": record.kind,
+        "kind": str(record.kind),
         "deadline": record.deadline,
         "last_started_at": record.last_started_at,
     }
 
 
-def to_record(row: StepRecord) -> Record:
+def to_record(row: StepRecord) -> RecordedStep:
     error = None
     if row.status == StepStatus.FAILED or row.error_type:
         error = ErrorInfo(type=row.error_type, message=row.error, traceback=row.traceback)
-    return Record(
+    return RecordedStep(
         run_id=str(row.run_id),
         name=row.name,
         status=StepStatus(row.status),
@@ -86,7 +86,7 @@ def to_record(row: StepRecord) -> Record:
         correlation_key=row.correlation_key,
         event_cursor=row.event_cursor,
         error=error,
-        kind=row.kind,
+        kind=StepKind(row.kind),
         deadline=row.deadline,
         last_started_at=row.last_started_at,
     )
@@ -116,13 +116,13 @@ _INSERT_TYPES = [
 ]
 
 
-def _fault_point(record: Record) -> str:
+def _fault_point(record: RecordedStep) -> str:
     """The fault point a step write passes before its statement (see faults.py)."""
     if record.status in (StepStatus.SLEEPING, StepStatus.WAITING):
         return "suspend.write"
-    if record.status is StepStatus.COMPLETED and record.kind == "wait":
+    if record.status is StepStatus.COMPLETED and record.kind is StepKind.WAIT:
         return "event.matched"
-    if record.status is StepStatus.COMPLETED and record.kind == "run":
+    if record.status is StepStatus.COMPLETED and record.kind is StepKind.RUN:
         return "step.before_record"
     return ""
 
@@ -138,19 +138,19 @@ class OrmStepStore:
     def _rows(self) -> Any:
         return StepRecord.objects.using(self.using)
 
-    def get(self, run_id: str, name: str) -> Record | None:
+    def get(self, run_id: str, name: str) -> RecordedStep | None:
         row = self._rows().filter(run_id=run_id, name=name).first()
         if row is None:
             return None
         self._known.add((run_id, name))
         return to_record(row)
 
-    def list(self, run_id: str) -> Sequence[Record]:
+    def list(self, run_id: str) -> Sequence[RecordedStep]:
         records = [to_record(row) for row in self._rows().filter(run_id=run_id).order_by("id")]
         self._known.update((run_id, record.name) for record in records)
         return records
 
-    def put(self, record: Record) -> None:
+    def put(self, record: RecordedStep) -> None:
         ident = (record.run_id, record.name)
         values = _columns(record)
         faults.hit(_fault_point(record), self.using)
@@ -164,12 +164,12 @@ class OrmStepStore:
         if written == 0:
             raise self._refused(record)
         self._known.add(ident)
-        if record.status is StepStatus.COMPLETED and record.kind == "run":
+        if record.status is StepStatus.COMPLETED and record.kind is StepKind.RUN:
             faults.hit("step.recorded", self.using)
         if record.status is StepStatus.COMPLETED:
             signals.step_completed.send(sender=JobRun, run_id=record.run_id, step=record)
 
-    def _refused(self, record: Record) -> DurableJobsError:
+    def _refused(self, record: RecordedStep) -> DurableJobsError:
         """Why a fenced write did not land: the run was cancelled, or taken over."""
         status = (
             JobRun.objects.using(self.using)

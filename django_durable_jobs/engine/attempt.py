@@ -24,6 +24,7 @@ from .durations import format_duration
 from .serialization import ErrorInfo, NotStorable, roundtrip
 from .sync_steps import Steps
 from .timeouts import Overrun, TimeGuard
+from .vocabulary import StepKind
 
 if TYPE_CHECKING:
     from .async_steps import AsyncSteps
@@ -77,8 +78,9 @@ class Failed:
 @dataclass(frozen=True)
 class Suspended:
     step: str
-    resume_at: datetime | None
-    reason: str
+    wake_at: datetime | None
+    #: What the run waits for: a sleep, an event, child runs.
+    kind: StepKind
 
 
 Outcome = Succeeded | Failed | Suspended
@@ -159,7 +161,7 @@ async def arun_attempt(
 def _stopped(stop: BaseException) -> Outcome:
     """The outcome of an attempt that raised ``stop`` (a suspension or a failure)."""
     if isinstance(stop, Suspension):
-        return Suspended(stop.step, stop.resume_at, stop.reason)
+        return Suspended(stop.step, stop.wake_at, stop.kind)
     if isinstance(stop, JOB_EXITS):
         # sys.exit(), exit() or KeyboardInterrupt raised by job code ends this attempt,
         # not the worker: the operator's Ctrl-C reaches the worker's own signal handler.

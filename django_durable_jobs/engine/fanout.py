@@ -19,10 +19,9 @@ from typing import Any
 
 from ..exceptions import ChildRunFailed, JobTimeoutError, Suspension
 from .durations import Duration, format_duration, parse_duration
-from .records import Call, ChildBatches, ChildOutcome, StepRecord, StepStatus
+from .records import Call, ChildBatches, ChildOutcome, RecordedStep
 from .steps import Io, Plan, StepEngine
-
-KIND = "fanout"
+from .vocabulary import StepKind, StepStatus
 
 
 def key_prefix(parent_run_id: str, step: str) -> str:
@@ -59,7 +58,7 @@ def _plan(
     existing = yield from steps._begin(name)
     if existing is not None and existing.status is StepStatus.COMPLETED:
         return list(steps._replay(existing))
-    with steps._span(name, "fanout", existing):
+    with steps._span(name, StepKind.FANOUT, existing):
         now = steps._clock.now()
         if existing is None or not isinstance(existing.output, dict):
             ids = yield Io(lambda: batches.start_all(steps.run_id, name, calls), write=True)
@@ -67,10 +66,10 @@ def _plan(
         else:
             ids, started_at = list(existing.output["children"]), existing.started_at
             attempts = existing.attempts + 1
-        record = StepRecord(
+        record = RecordedStep(
             run_id=steps.run_id,
             name=name,
-            kind=KIND,
+            kind=StepKind.FANOUT,
             status=StepStatus.WAITING,
             started_at=started_at,
             attempts=attempts,
@@ -88,14 +87,14 @@ def _plan(
             )
             yield from steps._fail(record, timed_out)
             raise timed_out
-        resume_at = min(started_at + limit, now + steps._limits.event_poll)
-        yield from steps._save(replace(record, wake_at=resume_at))
-        raise Suspension(name, resume_at, "child")
+        wake_at = min(started_at + limit, now + steps._limits.event_poll)
+        yield from steps._save(replace(record, wake_at=wake_at))
+        raise Suspension(name, wake_at, StepKind.FANOUT)
 
 
 def _finish(
     steps: StepEngine,
-    record: StepRecord,
+    record: RecordedStep,
     name: str,
     ids: list[str],
     outcomes: Sequence[ChildOutcome | None],

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .clock import Clock, SystemClock
-from .records import ChildOutcome, EventHit, StepRecord
+from .records import ChildOutcome, EventHit, RecordedStep
 from .serialization import roundtrip
 
 
@@ -16,15 +16,15 @@ class MemoryStepStore:
     """A ``StepStore`` in a dict: for tests and for running jobs inline."""
 
     def __init__(self) -> None:
-        self._runs: dict[str, dict[str, StepRecord]] = {}
+        self._runs: dict[str, dict[str, RecordedStep]] = {}
 
-    def get(self, run_id: str, name: str) -> StepRecord | None:
+    def get(self, run_id: str, name: str) -> RecordedStep | None:
         return self._runs.get(run_id, {}).get(name)
 
-    def put(self, record: StepRecord) -> None:
+    def put(self, record: RecordedStep) -> None:
         self._runs.setdefault(record.run_id, {})[record.name] = record
 
-    def list(self, run_id: str) -> Sequence[StepRecord]:
+    def list(self, run_id: str) -> Sequence[RecordedStep]:
         return list(self._runs.get(run_id, {}).values())  # dicts keep first-insert order
 
     def delete(self, run_id: str, name: str) -> None:

@@ -97,6 +97,6 @@ def step_span(name: str, run_id: str, attempt: int, kind: str = "run") -> Iterat
             yield span
         except Suspension as suspended:
             span.set_attribute("durable_jobs.outcome", "suspended")
-            if suspended.resume_at is not None:
-                span.set_attribute("durable_jobs.resume_at", suspended.resume_at.isoformat())
+            if suspended.wake_at is not None:
+                span.set_attribute("durable_jobs.wake_at", suspended.wake_at.isoformat())
             raise

@@ -10,21 +10,14 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Protocol
 
 from .serialization import ErrorInfo
-
-
-class StepStatus(StrEnum):
-    COMPLETED = "completed"
-    SLEEPING = "sleeping"
-    WAITING = "waiting"
-    FAILED = "failed"
+from .vocabulary import StepKind, StepStatus
 
 
 @dataclass(frozen=True, kw_only=True)
-class StepRecord:
+class RecordedStep:
     """One step of one run, as stored."""
 
     run_id: str
@@ -43,7 +36,7 @@ class StepRecord:
     event_cursor: int | None = None
     error: ErrorInfo | None = None
     #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
-    kind: str = "run"
+    kind: StepKind = StepKind.RUN
     #: When a wait or an invoke gives up (its timeout from the first start).
     deadline: datetime | None = None
     #: When the step's latest execution began (``started_at`` is its first, for
@@ -54,9 +47,9 @@ class StepRecord:
 class StepStore(Protocol):
     """Where step records live: in memory for tests, the ORM in production."""
 
-    def get(self, run_id: str, name: str) -> StepRecord | None: ...
-    def put(self, record: StepRecord) -> None: ...
-    def list(self, run_id: str) -> Sequence[StepRecord]:
+    def get(self, run_id: str, name: str) -> RecordedStep | None: ...
+    def put(self, record: RecordedStep) -> None: ...
+    def list(self, run_id: str) -> Sequence[RecordedStep]:
         """The run's records in the order each step first ran."""
         ...
 
@@ -145,3 +138,17 @@ class ChildBatches(Protocol):
     ) -> list[ChildOutcome | None]:
         """How each child finished (None while it has not), in the order of ``ids``."""
         ...
+
+
+__all__ = [
+    "Call",
+    "ChildBatches",
+    "ChildOutcome",
+    "ChildRuns",
+    "EventHit",
+    "EventLookup",
+    "RecordedStep",
+    "StepKind",
+    "StepStatus",
+    "StepStore",
+]

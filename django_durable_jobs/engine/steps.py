@@ -13,7 +13,7 @@ it needs done: ``Io`` (read or write the stores) or ``Call`` (the user's code).
 two step APIs cannot drift apart.
 
 Waiting (``sleep``, ``wait_for_event``) unwinds the run by raising
-``Suspension``; the worker parks the run until ``resume_at`` instead of holding a
+``Suspension``; the worker parks the run until ``wake_at`` instead of holding a
 process. This is a port of ``seed/steps.ts``; see the README for what changed.
 """
 
@@ -36,8 +36,9 @@ from ..exceptions import (
 from . import otel
 from .clock import Clock, SystemClock, aware
 from .durations import Duration, after, format_duration, parse_duration
-from .records import ChildBatches, ChildRuns, EventLookup, StepRecord, StepStatus, StepStore
+from .records import ChildBatches, ChildRuns, EventLookup, RecordedStep, StepStore
 from .serialization import ErrorInfo, NotStorable, roundtrip, unstorable
+from .vocabulary import StepKind, StepStatus
 
 T = TypeVar("T")
 logger = logging.getLogger("django_durable_jobs.steps")
@@ -97,7 +98,7 @@ class StepEngine:
         events: EventLookup,
         clock: Clock | None = None,
         limits: StepLimits | None = None,
-        records: Sequence[StepRecord] | None = None,
+        records: Sequence[RecordedStep] | None = None,
         interrupt: Callable[[], BaseException | None] | None = None,
         children: ChildRuns | None = None,
         mark_starts: bool = False,
@@ -136,7 +137,7 @@ class StepEngine:
         """Names served from storage instead of executed."""
         return tuple(self._replayed)
 
-    def records(self) -> Iterator[StepRecord]:
+    def records(self) -> Iterator[RecordedStep]:
         """The records this attempt knows, in first-run order."""
         return iter(self._records.values())
 
@@ -149,10 +150,10 @@ class StepEngine:
             return self._replay(existing)
         attempts = (existing.attempts if existing else 0) + 1
         began = self._clock.now()
-        record = StepRecord(
+        record = RecordedStep(
             run_id=self.run_id,
             name=name,
-            kind="run",
+            kind=StepKind.RUN,
             status=StepStatus.FAILED,
             started_at=existing.started_at if existing else began,
             attempts=attempts,
@@ -208,7 +209,7 @@ class StepEngine:
         if existing is not None and existing.status is StepStatus.COMPLETED:
             self._replay(existing)
             return
-        with self._span(name, "sleep", existing):
+        with self._span(name, StepKind.SLEEP, existing):
             now = self._clock.now()
             if existing is not None and existing.status is StepStatus.SLEEPING and existing.wake_at:
                 if existing.wake_at <= now:
@@ -216,12 +217,12 @@ class StepEngine:
                         replace(existing, status=StepStatus.COMPLETED, completed_at=now)
                     )
                     return
-                raise Suspension(name, existing.wake_at, "sleep")
+                raise Suspension(name, existing.wake_at, StepKind.SLEEP)
             wake_at = wake_at_from(now)
-            record = StepRecord(
+            record = RecordedStep(
                 run_id=self.run_id,
                 name=name,
-                kind="sleep",
+                kind=StepKind.SLEEP,
                 status=StepStatus.SLEEPING,
                 started_at=now,
                 wake_at=wake_at,
@@ -233,7 +234,7 @@ class StepEngine:
                 )
                 return
             yield from self._save(record)
-            raise Suspension(name, wake_at, "sleep")
+            raise Suspension(name, wake_at, StepKind.SLEEP)
 
     # -- wait_for_event ----------------------------------------------------
     def _wait(
@@ -243,7 +244,7 @@ class StepEngine:
         existing = yield from self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
-        with self._span(name, "wait", existing):
+        with self._span(name, StepKind.WAIT, existing):
             now = self._clock.now()
             if existing is None or existing.event_cursor is None:
                 started_at, attempts = now, 1
@@ -251,10 +252,10 @@ class StepEngine:
             else:
                 started_at, cursor = existing.started_at, existing.event_cursor
                 attempts = _executions(existing)
-            record = StepRecord(
+            record = RecordedStep(
                 run_id=self.run_id,
                 name=name,
-                kind="wait",
+                kind=StepKind.WAIT,
                 status=StepStatus.WAITING,
                 started_at=started_at,
                 attempts=attempts,
@@ -273,12 +274,12 @@ class StepEngine:
             deadline = record.deadline or now
             if now >= deadline:
                 return (yield from self._wait_timed_out(record, limit, required, now))
-            resume_at = min(deadline, after(now, self._limits.event_poll))
-            yield from self._save(replace(record, wake_at=resume_at))
-            raise Suspension(name, resume_at, "event")
+            wake_at = min(deadline, after(now, self._limits.event_poll))
+            yield from self._save(replace(record, wake_at=wake_at))
+            raise Suspension(name, wake_at, StepKind.WAIT)
 
     def _wait_timed_out(
-        self, record: StepRecord, limit: timedelta, required: bool, now: datetime
+        self, record: RecordedStep, limit: timedelta, required: bool, now: datetime
     ) -> Plan[None]:
         if required:
             error = JobTimeoutError(
@@ -308,15 +309,15 @@ class StepEngine:
         now = self._clock.now()
         attempts = (existing.attempts if existing else 0) + 1
 
-        def publish_and_record() -> tuple[int, StepRecord]:
+        def publish_and_record() -> tuple[int, RecordedStep]:
             # The event and the step record commit together: one event however often
             # the run replays.
             with self._store.atomic():
                 position = self._events.publish(event, payload, key=key)
-                record = StepRecord(
+                record = RecordedStep(
                     run_id=self.run_id,
                     name=name,
-                    kind="publish",
+                    kind=StepKind.PUBLISH,
                     status=StepStatus.COMPLETED,
                     started_at=now,
                     completed_at=now,
@@ -343,7 +344,7 @@ class StepEngine:
         existing = yield from self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
-        with self._span(name, "invoke", existing):
+        with self._span(name, StepKind.INVOKE, existing):
             now = self._clock.now()
             deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
             # The recorded child, or a new one when none is recorded (a first start, or an
@@ -351,10 +352,10 @@ class StepEngine:
             child = existing.correlation_key if existing is not None else None
             if child is None:
                 child = yield Io(lambda: children.start(self.run_id, name, job, args, kwargs), True)
-            record = StepRecord(
+            record = RecordedStep(
                 run_id=self.run_id,
                 name=name,
-                kind="invoke",
+                kind=StepKind.INVOKE,
                 status=StepStatus.WAITING,
                 started_at=existing.started_at if existing else now,
                 attempts=_executions(existing) if existing is not None else 1,
@@ -384,13 +385,13 @@ class StepEngine:
                     replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error))
                 )
                 raise error
-            resume_at = min(deadline, after(now, self._limits.event_poll))
-            yield from self._save(replace(record, wake_at=resume_at))
-            raise Suspension(name, resume_at, "child")
+            wake_at = min(deadline, after(now, self._limits.event_poll))
+            yield from self._save(replace(record, wake_at=wake_at))
+            raise Suspension(name, wake_at, StepKind.INVOKE)
 
     @staticmethod
     def _deadline(
-        existing: StepRecord | None, now: datetime, limit: timedelta, timeout: Duration
+        existing: RecordedStep | None, now: datetime, limit: timedelta, timeout: Duration
     ) -> datetime:
         """When a wait or an invoke gives up: recorded once, when its window opens. A
         record without one (a retry cleared it) opens a fresh window now."""
@@ -399,7 +400,7 @@ class StepEngine:
         return after(now, limit, timeout)
 
     # -- helpers -----------------------------------------------------------
-    def _begin(self, name: str) -> Plan[StepRecord | None]:
+    def _begin(self, name: str) -> Plan[RecordedStep | None]:
         if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
             raise InvalidName(
                 f"job {self.job_name!r}: step names are non-empty strings of at most "
@@ -416,16 +417,16 @@ class StepEngine:
             )
         self._used.append(name)
         if not self._loaded:
-            known: Sequence[StepRecord] = yield Io(lambda: self._store.list(self.run_id))
+            known: Sequence[RecordedStep] = yield Io(lambda: self._store.list(self.run_id))
             self._records = {record.name: record for record in known}
             self._loaded = True
         return self._records.get(name)
 
-    def _span(self, name: str, kind: str, existing: StepRecord | None) -> Any:
+    def _span(self, name: str, kind: StepKind, existing: RecordedStep | None) -> Any:
         """The span of one execution of a step that may suspend the run (``otel.py``);
         a replay has none."""
         attempt = _executions(existing) if existing is not None else 1
-        return otel.step_span(name, self.run_id, attempt, kind)
+        return otel.step_span(name, self.run_id, attempt, str(kind))
 
     def _lost(self, name: str, attempts: int) -> ErrorInfo:
         return ErrorInfo(
@@ -438,15 +439,15 @@ class StepEngine:
             traceback="",
         )
 
-    def _replay(self, record: StepRecord) -> Any:
+    def _replay(self, record: RecordedStep) -> Any:
         self._replayed.append(record.name)
         return record.output
 
-    def _save(self, record: StepRecord) -> Plan[None]:
+    def _save(self, record: RecordedStep) -> Plan[None]:
         yield Io(lambda: self._store.put(record), write=True)
         self._records[record.name] = record
 
-    def _fail(self, record: StepRecord, error: Exception) -> Plan[None]:
+    def _fail(self, record: RecordedStep, error: Exception) -> Plan[None]:
         yield from self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))
 
     def _storable(self, name: str, value: Any) -> Any:
@@ -472,7 +473,7 @@ class StepEngine:
         )
 
 
-def _executions(existing: StepRecord) -> int:
+def _executions(existing: RecordedStep) -> int:
     """A wait or invoke that resumes to look again is the same execution: only one that
     failed before (and runs again on retry) counts another. Counting every look would
     show 20,000 attempts on a 7-day wait polled every 30 s."""

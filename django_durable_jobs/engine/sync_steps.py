@@ -22,7 +22,7 @@ from .records import (
     ChildRuns,
     EventHit,
     EventLookup,
-    StepRecord,
+    RecordedStep,
     StepStatus,
     StepStore,
 )
@@ -55,8 +55,8 @@ __all__ = [
     "MemoryChildRuns",
     "MemoryEventLog",
     "MemoryStepStore",
+    "RecordedStep",
     "StepLimits",
-    "StepRecord",
     "StepStatus",
     "StepStore",
     "Steps",

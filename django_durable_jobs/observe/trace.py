@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..engine import clock
-from ..engine.fanout import KIND, key_prefix
+from ..engine.fanout import key_prefix
+from ..engine.vocabulary import StepKind
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from ..registry import all_jobs
 from ..registry import max_attempts as of_definition
@@ -96,7 +97,7 @@ class StepRow:
 
     @property
     def has_output(self) -> bool:
-        return self.status == StepStatus.COMPLETED and self.kind != "sleep"
+        return self.status == StepStatus.COMPLETED and self.kind != StepKind.SLEEP
 
     @property
     def took_text(self) -> str:
@@ -105,7 +106,7 @@ class StepRow:
     @property
     def wake_text(self) -> str:
         """The wake time of a sleep, or what a wait is (or was) waiting for."""
-        if self.kind == "wait":
+        if self.kind == StepKind.WAIT:
             if self.children:
                 text = self.fanout_text
             elif self.event:
@@ -117,7 +118,7 @@ class StepRow:
             if self.status == StepStatus.WAITING and self.wake_at is not None:
                 text += f", next check {stamp(self.wake_at)}"
             return text
-        if self.kind == "sleep" and self.wake_at is not None:
+        if self.kind == StepKind.SLEEP and self.wake_at is not None:
             return f"until {stamp(self.wake_at)}"
         return ""
 
@@ -158,7 +159,8 @@ class Trace:
     def counts(self) -> dict[str, int]:
         """How many steps are in each status, in the order of ``StepStatus``."""
         counter = Counter(row.status for row in self.steps)
-        return {status: counter[status] for status in StepStatus.values if counter[status]}
+        statuses = (status.value for status in StepStatus)
+        return {status: counter[status] for status in statuses if counter[status]}
 
 
 def build(
@@ -217,7 +219,7 @@ def _fanout_children(run: JobRun, steps: Sequence[StepRecord]) -> dict[str, tupl
     """One query per fan-out step: its children's ids and statuses, in call order."""
     found: dict[str, tuple[Child, ...]] = {}
     for step in steps:
-        if step.kind != KIND:
+        if step.kind != StepKind.FANOUT:
             continue
         prefix = key_prefix(str(run.pk), step.name)
         rows = JobRun.objects.using(run._state.db).filter(
@@ -283,7 +285,12 @@ def run_duration(run: JobRun, now: datetime) -> timedelta | None:
 
 def _kind(step: StepRecord) -> str:
     # "publish" steps are drawn like a run; "invoke" and "fanout" ones like a wait.
-    return {"publish": "run", "invoke": "wait", KIND: "wait"}.get(step.kind, step.kind)
+    drawn_as: dict[str, str] = {
+        StepKind.PUBLISH: StepKind.RUN,
+        StepKind.INVOKE: StepKind.WAIT,
+        StepKind.FANOUT: StepKind.WAIT,
+    }
+    return drawn_as.get(step.kind, step.kind)
 
 
 def _end(step: StepRecord, now: datetime) -> datetime | None:

@@ -35,12 +35,13 @@ from ..engine.attempt import (
     run_logger,
 )
 from ..engine.clock import Clock, current
-from ..engine.records import StepRecord as StepRecordValue
+from ..engine.records import RecordedStep
 from ..engine.retry import backoff_delay
 from ..engine.serialization import ErrorInfo, ascii_text
 from ..engine.steps import StepEngine, StepLimits
 from ..engine.sync_steps import STEP_LOST, Steps
 from ..engine.timeouts import TimeGuard
+from ..engine.vocabulary import StepKind
 from ..events import EventLog, recheck_after_park, wake_parent
 from ..exceptions import AttemptsExhausted, RunCancelled, StepOutputInvalid, UnknownJob
 from ..failure_handlers import handler_for, start_handler
@@ -70,7 +71,7 @@ class Pending:
     changes: dict[str, Any]
     now: datetime
     #: The step a suspended run parked in (re-checked once the run is parked).
-    parked: StepRecordValue | None = None
+    parked: RecordedStep | None = None
 
     #: True once reduced to its always-storable form (``shorten``).
     short: bool = False
@@ -321,8 +322,8 @@ def _pending(
             traceback="",
         )
     elif isinstance(outcome, Suspended):
-        status = RunStatus.SLEEPING if outcome.reason == "sleep" else RunStatus.WAITING
-        changes.update(status=status, wake_at=outcome.resume_at)
+        status = RunStatus.SLEEPING if outcome.kind is StepKind.SLEEP else RunStatus.WAITING
+        changes.update(status=status, wake_at=outcome.wake_at)
     else:
         changes.update(_failure(run, definition, outcome, now, rng))
     return Pending(run, outcome, changes, now)
@@ -462,8 +463,11 @@ def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
             sender=JobRun,
             run=run,
             step=outcome.step,
-            resume_at=outcome.resume_at,
-            reason=outcome.reason,
+            wake_at=outcome.wake_at,
+            kind=outcome.kind,
+            # Until the next release, for receivers written against 0.1 (README "Upgrading").
+            resume_at=outcome.wake_at,
+            reason=signals.SUSPENDED_REASON[outcome.kind],
         )
     else:
         signals.run_failed.send(

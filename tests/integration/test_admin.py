@@ -72,7 +72,9 @@ def failed_run(driver: Driver) -> JobRun:
 
 
 def test_every_status_has_a_badge_with_a_style() -> None:
-    statuses = set(RunStatus.values) | set(StepStatus.values) | set(WorkerStatus.values)
+    statuses = (
+        set(RunStatus.values) | {status.value for status in StepStatus} | set(WorkerStatus.values)
+    )
     assert statuses <= set(BADGES)
     css = CSS.read_text()
     for status in statuses:

@@ -6,6 +6,7 @@ import pytest
 
 from django_durable_jobs.engine.attempt import Failed, Succeeded, Suspended
 from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.vocabulary import StepKind
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepStatus
 from tests.conftest import Driver
 from tests.testapp import async_jobs
@@ -50,7 +51,7 @@ def test_async_sleep_and_event_suspend_the_run(driver: Driver, clock: FakeClock)
     clock.advance("3d")
     waiting = driver.step()
     assert waiting is not None and isinstance(waiting.outcome, Suspended)
-    assert waiting.outcome.reason == "event"
+    assert waiting.outcome.kind is StepKind.WAIT
     Event.objects.create(name="order.paid", payload={"n": 1}, key="42", published_at=clock.now())
     clock.advance("30s")
     done = driver.step()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.attempt import Failed, Succeeded, Suspended
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.retry import backoff_delay
+from django_durable_jobs.engine.vocabulary import StepKind
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepStatus
 from django_durable_jobs.worker.execution import execute
 from tests.conftest import Driver
@@ -50,7 +52,7 @@ def test_onboarding_flow_through_sleep_and_event(driver: Driver, clock: FakeCloc
     clock.advance("3d")
     executed = driver.step()
     assert executed is not None and isinstance(executed.outcome, Suspended)
-    assert executed.outcome.reason == "event"
+    assert executed.outcome.kind is StepKind.WAIT
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING and run.attempt == 1  # suspension is not an attempt
 
@@ -217,3 +219,26 @@ def test_a_job_that_swallows_its_timeout_is_stopped(clock: FakeClock) -> None:
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_TIMEOUT"
     assert jobs.CALLS["stubborn-swallowed"] == 1
+
+
+def test_run_suspended_sends_wake_at_and_kind_and_still_the_old_names(
+    driver: Driver, clock: FakeClock
+) -> None:
+    """README "Upgrading": resume_at and reason go away after this release."""
+    from django_durable_jobs import signals
+
+    sent: list[dict[str, Any]] = []
+
+    def receiver(**kwargs: Any) -> None:
+        sent.append(kwargs)
+
+    signals.run_suspended.connect(receiver, weak=False)
+    try:
+        jobs.onboarding.enqueue(user_id=42)
+        driver.step()
+    finally:
+        signals.run_suspended.disconnect(receiver)
+    [kwargs] = sent
+    wake_at = clock.now() + timedelta(days=3)
+    assert (kwargs["wake_at"], kwargs["kind"]) == (wake_at, StepKind.SLEEP)
+    assert (kwargs["resume_at"], kwargs["reason"]) == (wake_at, "sleep")

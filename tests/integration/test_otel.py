@@ -114,7 +114,7 @@ def test_sleep_wait_and_invoke_steps_have_spans_that_say_they_suspended(
     assert sleep.attributes["durable_jobs.step_kind"] == "sleep"
     assert sleep.attributes["durable_jobs.outcome"] == "suspended"
     assert (
-        sleep.attributes["durable_jobs.resume_at"]
+        sleep.attributes["durable_jobs.wake_at"]
         == (driver.clock.now() + timedelta(days=3)).isoformat()
     )
     assert sleep.status.status_code == StatusCode.UNSET  # suspending is not an error

@@ -15,7 +15,7 @@ from django_durable_jobs.engine.sync_steps import (
     EventLookup,
     MemoryEventLog,
     MemoryStepStore,
-    StepRecord,
+    RecordedStep,
     StepStatus,
     StepStore,
 )
@@ -35,7 +35,7 @@ def run_ids() -> list[str]:
     return [str(JobRunFactory.create().id) for _ in range(2)]
 
 
-def record(run_id: str, name: str, **changes: Any) -> StepRecord:
+def record(run_id: str, name: str, **changes: Any) -> RecordedStep:
     values: dict[str, Any] = {
         "run_id": run_id,
         "name": name,
@@ -45,7 +45,7 @@ def record(run_id: str, name: str, **changes: Any) -> StepRecord:
         "output": {"v": name},
     }
     values.update(changes)
-    return StepRecord(**values)
+    return RecordedStep(**values)
 
 
 def test_put_get_round_trips_every_field(store: StepStore, run_ids: list[str]) -> None:

@@ -14,7 +14,7 @@ import pytest
 from django_durable_jobs.engine.async_steps import AsyncSteps, inline
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.memory import MemoryEventLog, MemoryStepStore
-from django_durable_jobs.engine.records import StepRecord, StepStatus
+from django_durable_jobs.engine.records import RecordedStep, StepStatus
 from django_durable_jobs.engine.steps import StepLimits
 from django_durable_jobs.exceptions import JobTimeoutError, Suspension
 
@@ -118,7 +118,7 @@ class SlowStore(MemoryStepStore):
         super().__init__()
         self.writing = threading.Event()
 
-    def put(self, record: StepRecord) -> None:
+    def put(self, record: RecordedStep) -> None:
         self.writing.set()
         threading.Event().wait(0.3)
         super().put(record)

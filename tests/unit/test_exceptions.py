@@ -8,6 +8,7 @@ import pytest
 
 import django_durable_jobs
 from django_durable_jobs import exceptions
+from django_durable_jobs.engine.vocabulary import StepKind
 from django_durable_jobs.exceptions import DurableJobsError, Suspension
 
 SPEC_CODES = [
@@ -117,7 +118,7 @@ def test_except_exception_cannot_swallow_a_suspension() -> None:
 
     def user_code() -> None:
         try:
-            raise Suspension("sleep:3d", None, "sleep")
+            raise Suspension("sleep:3d", None, StepKind.SLEEP)
         except Exception:  # what a job might write around its steps
             swallowed.append(True)
 
@@ -125,8 +126,8 @@ def test_except_exception_cannot_swallow_a_suspension() -> None:
         user_code()
     assert swallowed == []
     assert excinfo.value.step == "sleep:3d"
-    assert excinfo.value.resume_at is None
-    assert excinfo.value.reason == "sleep"
+    assert excinfo.value.wake_at is None
+    assert excinfo.value.kind is StepKind.SLEEP
 
 
 def test_every_exception_class_has_a_docstring() -> None:

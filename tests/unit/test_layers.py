@@ -9,7 +9,8 @@ The rules, read as documentation:
 
     engine/      the pure heart. Imports nothing of Django and nothing of the package
                  outside engine/ but ``exceptions``.
-    models       imports Django and db/fields, db/schema only (the column types).
+    models       imports Django and db/fields, db/schema only (the column types), and
+                 engine/vocabulary (StepStatus: one enum for the engine and the column).
     db/          the seam to the database. Never imports the worker, the verbs, the
                  admin, the management commands, observe/ or contrib/.
     verbs        enqueueing, runs, events, children, gates, failure_handlers, schedules,
@@ -60,7 +61,8 @@ MUST_NOT_IMPORT: Mapping[str, frozenset[str]] = {
 #: layer -> the only modules of the package it may import (a prefix covers a folder).
 ONLY_IMPORTS: Mapping[str, tuple[str, ...]] = {
     "engine": ("engine", "exceptions"),
-    "models": ("db.fields", "db.schema"),
+    # engine.vocabulary: StepStatus is one enum for the engine and the column.
+    "models": ("db.fields", "db.schema", "engine.vocabulary"),
     "registry": ("engine", "exceptions", "conf", "models"),
 }
 #: layers that may not import Django at all.

@@ -221,9 +221,9 @@ def test_the_signals_and_statuses_the_readme_lists_are_the_codes() -> None:
         RunStatus.values
     )
     step_statuses = re.search(r"^Step statuses: (.*)$", section_text("The step API"), re.M)
-    assert step_statuses and set(re.findall(r"`(\w+)`", step_statuses.group(1))) == set(
-        StepStatus.values
-    )
+    assert step_statuses and set(re.findall(r"`(\w+)`", step_statuses.group(1))) == {
+        status.value for status in StepStatus
+    }
 
 
 def test_the_files_the_readme_cites_exist() -> None:

@@ -22,6 +22,7 @@ from django_durable_jobs.engine.sync_steps import (
     StepStatus,
 )
 from django_durable_jobs.engine.timeouts import TimeGuard
+from django_durable_jobs.engine.vocabulary import StepKind
 from django_durable_jobs.exceptions import (
     JobTimeoutError,
     StepDuplicateError,
@@ -265,15 +266,15 @@ def test_sleep_suspends_then_completes_after_wake_time(h: Harness) -> None:
     start = h.clock.now()
     with pytest.raises(Suspension) as info:
         h.attempt().sleep("3d")
-    assert info.value.resume_at == start + timedelta(days=3)
-    assert info.value.reason == "sleep" and info.value.step == "sleep:3d"
+    assert info.value.wake_at == start + timedelta(days=3)
+    assert info.value.kind is StepKind.SLEEP and info.value.step == "sleep:3d"
     record = h.record("sleep:3d")
     assert record.status is StepStatus.SLEEPING and record.wake_at == start + timedelta(days=3)
 
     h.clock.advance("1d")  # resumed early: suspend again with the SAME wake time
     with pytest.raises(Suspension) as again:
         h.attempt().sleep("3d")
-    assert again.value.resume_at == start + timedelta(days=3)
+    assert again.value.wake_at == start + timedelta(days=3)
 
     h.clock.advance("2d")
     h.attempt().sleep("3d")  # returns
@@ -297,7 +298,7 @@ def test_sleep_names_and_duration_forms(h: Harness) -> None:
     with pytest.raises(Suspension) as by_seconds:
         steps3.sleep(90)
     assert by_seconds.value.step == "sleep:90"
-    assert by_seconds.value.resume_at == h.clock.now() + timedelta(seconds=90)
+    assert by_seconds.value.wake_at == h.clock.now() + timedelta(seconds=90)
 
 
 def test_sleep_invalid_duration(h: Harness) -> None:
@@ -314,7 +315,7 @@ def test_sleep_until(h: Harness) -> None:
     when = h.clock.now() + timedelta(hours=2)
     with pytest.raises(Suspension) as info:
         h.attempt().sleep_until("until", when)
-    assert info.value.resume_at == when
+    assert info.value.wake_at == when
     h.clock.set(when)
     h.attempt().sleep_until("until", when)
     assert h.record("until").status is StepStatus.COMPLETED
@@ -361,8 +362,8 @@ def test_wait_returns_event_published_after_the_wait_started(h: Harness) -> None
     h.events.publish("order.paid", {"order": 0}, key="42")  # before: never counts
     with pytest.raises(Suspension) as info:
         h.attempt().wait_for_event("wait", "order.paid", match="42", timeout="7d")
-    assert info.value.reason == "event"
-    assert info.value.resume_at == h.clock.now() + timedelta(seconds=30)  # poll < deadline
+    assert info.value.kind is StepKind.WAIT
+    assert info.value.wake_at == h.clock.now() + timedelta(seconds=30)  # poll < deadline
     waiting = h.record("wait")
     assert waiting.status is StepStatus.WAITING
     assert waiting.kind == "wait" and waiting.deadline == waiting.started_at + timedelta(days=7)
@@ -394,12 +395,12 @@ def test_wait_parks_until_min_of_deadline_and_poll(h: Harness) -> None:
     start = h.clock.now()
     with pytest.raises(Suspension) as first:
         h.attempt().wait_for_event("w", "e", timeout="10s")
-    assert first.value.resume_at == start + timedelta(seconds=10)
+    assert first.value.wake_at == start + timedelta(seconds=10)
     assert h.record("w").attempts == 1
     h.clock.advance("4s")
     with pytest.raises(Suspension) as second:
         h.attempt().wait_for_event("w", "e", timeout="10s")
-    assert second.value.resume_at == start + timedelta(seconds=10)  # deadline from first start
+    assert second.value.wake_at == start + timedelta(seconds=10)  # deadline from first start
     assert h.record("w").attempts == 1  # looking again is not another execution
 
 
@@ -438,7 +439,7 @@ def test_wait_default_timeout_is_24h(h: Harness) -> None:
     h.limits = StepLimits(event_poll=timedelta(days=30))
     with pytest.raises(Suspension) as info:
         h.attempt().wait_for_event("w", "e")
-    assert info.value.resume_at == start + timedelta(hours=24)
+    assert info.value.wake_at == start + timedelta(hours=24)
 
 
 def test_required_wait_times_out_with_job_timeout(h: Harness) -> None:
@@ -476,7 +477,7 @@ def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
 
     with pytest.raises(Suspension) as info:
         attempt().invoke("child", "jobs.child", 3, key="x", timeout="1h")
-    assert info.value.reason == "child"
+    assert info.value.kind is StepKind.INVOKE
     [child] = children.started
     parked = h.record("child")
     assert parked.kind == "invoke" and parked.correlation_key == child
