@@ -33,7 +33,8 @@ def main(n: int) -> None:
     from django_durable_jobs.db.claims import claim
     from django_durable_jobs.engine.async_steps import inline
     from django_durable_jobs.engine.clock import SystemClock
-    from django_durable_jobs.worker.execution import arun_to_stop, execute, settle, write
+    from django_durable_jobs.worker.execution import arun_to_stop, execute
+    from django_durable_jobs.worker.outcome import settle, write
 
     clock = SystemClock()
 
