@@ -19,7 +19,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,6 +29,7 @@ from django.db import DatabaseError, connections
 from .. import conf, faults
 from ..db import flow
 from ..db.claims import release, requeue_expired
+from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..exceptions import UnknownJob
@@ -228,7 +228,7 @@ class Worker:
             lane.wait(self.options.poll_interval.total_seconds())
             return True
         pending = self._pending
-        owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
+        owner = str(LeaseOwner.new(self.options.worker_id))
         # Never more than this process can start at once (the lane's free slots, or
         # the one sync run the free main thread takes), and the batch grows only while
         # it brings async runs (sync runs of one batch wait for each other).
