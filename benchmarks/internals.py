@@ -18,8 +18,9 @@ from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
 from django_durable_jobs.enqueueing import enqueue
 from django_durable_jobs.observe import stats
-from django_durable_jobs.worker.execution import arun_to_stop, execute, settle, write
+from django_durable_jobs.worker.execution import arun_to_stop, execute
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
+from django_durable_jobs.worker.outcome import settle, write
 
 
 def database_now() -> datetime:

@@ -13,7 +13,8 @@ from django_durable_jobs.db.claims import claim, release
 from django_durable_jobs.engine.clock import FakeClock, use
 from django_durable_jobs.engine.timeouts import TimeGuard
 from django_durable_jobs.models import JobRun
-from django_durable_jobs.worker.execution import Executed, execute
+from django_durable_jobs.worker.execution import execute
+from django_durable_jobs.worker.outcome import Executed
 from tests.testapp import jobs
 
 #: The folders under tests/, each a tier and the marker its tests get (CONTRIBUTING.md

@@ -28,7 +28,6 @@ On Django 5.2 this module imports, and creating the backend raises
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -47,6 +46,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import conf, signals
+from ..db.leases import LeaseOwner
 from ..declare import Job, job
 from ..engine import clock
 from ..engine.async_steps import AsyncSteps
@@ -87,8 +87,6 @@ _STATUS: dict[str, str] = {
     RunStatus.FAILED: "FAILED",
     RunStatus.CANCELLED: "FAILED",
 }
-# A lease owner is "<worker id>#<8 hex digits>"; the suffix changes with every claim.
-_CLAIM_SUFFIX = re.compile(r"#[0-9a-f]{8}$")
 #: The run this thread is executing, set when it starts (saves a read per attempt).
 _executing: ContextVar[JobRun | None] = ContextVar("django_durable_jobs_task_run", default=None)
 
@@ -399,7 +397,7 @@ def _worker_id(run_id: str) -> str:
             .values_list("lease_owner", flat=True)
             .first()
         ) or ""
-    return _CLAIM_SUFFIX.sub("", owner) or "inline"
+    return LeaseOwner.parse(owner).worker_id or "inline"
 
 
 def _current_run(run_id: str) -> JobRun:

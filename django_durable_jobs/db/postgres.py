@@ -54,27 +54,33 @@ claimed AS (
     FROM picked WHERE run.id = picked.id
     RETURNING {columns}, picked.status AS claimed_from, picked.started_at IS NULL AS fresh
 )"""
-_DONE = """
+_TYPES = ["timestamptz", "int", "text", "timestamptz", "text[]"]
+
+
+def _field(name: str) -> Any:
+    return JobRun._meta.get_field(name)
+
+
+def _outcome_sql(connection: Any) -> tuple[str, list[str]]:
+    """The CTE that records an outcome, and its parameter types: built from
+    ``OUTCOME_COLUMNS`` and the model's fields, so a column takes no edit here."""
+    qn = connection.ops.quote_name
+    first = len(_TYPES) + 1
+    sets = ", ".join(
+        f"{qn(_field(name).column)} = ${first + index}"
+        for index, name in enumerate(OUTCOME_COLUMNS)
+    )
+    key, owner = first + len(OUTCOME_COLUMNS), first + len(OUTCOME_COLUMNS) + 1
+    sql = f"""
 done AS (
-    UPDATE {table} SET status = $6, result = $7, finished_at = $8, wake_at = $9,
-        error_code = $10, error = $11, error_type = $12, traceback = $13,
+    UPDATE {{table}} SET {sets},
         lease_owner = '', lease_expires_at = NULL
-    WHERE id = $14 AND lease_owner = $15 AND status = 'running'
+    WHERE id = ${key} AND lease_owner = ${owner} AND status = 'running'
     RETURNING id
 ),"""
-_TYPES = ["timestamptz", "int", "text", "timestamptz", "text[]"]
-_DONE_TYPES = [
-    "text",
-    "jsonb",
-    "timestamptz",
-    "timestamptz",
-    "text",
-    "text",
-    "text",
-    "text",
-    "uuid",
-    "text",
-]
+    types = [_field(name).db_type(connection) for name in (*OUTCOME_COLUMNS, "id", "lease_owner")]
+    return sql, types
+
 
 _prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
@@ -106,25 +112,15 @@ def claim(
 ) -> tuple[list[JobRun], bool]:
     """Claim up to ``limit`` runs (and record ``finish``); returns the runs and whether
     ``finish`` was recorded (False: its lease was lost)."""
-    from psycopg.types.json import Jsonb  # psycopg is only needed on PostgreSQL
-
     connection = connections[using]
     name, sql = _statement(connection, queues, finish is not None)
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if finish is not None:
-        values = finish.values
         params += [
-            values["status"],
-            Jsonb(values["result"]),
-            values["finished_at"],
-            values["wake_at"],
-            values["error_code"],
-            values["error"],
-            values["error_type"],
-            values["traceback"],
-            finish.run_id,
-            finish.owner,
+            _field(column).get_db_prep_save(finish.values[column], connection)
+            for column in OUTCOME_COLUMNS
         ]
+        params += [finish.run_id, finish.owner]
     with connection.cursor() as cursor:
         execute(cursor, name, sql, params)
         rows = cursor.fetchall()
@@ -146,7 +142,8 @@ def _statement(
         queue_filter, variant = "AND queue = ($5::text[])[1]", "one"
     else:
         queue_filter, variant = "AND queue = ANY($5)", "many"
-    ctes = (_DONE if finishing else "") + _SELECT
+    done, done_types = _outcome_sql(connection) if finishing else ("", [])
+    ctes = done + _SELECT
     body = (
         "WITH "
         + ctes.format(table=table, queues=queue_filter, columns=_COLUMNS)
@@ -154,7 +151,7 @@ def _statement(
         + ("(SELECT count(*) FROM done)" if finishing else "0")
         + ", claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
     )
-    types = _TYPES + (_DONE_TYPES if finishing else [])
+    types = _TYPES + done_types
     if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
         return None, numbered_to_named(body, len(types))
     name = f"durable_claim_{variant}_{'f' if finishing else 'c'}"
@@ -200,14 +197,40 @@ def _run(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
     return run
 
 
-_INSERT_MANY = """
-INSERT INTO {table} (id, job_name, queue, priority, status, args, kwargs, result,
-    error_code, error, error_type, traceback, attempt, created_at, wake_at, lease_owner,
-    trace_context)
-SELECT id, %s, %s, %s, 'queued', args::jsonb, kwargs::jsonb, NULL, '', '', '', '', 0, %s,
-    wake_at, '', %s::jsonb
-FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::timestamptz[]) AS r(id, args, kwargs, wake_at)
-"""
+#: What differs between the runs of one ``enqueue_many`` call (one array each); every
+#: other column is the same for the whole call and is sent once, from its first run.
+PER_RUN = ("id", "args", "kwargs", "wake_at")
+
+
+def insert_many_sql(connection: Any) -> tuple[str, list[Any]]:
+    """The ``unnest`` INSERT of ``insert_runs`` and the fields its parameters are
+    for, in order: every concrete field of ``JobRun``, from ``_meta``, so a new column
+    takes no edit here (its value is the first run's, usually the field's default)."""
+    qn = connection.ops.quote_name
+    shared = [field for field in _FIELDS if field.attname not in PER_RUN]
+    per_run = [_field(name) for name in PER_RUN]
+    values = {field.column: f"%s::{field.db_type(connection)}" for field in shared}
+    values.update({field.column: f"r.{qn(field.column)}{_cast_back(field)}" for field in per_run})
+    arrays = ", ".join(f"%s::{_array_type(field, connection)}" for field in per_run)
+    aliases = ", ".join(qn(field.column) for field in per_run)
+    columns = [field.column for field in _FIELDS]
+    sql = (
+        f"INSERT INTO {qn(JobRun._meta.db_table)} ({', '.join(qn(c) for c in columns)})\n"
+        f"SELECT {', '.join(values[c] for c in columns)}\n"
+        f"FROM unnest({arrays}) AS r({aliases})"
+    )
+    return sql, [*shared, *per_run]
+
+
+def _array_type(field: Any, connection: Any) -> str:
+    # JSON travels as text (psycopg has no array of Jsonb); the SELECT casts it back.
+    if isinstance(field, JSONField):
+        return "text[]"
+    return f"{field.db_type(connection)}[]"
+
+
+def _cast_back(field: Any) -> str:
+    return "::jsonb" if isinstance(field, JSONField) else ""
 
 
 def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
@@ -216,26 +239,22 @@ def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
     import json
 
     connection = connections[using]
-    sql = _INSERT_MANY.format(table=connection.ops.quote_name(JobRun._meta.db_table))
+    sql, fields = insert_many_sql(connection)
+    shared = fields[: len(fields) - len(PER_RUN)]
     with connection.cursor() as cursor:
         for start in range(0, len(runs), batch_size):
             batch = runs[start : start + batch_size]
-            first = batch[0]
-            cursor.execute(
-                sql,
-                [
-                    first.job_name,
-                    first.queue,
-                    first.priority,
-                    first.created_at,
-                    # One enqueue_many call has one caller, hence one trace context.
-                    None if first.trace_context is None else json.dumps(first.trace_context),
-                    [run.pk for run in batch],
-                    [json.dumps(run.args, ensure_ascii=False) for run in batch],
-                    [json.dumps(run.kwargs, ensure_ascii=False) for run in batch],
-                    [run.wake_at for run in batch],
-                ],
-            )
+            # One enqueue_many call has one caller, hence one trace context.
+            params = [
+                field.get_db_prep_save(getattr(batch[0], field.attname), connection)
+                for field in shared
+            ]
+            for field in fields[len(shared) :]:
+                column = [getattr(run, field.attname) for run in batch]
+                if isinstance(field, JSONField):
+                    column = [json.dumps(value, ensure_ascii=False) for value in column]
+                params.append(column)
+            cursor.execute(sql, params)
     for run in runs:
         run._state.adding = False
         run._state.db = using

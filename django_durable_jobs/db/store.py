@@ -29,26 +29,9 @@ class LeaseLost(DurableJobsError):
     retryable = False
 
 
-_COLUMNS = (
-    "status",
-    "output",
-    "started_at",
-    "completed_at",
-    "wake_at",
-    "event",
-    "correlation_key",
-    "event_cursor",
-    "attempts",
-    "error",
-    "error_type",
-    "traceback",
-    "kind",
-    "deadline",
-    "last_started_at",
-)
-
-
 def _columns(record: RecordedStep) -> dict[str, Any]:
+    """A record's row, column by column: the one place a step column is named (the
+    fenced INSERT and its parameter types are built from these keys and ``_meta``)."""
     error = record.error
     return {
         "status": str(record.status),
@@ -90,30 +73,6 @@ def to_record(row: StepRecord) -> RecordedStep:
         deadline=row.deadline,
         last_started_at=row.last_started_at,
     )
-
-
-_INSERT_TYPES = [
-    "uuid",
-    "text",
-    "text",
-    "jsonb",
-    "timestamptz",
-    "timestamptz",
-    "timestamptz",
-    "text",
-    "text",
-    "bigint",
-    "int",
-    "text",
-    "text",
-    "text",
-    "text",
-    "timestamptz",
-    "timestamptz",
-    "uuid",
-    "text",
-    "text",
-]
 
 
 def _fault_point(record: RecordedStep) -> str:
@@ -195,7 +154,7 @@ class OrmStepStore:
         qn = connection.ops.quote_name
         meta = StepRecord._meta
         fields = [
-            cast("Field[Any, Any]", meta.get_field(name)) for name in ("run", "name", *_COLUMNS)
+            cast("Field[Any, Any]", meta.get_field(name)) for name in ("run", "name", *values)
         ]
         params = [
             field.get_db_prep_save(value, connection)
@@ -216,7 +175,14 @@ class OrmStepStore:
             if postgres.available(self.using):
                 # Planning this INSERT costs as much as running it: prepare it once.
                 statement: str | None = "durable_step_insert"
-                if not postgres.prepare(connection, "durable_step_insert", _INSERT_TYPES, sql):
+                # The parameters' types, from the same fields as the statement.
+                guards = [
+                    run_meta.pk,
+                    run_meta.get_field("lease_owner"),
+                    run_meta.get_field("status"),
+                ]
+                types = [str(field.db_type(connection)) for field in [*fields, *guards]]
+                if not postgres.prepare(connection, "durable_step_insert", types, sql):
                     statement, sql = None, postgres.numbered_to_named(sql, len(params))
                 postgres.execute(cursor, statement, sql, params)
             else:

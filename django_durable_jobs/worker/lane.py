@@ -27,8 +27,9 @@ from django.db import DatabaseError, connections
 from ..db.claims import release
 from ..engine.clock import Clock
 from ..models import JobRun
-from .execution import Pending, arun_to_stop
+from .execution import arun_to_stop
 from .health import close_broken_connections
+from .outcome import Pending
 from .recording import record_all
 
 log = logging.getLogger("django_durable_jobs.worker")

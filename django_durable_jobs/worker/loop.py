@@ -5,9 +5,9 @@ that ``SIGALRM`` can stop a run past its ``timeout`` even inside an endless loop
 blocking call. Async runs (``async def`` jobs) go to the process's async lane
 (``lane.py``): up to ``--async-concurrency`` of them in flight on one event loop. The
 main thread claims for both, several runs per round trip when the lane has room.
-``--concurrency N`` forks N such processes under a supervisor that forwards signals
-and replaces a child that died. A heartbeat thread renews the leases of every run in
-hand; every write for a run is fenced by its lease.
+``--concurrency N`` forks N such processes under a supervisor (``supervisor.py``)
+that forwards signals and replaces a child that died. A heartbeat thread renews the
+leases of every run in hand; every write for a run is fenced by its lease.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,20 +27,21 @@ from types import FrameType
 from django.db import DatabaseError, connections
 
 from .. import conf, faults
-from ..db import flow, postgres
-from ..db.claims import claim, release, requeue_expired
+from ..db import flow
+from ..db.claims import release, requeue_expired
+from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..exceptions import UnknownJob
 from ..models import JobRun
 from ..registry import all_jobs, get_job
 from ..schedules import Ticker, sync
-from .execution import UNSTORABLE, Pending, run_to_stop, settle
+from .execution import run_to_stop
 from .health import close_broken_connections, keep_healthy
 from .heartbeat import Heartbeat
 from .lane import AsyncLane, any_async
-from .orphans import stop_with_parent
-from .recording import log_outcome, record, record_patiently, refused
+from .outbox import Outbox
+from .outcome import Pending
 from .rows import Presence
 from .wakeup import Waker, make_waker
 
@@ -78,12 +78,11 @@ class Worker:
         self.stopping = threading.Event()
         self.executed = 0
         self._in_hand: JobRun | None = None
-        self._owner = ""
+        self._outbox = Outbox(self.lease, _queues(options.queues), self.clock)
         self._signals = 0
         self._waker: Waker | None = None
         self._next_reap = 0.0
         self._beat: Heartbeat | None = None
-        self._pending: Pending | None = None
         self._guard: TimeGuard | None = None
         self._lane: AsyncLane | None = None
         #: Sync runs claimed in a batch and not started yet (released if the worker stops).
@@ -229,7 +228,7 @@ class Worker:
             lane.wait(self.options.poll_interval.total_seconds())
             return True
         pending = self._pending
-        owner = f"{self.options.worker_id}#{uuid.uuid4().hex[:8]}"
+        owner = str(LeaseOwner.new(self.options.worker_id))
         # Never more than this process can start at once (the lane's free slots, or
         # the one sync run the free main thread takes), and the batch grows only while
         # it brings async runs (sync runs of one batch wait for each other).
@@ -296,69 +295,24 @@ class Worker:
     def _record_and_claim(
         self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
     ) -> list[JobRun]:
-        """Record ``pending`` (fenced by ``self._owner``, whose lease it holds) and claim
-        for ``owner``. ``self._owner`` only becomes ``owner`` once the statement ran: if it
-        raises, the outcome stays pending under the owner that still holds its lease.
-
-        Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
-        their key); an outcome that frees a slot or starts an ``on_failure`` handler is
-        never fused with the claim (``Pending.fused``)."""
-        using = conf.database()
-        if pending is not None:
-            faults.hit("outcome.before", using)
-        if pending is not None and not (postgres.available(using) and pending.fused):
-            record(pending, self._owner)
-            pending = self._pending = None
-            faults.hit("outcome.after", using)
-        if postgres.available(using):
-            runs, recorded = self._claim_limited(owner, now), False
-            if runs and pending is not None:
-                record(pending, self._owner)
-                pending = self._pending = None
-                faults.hit("outcome.after", using)
-            if not runs:
-                finish = None
-                if pending is not None:
-                    finish = postgres.Finish(pending.run.pk, self._owner, pending.outcome_values())
-                try:
-                    runs, recorded = postgres.claim(
-                        using, owner, now, self.lease, _queues(self.options.queues), limit, finish
-                    )
-                except UNSTORABLE as exc:
-                    if pending is None:
-                        raise
-                    # The next iteration writes the outcome in short, with the claim.
-                    self._pending = refused(pending, exc)
-                    return []
-        else:
-            runs = claim(
-                owner,
-                now=now,
-                lease=self.lease,
-                queues=self.options.queues,
-                clock=self.clock,
-                limit=limit,
-            )
-            recorded = False  # pending was None here: recorded on its own above
-        previous, self._owner, self._pending = self._owner, owner, None
-        if pending is not None:
-            faults.hit("outcome.after", using)
-            log_outcome(pending.run, settle(pending, recorded, previous))
-        return runs
-
-    def _claim_limited(self, owner: str, now: datetime) -> list[JobRun]:
-        if not flow.has_limits():
-            return []
-        return flow.claim_limited(
-            owner, now=now, lease=self.lease, queues=self.options.queues, clock=self.clock
-        )
+        return self._outbox.record_and_claim(pending, owner, now, limit)
 
     def flush(self) -> None:
-        """Record the outcome still held (before the worker stops or idles); a database
-        that stays away for a few seconds leaves the run to its lease."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            record_patiently(pending, self._owner)
+        """Record the outcome still held (before the worker stops or idles)."""
+        self._outbox.flush()
+
+    @property
+    def _owner(self) -> str:
+        """The lease owner of the runs in hand (``Outbox.owner``)."""
+        return self._outbox.owner
+
+    @property
+    def _pending(self) -> Pending | None:
+        return self._outbox.pending
+
+    @_pending.setter
+    def _pending(self, pending: Pending | None) -> None:
+        self._outbox.pending = pending
 
     def _register(self) -> None:
         """The worker's row (admin, ``jobs workers``): inserted now, kept up to date by
@@ -441,87 +395,3 @@ def _is_async(run: JobRun) -> bool:
 
 def _queues(queues: Sequence[str] | None) -> list[str] | None:
     return None if queues is None else list(queues)
-
-
-# -- several processes ---------------------------------------------------------------
-
-
-def run_workers(options: WorkerOptions) -> int:
-    """Run ``options.concurrency`` worker processes; returns the process exit code."""
-    if options.concurrency <= 1:
-        worker = Worker(options)
-        worker.install_signal_handlers()
-        worker.run()
-        return 0
-    return _Supervisor(options).run()
-
-
-class _Supervisor:
-    def __init__(self, options: WorkerOptions) -> None:
-        self.options = options
-        self.children: dict[int, int] = {}  # pid -> slot
-        self.stopping = False
-        self.signals = 0
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signals += 1
-        self.stopping = True
-        forward = signal.SIGUSR1 if self.signals == 1 else signal.SIGUSR2
-        for pid in list(self.children):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, forward)
-
-    def _spawn(self, slot: int) -> None:
-        connections.close_all()  # never share a connection across fork
-        supervisor = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the child
-            code = 1
-            try:
-                # Orphaned, it stops at once and gives its run back (see orphans.py).
-                stop_with_parent(supervisor, signal.SIGUSR2)
-                child = WorkerOptions(
-                    **{
-                        **self.options.__dict__,
-                        "concurrency": 1,
-                        "worker_id": f"{self.options.worker_id}/{slot}:{os.getpid()}",
-                    }
-                )
-                worker = Worker(child)
-                worker.install_signal_handlers()
-                worker.run()
-                code = 0
-            except BaseException:
-                log.exception("worker child %s crashed", slot)
-            finally:
-                os._exit(code)
-        self.children[pid] = slot
-
-    def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        log.info(
-            "supervisor %s: %d worker processes", self.options.worker_id, self.options.concurrency
-        )
-        for slot in range(self.options.concurrency):
-            self._spawn(slot)
-        failures = 0
-        while self.children:
-            try:
-                pid, status = os.wait()
-            except ChildProcessError:
-                break
-            except InterruptedError:
-                continue
-            if pid not in self.children:
-                continue
-            slot = self.children.pop(pid)
-            code = os.waitstatus_to_exitcode(status)
-            done = self.options.burst or self.options.max_runs is not None
-            if code != 0 and not self.stopping:
-                failures += 1
-                log.error("worker child %s (pid %s) exited with %s; replacing it", slot, pid, code)
-                self._spawn(slot)
-            elif not done and not self.stopping:
-                self._spawn(slot)
-        return 0 if failures == 0 or self.stopping else 1

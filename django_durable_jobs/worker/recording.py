@@ -1,7 +1,7 @@
 """Recording a run's outcome from the worker, and what to do when the database refuses
 it: a value no database stores (a NUL on PostgreSQL, a text too long for its column, a
 lone surrogate) is not a lost connection, and retrying the same write can never
-succeed. Such an outcome is recorded in short (``execution.shorten``) and the worker
+succeed. Such an outcome is recorded in short (``outcome.shorten``) and the worker
 moves on, instead of retrying it forever (and, on PostgreSQL, where the outcome rides
 with the next claim, never claiming again).
 """
@@ -16,8 +16,8 @@ from django.db import DatabaseError, transaction
 
 from .. import conf
 from ..models import JobRun
-from .execution import UNSTORABLE, Executed, Pending, settle, shorten, write
 from .health import close_broken_connections
+from .outcome import UNSTORABLE, Executed, Pending, settle, shorten, write
 
 log = logging.getLogger("django_durable_jobs.worker")
 

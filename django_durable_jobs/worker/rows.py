@@ -25,6 +25,7 @@ from uuid import UUID
 from django.db import DatabaseError
 
 from .. import conf
+from ..db.leases import LeaseOwner
 from ..models import JobRun, RunStatus, Worker, WorkerStatus
 
 log = logging.getLogger("django_durable_jobs.worker")
@@ -112,8 +113,8 @@ class InHand:
 
 
 def owner_worker_id(lease_owner: str) -> str:
-    """The worker id in a lease owner (``<worker_id>#<claim>``, see ``loop.py``)."""
-    return lease_owner.rpartition("#")[0] or lease_owner
+    """The worker id in a lease owner (``db.leases.LeaseOwner``)."""
+    return LeaseOwner.parse(lease_owner).worker_id
 
 
 def runs_in_hand(worker_ids: Iterable[str]) -> dict[str, list[InHand]]:

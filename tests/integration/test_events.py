@@ -66,9 +66,9 @@ def test_event_published_between_check_and_park_still_wakes(
     clock.advance("3d")
     # The race: the event commits after the step looked (cursor taken) but before the
     # run is parked, so its wake-up finds no waiting run. Inject it at that moment.
-    from django_durable_jobs.worker import execution
+    from django_durable_jobs.worker import outcome
 
-    original = execution.write
+    original = outcome.write
 
     def record_after_publish(*args: object, **kwargs: object) -> bool:
         event = Event.objects.create(
@@ -77,7 +77,7 @@ def test_event_published_between_check_and_park_still_wakes(
         assert wake_waiters(event) == 0  # nobody parked yet
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(execution, "write", record_after_publish)
+    monkeypatch.setattr(outcome, "write", record_after_publish)
     driver.step()
     monkeypatch.undo()
     run.refresh_from_db()

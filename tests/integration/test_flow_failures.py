@@ -13,7 +13,7 @@ from django_durable_jobs.engine.attempt import Failed
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.serialization import ErrorInfo
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
-from django_durable_jobs.worker.execution import Pending, _pending, write
+from django_durable_jobs.worker.outcome import Pending, _pending, write
 from tests.conftest import Driver
 from tests.testapp import flow_jobs
 from tests.testapp.models import Effect

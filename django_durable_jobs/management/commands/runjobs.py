@@ -12,8 +12,9 @@ from ...engine.durations import parse_duration
 from ...engine.serialization import unstorable
 from ...exceptions import InvalidDuration
 from ...models import JobRun
-from ...worker.loop import WorkerOptions, run_workers
+from ...worker.loop import WorkerOptions
 from ...worker.startup import log_jobs, refuse_unmigrated
+from ...worker.supervisor import run_workers
 
 
 class Command(BaseCommand):

@@ -1,0 +1,39 @@
+"""Who holds a run's lease, as a value: a worker and one of its claims.
+
+``JobRun.lease_owner`` stores it as ``<worker_id>#<claim>``. The claim part is new
+for every claim, so a write left over from an earlier claim by the same worker
+process is fenced out like any other worker's. Readers that want the worker (the
+admin's worker list, django.tasks' ``worker_id``) parse it back with ``parse``
+instead of matching the text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+#: Between the worker id and the claim; the last one counts (a worker id may hold it).
+SEPARATOR = "#"
+
+
+@dataclass(frozen=True)
+class LeaseOwner:
+    worker_id: str
+    #: Empty for owners not written by a worker's claim (tests, the inline helpers).
+    claim: str = ""
+
+    @classmethod
+    def new(cls, worker_id: str) -> LeaseOwner:
+        """The owner for one claim by ``worker_id``."""
+        return cls(worker_id, uuid.uuid4().hex[:8])
+
+    @classmethod
+    def parse(cls, text: str) -> LeaseOwner:
+        """``text`` from ``JobRun.lease_owner`` back into its pieces."""
+        worker_id, separator, claim = text.rpartition(SEPARATOR)
+        if not separator or not worker_id:
+            return cls(text)
+        return cls(worker_id, claim)
+
+    def __str__(self) -> str:
+        return f"{self.worker_id}{SEPARATOR}{self.claim}" if self.claim else self.worker_id

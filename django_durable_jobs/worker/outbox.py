@@ -1,0 +1,101 @@
+"""The outcome a worker holds between two claims, and the one place it is written
+with the next claim: on PostgreSQL in the claim's own statement (one round trip per
+run), elsewhere just before it.
+
+The outcome is written under the lease owner that holds the run (``Outbox.owner``),
+which becomes the next claim's owner only once the claim ran: if the statement
+raises, the outcome stays here, under the owner whose lease still covers it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from .. import conf, faults
+from ..db import flow, postgres
+from ..db.claims import claim
+from ..engine.clock import Clock
+from ..models import JobRun
+from .outcome import UNSTORABLE, Pending, settle
+from .recording import log_outcome, record, record_patiently, refused
+
+log = logging.getLogger("django_durable_jobs.worker")
+
+
+class Outbox:
+    """One worker process's unwritten outcome and the lease owner it is fenced by."""
+
+    def __init__(self, lease: timedelta, queues: list[str] | None, clock: Clock) -> None:
+        self.lease = lease
+        self.queues = queues
+        self.clock = clock
+        self.owner = ""
+        self.pending: Pending | None = None
+
+    def record_and_claim(
+        self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
+    ) -> list[JobRun]:
+        """Record ``pending`` (fenced by ``self.owner``, whose lease it holds) and claim
+        for ``owner``. ``self.owner`` only becomes ``owner`` once the statement ran: if it
+        raises, the outcome stays pending under the owner that still holds its lease.
+
+        Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
+        their key); an outcome that frees a slot or starts an ``on_failure`` handler is
+        never fused with the claim (``Pending.fused``)."""
+        using = conf.database()
+        if pending is not None:
+            faults.hit("outcome.before", using)
+        if pending is not None and not (postgres.available(using) and pending.fused):
+            record(pending, self.owner)
+            pending = self.pending = None
+            faults.hit("outcome.after", using)
+        if postgres.available(using):
+            runs, recorded = self._claim_limited(owner, now), False
+            if runs and pending is not None:
+                record(pending, self.owner)
+                pending = self.pending = None
+                faults.hit("outcome.after", using)
+            if not runs:
+                finish = None
+                if pending is not None:
+                    finish = postgres.Finish(pending.run.pk, self.owner, pending.outcome_values())
+                try:
+                    runs, recorded = postgres.claim(
+                        using, owner, now, self.lease, self.queues, limit, finish
+                    )
+                except UNSTORABLE as exc:
+                    if pending is None:
+                        raise
+                    # The next iteration writes the outcome in short, with the claim.
+                    self.pending = refused(pending, exc)
+                    return []
+        else:
+            runs = claim(
+                owner,
+                now=now,
+                lease=self.lease,
+                queues=self.queues,
+                clock=self.clock,
+                limit=limit,
+            )
+            recorded = False  # pending was None here: recorded on its own above
+        previous, self.owner, self.pending = self.owner, owner, None
+        if pending is not None:
+            faults.hit("outcome.after", using)
+            log_outcome(pending.run, settle(pending, recorded, previous))
+        return runs
+
+    def _claim_limited(self, owner: str, now: datetime) -> list[JobRun]:
+        if not flow.has_limits():
+            return []
+        return flow.claim_limited(
+            owner, now=now, lease=self.lease, queues=self.queues, clock=self.clock
+        )
+
+    def flush(self) -> None:
+        """Record the outcome still held (before the worker stops or idles); a database
+        that stays away for a few seconds leaves the run to its lease."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            record_patiently(pending, self.owner)

@@ -1,0 +1,85 @@
+"""The hand-written SQL is built from the models' ``_meta``: adding a column to
+``JobRun`` or ``StepRecord`` takes one edit (the model and its migration).
+
+The statements below are not compared with a second, hand-kept list: they are read
+back and checked against ``_meta`` itself, and then run against the database.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from django_durable_jobs.db import postgres, store
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.records import RecordedStep, StepStatus
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db
+
+needs_postgres = pytest.mark.skipif(
+    "not postgres.available('default')", reason="the prepared statements are PostgreSQL's"
+)
+
+
+def concrete(model: type[JobRun] | type[StepRecord]) -> list[str]:
+    return [str(field.column) for field in model._meta.concrete_fields]
+
+
+def test_a_step_row_is_written_column_by_column_from_one_mapping() -> None:
+    record = RecordedStep(
+        run_id="r", name="s", status=StepStatus.COMPLETED, started_at=FakeClock().now(), attempts=1
+    )
+    written = {"id", "run_id", "name", *store._columns(record)}
+    assert written == set(concrete(StepRecord))
+
+
+@needs_postgres
+def test_the_bulk_insert_writes_every_run_column() -> None:
+    sql, fields = postgres.insert_many_sql(connection)
+    listed = sql.split("(", 1)[1].split(")", 1)[0]
+    assert [name.strip().strip('"') for name in listed.split(",")] == concrete(JobRun)
+    assert sorted(field.column for field in fields) == sorted(concrete(JobRun))
+
+
+@needs_postgres
+def test_bulk_inserted_runs_equal_runs_saved_by_the_orm() -> None:
+    [inserted] = jobs.add.enqueue_many([(1, 2)])
+    saved = jobs.add.enqueue(1, 2)
+    ignore = {"id", "created_at", "wake_at"}
+    columns = [field.attname for field in JobRun._meta.concrete_fields]
+    row = JobRun.objects.filter(pk=inserted.pk).values(*columns).get()
+    expected = JobRun.objects.filter(pk=saved.pk).values(*columns).get()
+    assert {k: v for k, v in row.items() if k not in ignore} == {
+        k: v for k, v in expected.items() if k not in ignore
+    }
+
+
+@needs_postgres
+def test_the_outcome_statement_writes_the_outcome_columns_with_their_types() -> None:
+    sql, types = postgres._outcome_sql(connection)
+    for name in postgres.OUTCOME_COLUMNS:
+        assert f'"{name}" = $' in sql and name in concrete(JobRun)
+    assert len(types) == len(postgres.OUTCOME_COLUMNS) + 2
+
+
+@needs_postgres
+def test_the_claim_returns_every_run_column_and_records_an_outcome() -> None:
+    first, second = jobs.add.enqueue(1, 2), jobs.add.enqueue(3, 4)
+    assert first.wake_at is not None and second.wake_at is not None
+    now = max(first.wake_at, second.wake_at) + timedelta(seconds=1)
+    [taken], _ = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1)
+    fresh = JobRun.objects.get(pk=taken.pk)
+    for column in concrete(JobRun):
+        assert getattr(taken, column) == getattr(fresh, column), column
+    values = {name: getattr(fresh, name) for name in postgres.OUTCOME_COLUMNS}
+    values.update(status=RunStatus.SUCCEEDED, result={"sum": [3]}, finished_at=now)
+    finish = postgres.Finish(taken.pk, "w", values)
+    [other], done = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1, finish)
+    assert done and {taken.pk, other.pk} == {first.pk, second.pk}
+    taken.refresh_from_db()
+    assert taken.status == RunStatus.SUCCEEDED and taken.result == {"sum": [3]}
+    assert taken.lease_owner == "" and taken.finished_at == now
