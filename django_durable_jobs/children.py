@@ -17,7 +17,6 @@ from . import conf
 from .engine.vocabulary import StepKind
 from .models import (
     FINISHED,
-    RUNNABLE,
     JobRun,
     JobRunQuerySet,
     RunStatus,
@@ -85,7 +84,7 @@ def wake_parent(parent: uuid.UUID | None, now: datetime) -> int:
     """A child finished or was cancelled: its parent, waiting in ``step.invoke``, runs now."""
     if parent is None:
         return 0
-    return _runs().filter(pk=parent, status=RunStatus.WAITING).update(wake_at=now)
+    return _runs().filter(pk=parent).wake_waiting(now)
 
 
 def cancel_descendants(root: uuid.UUID, stopped: dict[str, Any]) -> list[uuid.UUID]:
@@ -97,9 +96,7 @@ def cancel_descendants(root: uuid.UUID, stopped: dict[str, Any]) -> list[uuid.UU
     while level:
         below = list(_runs().filter(parent_id__in=level).values_list("pk", "status"))
         unfinished = [pk for pk, status in below if status not in FINISHED]
-        rows = _runs().filter(pk__in=unfinished)
-        rows.filter(status__in=RUNNABLE).update(**stopped, lease_owner="", lease_expires_at=None)
-        rows.filter(status=RunStatus.RUNNING).update(**stopped)
+        _runs().filter(pk__in=unfinished).cancel(stopped)
         cancelled.extend(unfinished)
         level = [pk for pk, _ in below]
     return cancelled

@@ -19,7 +19,7 @@ from .engine.records import RecordedStep
 from .engine.serialization import check_payload, unstorable
 from .enqueueing import enqueue_job
 from .exceptions import InvalidName, RunStateError
-from .models import RUNNABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
+from .models import CANCELLABLE, CancelKey, Event, JobRun, StepRecord
 from .registry import JobOptions, jobs_on_event
 from .runs import cancel
 
@@ -69,7 +69,7 @@ def cancel_on_event(event: Event, using: str) -> list[JobRun]:
     )
     targets = JobRun.objects.using(using).filter(
         Exists(keys),
-        status__in=(*RUNNABLE, RunStatus.RUNNING),
+        CANCELLABLE.q(event.published_at),
         created_at__lte=event.published_at,
     )
     reason = f"cancelled by event {event.name!r}" + (
@@ -168,11 +168,7 @@ def wake_waiters(event: Event) -> int:
         .filter(run=OuterRef("pk"), event_cursor__lt=committed_after)
     )
     # Idle workers are told by the row trigger of migration 0005 (PostgreSQL).
-    return (
-        JobRun.objects.using(using)
-        .filter(Exists(waiting), status=RunStatus.WAITING)
-        .update(wake_at=clock.current().now())
-    )
+    return JobRun.objects.using(using).filter(Exists(waiting)).wake_waiting(clock.current().now())
 
 
 def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None:
@@ -193,13 +189,9 @@ def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None
     elif record.correlation_key and not record.event:  # step.invoke: the key is the child
         arrived = child_run_outcome(conf.database(), record.correlation_key) is not None
     if arrived:
-        JobRun.objects.using(conf.database()).filter(pk=run_id, status=RunStatus.WAITING).update(
-            wake_at=now
-        )
+        JobRun.objects.using(conf.database()).filter(pk=run_id).wake_waiting(now)
 
 
 def wake_parent(parent_id: Any, now: datetime) -> None:
     """A child run finished: its parent, waiting in ``step.invoke``, runs now."""
-    JobRun.objects.using(conf.database()).filter(pk=parent_id, status=RunStatus.WAITING).update(
-        wake_at=now
-    )
+    JobRun.objects.using(conf.database()).filter(pk=parent_id).wake_waiting(now)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import models
 from django.db.models import F, Q
@@ -39,6 +41,68 @@ RUNNABLE = (RunStatus.QUEUED, RunStatus.SLEEPING, RunStatus.WAITING)
 FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
 #: Runs under a concurrency limit or a throttle: only ``flow.claim_limited`` takes them.
 LIMITED = Q(concurrency_limit__isnull=False) | Q(throttle_limit__isnull=False)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Which runs a transition applies to, written once as data: the QuerySet reads it
+    as its SQL guard, the admin and ``manage.py jobs`` as the predicate that decides
+    what they offer. Two spellings of one rule cannot drift apart."""
+
+    #: The statuses it applies to.
+    statuses: tuple[str, ...]
+    #: Only runs no worker holds (a run cancelled while running keeps its lease).
+    unleased: bool = False
+    #: Statuses among ``statuses`` that qualify only while ``wake_at`` is later than now.
+    later: tuple[str, ...] = ()
+
+    def q(self, now: datetime) -> Q:
+        """The guard in SQL."""
+        plain = [status for status in self.statuses if status not in self.later]
+        guard = Q(status__in=plain)
+        if self.later:
+            guard |= Q(status__in=self.later, wake_at__gt=now)
+        return guard & Q(lease_owner="") if self.unleased else guard
+
+    def holds(self, run: JobRun, now: Callable[[], datetime]) -> bool:
+        """The guard on a run already read; ``now`` is asked only if the rule needs it
+        (the clock may be the database's: a query the run page should not make)."""
+        if run.status not in self.statuses or (self.unleased and run.lease_owner):
+            return False
+        return run.status not in self.later or bool(run.wake_at and run.wake_at > now())
+
+
+#: ``cancel``: any run not finished (a running one stops at its next step).
+CANCELLABLE = Rule((*RUNNABLE, RunStatus.RUNNING))
+#: ``retry``: a failed or cancelled run its worker has let go of.
+RETRYABLE = Rule((RunStatus.FAILED, RunStatus.CANCELLED), unleased=True)
+#: ``wake``: a parked run, or a queued one scheduled for later (a held run, queued
+#: without a wake time, waits for its concurrency slot: waking it would jump the limit).
+WAKEABLE = Rule(RUNNABLE, later=(RunStatus.QUEUED,))
+#: ``replay_from``: any run no worker is executing or still holds.
+REPLAYABLE = Rule(tuple(s for s in RunStatus.values if s != RunStatus.RUNNING), unleased=True)
+
+#: What ``retry`` and ``replay_from`` set: runnable, attempts counted afresh.
+_NO_ERROR: dict[str, Any] = {"error_code": "", "error": "", "error_type": "", "traceback": ""}
+_AGAIN: dict[str, Any] = {
+    "status": RunStatus.QUEUED,
+    "attempt": 0,
+    "finished_at": None,
+    "result": None,
+    **_NO_ERROR,
+}
+
+
+def cancelled(now: datetime, code: str, reason: str) -> dict[str, Any]:
+    """The columns of a run cancelled at ``now`` (failure handlers read them too)."""
+    return {
+        "status": RunStatus.CANCELLED,
+        "finished_at": now,
+        "wake_at": None,
+        **_NO_ERROR,
+        "error_code": code,
+        "error": reason,
+    }
 
 
 class FlowKey(models.Model):
@@ -85,6 +149,34 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
     def expired_leases(self, now: datetime) -> JobRunQuerySet:
         """Running runs whose worker stopped renewing its lease."""
         return self.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+
+    # -- transitions outside the worker: each guard is its ``Rule``, stated above once.
+    def wake(self, now: datetime) -> int:
+        """``WAKEABLE`` runs become runnable at ``now`` (the operator's wake)."""
+        return self.filter(WAKEABLE.q(now)).update(wake_at=now)
+
+    def wake_waiting(self, now: datetime) -> int:
+        """Waiting runs become runnable at ``now``: what they wait for (an event, a child
+        run) has arrived. Sleeping runs keep their sleep."""
+        return self.filter(status=RunStatus.WAITING).update(wake_at=now)
+
+    def cancel(self, values: dict[str, Any]) -> int:
+        """``CANCELLABLE`` runs get ``values`` (see ``cancelled``). A runnable run drops
+        its (stale) lease; a running one keeps it, so its worker's fenced writes are
+        refused and it lets go of the run at its next step."""
+        changed = self.filter(status__in=RUNNABLE).update(
+            **values, lease_owner="", lease_expires_at=None
+        )
+        return changed + self.filter(status=RunStatus.RUNNING).update(**values)
+
+    def retry(self, now: datetime) -> int:
+        """``RETRYABLE`` runs are queued for ``now`` with their attempts counted afresh."""
+        return self.filter(RETRYABLE.q(now)).update(**_AGAIN, wake_at=now)
+
+    def replay(self, now: datetime) -> int:
+        """``REPLAYABLE`` runs are queued for ``now`` with their attempts counted afresh
+        (the caller forgets the steps to run again)."""
+        return self.filter(REPLAYABLE.q(now)).update(**_AGAIN, wake_at=now)
 
 
 class JobRun(models.Model):
@@ -233,6 +325,11 @@ class StepRecordQuerySet(models.QuerySet["StepRecord"]):
         if key is None:
             return qs.filter(correlation_key__isnull=True)
         return qs.filter(Q(correlation_key__isnull=True) | Q(correlation_key=key))
+
+    def wake(self, now: datetime) -> int:
+        """Sleeping steps end their sleep at ``now`` (with their run's ``wake``: else the
+        engine would see the step's old wake time and sleep again)."""
+        return self.filter(status=StepStatus.SLEEPING).update(wake_at=now)
 
 
 class StepRecord(models.Model):

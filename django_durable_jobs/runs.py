@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 
@@ -21,27 +21,29 @@ from .exceptions import (
     StepNotFound,
 )
 from .failure_handlers import start_handler
-from .models import FINISHED, RUNNABLE, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
+from .models import (
+    CANCELLABLE,
+    FINISHED,
+    REPLAYABLE,
+    RETRYABLE,
+    WAKEABLE,
+    JobRun,
+    JobRunQuerySet,
+    Rule,
+    RunStatus,
+    StepRecord,
+    cancelled,
+)
 
 # -- operating runs ---------------------------------------------------------------
 #
-# Each verb is one transaction on the jobs database that starts with a status-guarded
-# UPDATE of the run: the guard decides, so a worker that claims or finishes the run at
-# the same moment makes the verb refuse instead of both writing. (Writing first also
-# makes SQLite take its write lock at once instead of failing to upgrade a read.)
+# Each verb is one transaction on the jobs database that starts with a guarded UPDATE
+# of the run (a ``JobRunQuerySet`` transition, guarded by its ``Rule``): the guard
+# decides, so a worker that claims or finishes the run at the same moment makes the
+# verb refuse instead of both writing. (Writing first also makes SQLite take its write
+# lock at once instead of failing to upgrade a read.)
 
 RunId = uuid.UUID | str
-
-
-_NO_ERROR: dict[str, Any] = {"error_code": "", "error": "", "error_type": "", "traceback": ""}
-#: What ``retry`` and ``replay_from`` set: runnable now, attempts counted afresh.
-_AGAIN: dict[str, Any] = {
-    "status": RunStatus.QUEUED,
-    "attempt": 0,
-    "finished_at": None,
-    "result": None,
-    **_NO_ERROR,
-}
 
 
 def cancel(
@@ -56,26 +58,11 @@ def cancel(
     """
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
-    stopped: dict[str, Any] = {
-        "status": RunStatus.CANCELLED,
-        "finished_at": now,
-        "wake_at": None,
-        **_NO_ERROR,
-        "error_code": RunCancelled.code,
-        "error": reason,
-    }
+    stopped = cancelled(now, RunCancelled.code, reason)
     with transaction.atomic(using=using):
-        rows = _rows(pk)
-        changed = rows.filter(status__in=RUNNABLE).update(
-            **stopped, lease_owner="", lease_expires_at=None
-        )
-        if not changed:
-            # The lease stays: the worker's fenced writes are refused from now on, and
-            # it lets go of the run at its next step (execution._settle_cancelled).
-            changed = rows.filter(status=RunStatus.RUNNING).update(**stopped)
-        run = _changed_or_refuse(
-            pk, changed, "cancel", "only queued, sleeping, waiting or running runs can be cancelled"
-        )
+        # The lease of a running run stays: its worker lets go of the run at its next
+        # step (execution._settle_cancelled).
+        run = _changed_or_refuse(pk, _rows(pk).cancel(stopped), VERBS["cancel"])
         # A waiting parent learns now, not at its next poll; children die with the run.
         children.wake_parent(run.parent_id, now)
         along = {**stopped, "error": f"cancelled along with run {pk}"}
@@ -96,14 +83,7 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        changed = (
-            _rows(pk)
-            .filter(status__in=(RunStatus.FAILED, RunStatus.CANCELLED), lease_owner="")
-            .update(**_AGAIN, wake_at=now)
-        )
-        run = _changed_or_refuse(
-            pk, changed, "retry", "only failed or cancelled runs can be retried"
-        )
+        run = _changed_or_refuse(pk, _rows(pk).retry(now), VERBS["retry"])
         children.release_failed(pk)
         children.fresh_windows(pk)
     return run
@@ -118,18 +98,8 @@ def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        changed = (
-            _rows(pk)
-            .filter(status__in=(RunStatus.SLEEPING, RunStatus.WAITING, RunStatus.QUEUED))
-            .update(wake_at=now)
-        )
-        run = _changed_or_refuse(
-            pk, changed, "wake", "only sleeping, waiting or queued runs can be woken"
-        )
-        # Else the engine would see the step's old wake time and sleep again.
-        StepRecord.objects.using(using).filter(run_id=pk, status=StepStatus.SLEEPING).update(
-            wake_at=now
-        )
+        run = _changed_or_refuse(pk, _rows(pk).wake(now), VERBS["wake"])
+        StepRecord.objects.using(using).filter(run_id=pk).wake(now)
     return run
 
 
@@ -139,13 +109,7 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        changed = (
-            _rows(pk)
-            .exclude(status=RunStatus.RUNNING)
-            .filter(lease_owner="")
-            .update(**_AGAIN, wake_at=now)
-        )
-        run = _changed_or_refuse(pk, changed, "replay", "cancel it first, or let it stop")
+        run = _changed_or_refuse(pk, _rows(pk).replay(now), VERBS["replay"])
         steps = StepRecord.objects.using(using).filter(run_id=pk)
         first = steps.filter(name=step).values_list("id", flat=True).first()
         if first is None:  # raising rolls the run back too
@@ -211,17 +175,67 @@ def _rows(pk: uuid.UUID) -> JobRunQuerySet:
     return JobRun.objects.using(conf.database()).filter(pk=pk)
 
 
-def _changed_or_refuse(pk: uuid.UUID, changed: int, verb: str, rule: str) -> JobRun:
+def _changed_or_refuse(pk: uuid.UUID, changed: int, verb: Verb) -> JobRun:
     """The run after a guarded UPDATE, or why the UPDATE did not apply."""
     run = get_run(pk)
     if changed:
         return run
     if run.status == RunStatus.CANCELLED and run.lease_owner:
         raise RunStateError(
-            f"cannot {verb} run {pk} yet: it was cancelled while running and its worker "
-            f"({run.lease_owner}) has not stopped it; try again in a moment"
+            f"cannot {verb.name} run {pk} yet: it was cancelled while running and its "
+            f"worker ({run.lease_owner}) has not stopped it; try again in a moment"
         )
-    raise RunStateError(f"cannot {verb} run {pk}: it is {run.status}; {rule}")
+    raise RunStateError(f"cannot {verb.name} run {pk}: it is {run.status}; {verb.refusal}")
+
+
+@dataclass(frozen=True)
+class Verb:
+    """One thing an operator can do to a run, for the admin and ``manage.py jobs``
+    alike: which runs it applies to (``rule``, also the SQL guard of its transition)
+    and what to say when it does not."""
+
+    name: str
+    rule: Rule
+    #: ``manage.py jobs <name> --help``.
+    help: str
+    #: Why the verb refused a run in another status.
+    refusal: str
+
+    def allows(self, run: JobRun, now: datetime | None = None) -> bool:
+        """Whether the verb would apply to ``run`` as read (the verb has the last word:
+        a worker may change the run between this read and the guarded UPDATE)."""
+        return self.rule.holds(run, lambda: now or clock.current().now())
+
+
+VERBS: dict[str, Verb] = {
+    verb.name: verb
+    for verb in (
+        Verb(
+            "retry",
+            RETRYABLE,
+            "Run a failed or cancelled run again (completed steps replay).",
+            "only failed or cancelled runs can be retried",
+        ),
+        Verb(
+            "cancel",
+            CANCELLABLE,
+            "Cancel a queued, sleeping, waiting or running run.",
+            "only queued, sleeping, waiting or running runs can be cancelled",
+        ),
+        Verb(
+            "wake",
+            WAKEABLE,
+            "Make a sleeping, waiting or scheduled run runnable now.",
+            "only sleeping, waiting or scheduled (queued for later) runs can be woken",
+        ),
+        Verb(
+            "replay",
+            REPLAYABLE,
+            "Forget a step and the steps after it; run again.",
+            "cancel it first, or let it stop",
+        ),
+    )
+}
 
 
 def _finished_statuses(statuses: Iterable[str]) -> list[str]:
@@ -235,10 +249,12 @@ def _finished_statuses(statuses: Iterable[str]) -> list[str]:
 
 
 __all__ = [
+    "VERBS",
     "RunNotFound",
     "RunStateError",
     "RunStatus",
     "StepNotFound",
+    "Verb",
     "cancel",
     "get_run",
     "purge",

@@ -255,9 +255,7 @@ class InlineJobs:
                 step.event, step.correlation_key, step.event_cursor or 0
             )
             if arrived.exists():
-                self._runs().filter(pk=step.run_id, status=RunStatus.WAITING).update(
-                    wake_at=self.now
-                )
+                self._runs().filter(pk=step.run_id).wake_waiting(self.now)
 
 
 def inline_jobs(**options: Any) -> InlineJobs:

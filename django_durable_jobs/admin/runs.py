@@ -27,7 +27,7 @@ from ..db import flow
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
 from ..exceptions import DurableJobsError
-from ..models import RUNNABLE, JobRun, RunStatus
+from ..models import JobRun, RunStatus
 from ..observe import trace
 from . import confirm
 from .display import badge, json_block, text_block, tools_beside_title
@@ -47,52 +47,33 @@ _ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,4}")
 
 
 @dataclass(frozen=True)
-class Verb:
-    """One thing an operator can do to a run."""
+class Action:
+    """How the admin shows one of ``runs.VERBS``; which runs it applies to is the verb's."""
 
-    name: str
+    verb: runs.Verb
     label: str
     #: For messages ("2 runs retried.") and the admin's history ("Retried the run").
     done: str
     logged: str
     call: Callable[[uuid.UUID], JobRun]
-    #: Whether the run page offers it for a run (the verb itself has the last word).
-    offered: Callable[[JobRun], bool]
+
+    @property
+    def name(self) -> str:
+        return self.verb.name
+
+    def offered(self, run: JobRun) -> bool:
+        """Whether the run page offers it for ``run`` (the verb itself has the last word)."""
+        return self.verb.allows(run)
 
 
-VERBS: dict[str, Verb] = {
-    verb.name: verb
-    for verb in (
-        Verb(
-            "retry",
-            "Retry",
-            "retried",
-            "Retried the run",
-            runs.retry,
-            lambda run: (
-                run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and not run.lease_owner
-            ),
-        ),
-        Verb(
-            "cancel",
-            "Cancel",
-            "cancelled",
-            "Cancelled the run",
-            runs.cancel,
-            lambda run: run.status in (*RUNNABLE, RunStatus.RUNNING),
-        ),
-        Verb("wake", "Wake now", "woken", "Woke the run", runs.wake, lambda run: _wakeable(run)),
+VERBS: dict[str, Action] = {
+    action.name: action
+    for action in (
+        Action(runs.VERBS["retry"], "Retry", "retried", "Retried the run", runs.retry),
+        Action(runs.VERBS["cancel"], "Cancel", "cancelled", "Cancelled the run", runs.cancel),
+        Action(runs.VERBS["wake"], "Wake now", "woken", "Woke the run", runs.wake),
     )
 }
-
-
-def _wakeable(run: JobRun) -> bool:
-    if run.status in (RunStatus.SLEEPING, RunStatus.WAITING):
-        return True
-    # A queued run is worth waking only while it is scheduled for later.
-    return run.status == RunStatus.QUEUED and bool(
-        run.wake_at and run.wake_at > clock.current().now()
-    )
 
 
 class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
@@ -298,7 +279,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
                     if can_operate and verb.offered(obj)
                 ],
                 replay_url=self._verb_url(obj, "replay")
-                if can_operate and obj.status != RunStatus.RUNNING and not obj.lease_owner
+                if can_operate and runs.VERBS["replay"].allows(obj)
                 else None,
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
@@ -382,7 +363,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         return self._apply_all(request, queryset, VERBS["wake"], "Wake the selected runs now")
 
     def _apply_all(
-        self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Verb, label: str
+        self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Action, label: str
     ) -> HttpResponse | None:
         if not confirm.confirmed(request):  # list what it applies to, act on "yes"
             return confirm.action_page(self, request, queryset, verb.name, label)
@@ -394,4 +375,4 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         return None
 
 
-__all__ = ["VERBS", "JobRunAdmin", "Verb"]
+__all__ = ["VERBS", "Action", "JobRunAdmin"]

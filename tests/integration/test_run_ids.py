@@ -5,6 +5,7 @@ for one that is too short, ambiguous or not an id at all."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
@@ -60,6 +61,9 @@ def test_a_prefix_that_does_not_name_one_run_says_why(pair, given, says) -> None
 def test_the_verbs_take_a_prefix(pair) -> None:
     assert runs.retry("6e80d980").status == RunStatus.QUEUED
     assert runs.cancel("6e80d980").status == RunStatus.CANCELLED
+    _, twin = pair  # wake takes a run scheduled for later (a due one is refused)
+    twin.wake_at = datetime(2100, 1, 1, tzinfo=UTC)
+    twin.save(update_fields=["wake_at"])
     assert runs.wake("6e80d9aa").pk == TWIN
 
 

@@ -100,16 +100,11 @@ class Command(BaseCommand):
         listing.add_argument("--job", metavar="JOB", help="Only runs of this job.")
         listing.add_argument("--limit", type=int, default=20, metavar="N", help="Default 20.")
 
-        for verb, text in (
-            ("retry", "Run a failed or cancelled run again (completed steps replay)."),
-            ("cancel", "Cancel a queued, sleeping, waiting or running run."),
-            ("wake", "Make a sleeping, waiting or scheduled run runnable now."),
-        ):
-            sub.add_parser(verb, help=text).add_argument("run_id", metavar="RUN_ID")
-
-        replay = sub.add_parser("replay", help="Forget a step and the steps after it; run again.")
-        replay.add_argument("run_id", metavar="RUN_ID")
-        replay.add_argument("step", metavar="STEP")
+        for verb in runs.VERBS.values():
+            parser = sub.add_parser(verb.name, help=verb.help)
+            parser.add_argument("run_id", metavar="RUN_ID")
+            if verb.name == "replay":
+                parser.add_argument("step", metavar="STEP")
 
         publish = sub.add_parser(
             "publish", help="Publish an event (wakes the runs waiting for it)."
@@ -140,10 +135,7 @@ class Command(BaseCommand):
         actions: dict[str, Callable[[dict[str, Any]], None]] = {
             "show": self.show,
             "list": self.list_runs,
-            "retry": self.verb,
-            "cancel": self.verb,
-            "wake": self.verb,
-            "replay": self.verb,
+            **dict.fromkeys(runs.VERBS, self.verb),
             "publish": self.publish,
             "purge": self.purge,
             "schedules": self.list_schedules,
