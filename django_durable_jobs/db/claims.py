@@ -9,13 +9,13 @@ before the guarded UPDATE that takes the rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Case, F, PositiveIntegerField, Value, When
+from django.db.models import Case, F, PositiveIntegerField, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import conf
@@ -139,6 +139,30 @@ def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timede
     return (
         JobRun.objects.using(conf.database())
         .filter(id__in=list(run_ids), lease_owner=owner, status=RunStatus.RUNNING)
+        .update(lease_expires_at=now + lease)
+    )
+
+
+def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> int:
+    """Extend every lease in ``held`` (run id -> its owner) in ONE statement; returns
+    how many are still held.
+
+    A worker holds runs of many claims at once (an async lane, one owner per claim):
+    one UPDATE per owner made each beat queue for SQLite's single write lock once per
+    claim, and under load the last ones landed after their lease had expired, so a
+    live worker's runs were taken over (and, with no retry left, failed).
+    """
+    by_owner: dict[str, list[Any]] = {}
+    for run_id, owner in held.items():
+        by_owner.setdefault(owner, []).append(run_id)
+    if not by_owner:
+        return 0
+    ours = Q()
+    for owner, run_ids in by_owner.items():
+        ours |= Q(lease_owner=owner, id__in=run_ids)
+    return (
+        JobRun.objects.using(conf.database())
+        .filter(ours, status=RunStatus.RUNNING)
         .update(lease_expires_at=now + lease)
     )
 

@@ -13,7 +13,7 @@ from uuid import UUID
 from django.db import DatabaseError, connections
 
 from .. import conf, faults
-from ..db.claims import renew
+from ..db.claims import renew, renew_held
 from ..db.store import LeaseLost
 from ..engine.clock import Clock
 from ..exceptions import RunCancelled
@@ -26,7 +26,7 @@ log = logging.getLogger("django_durable_jobs.worker")
 class Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the leases of the runs in
     hand (the sync one and every async one in flight) every ``every``, in one statement
-    per claim, and notices a cancellation so the run stops at its next step."""
+    for all of them, and notices a cancellation so the run stops at its next step."""
 
     def __init__(
         self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
@@ -94,36 +94,48 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         try:
             while not self._done.wait(self.every):
-                with self._lock:
-                    by_owner: dict[str, list[UUID]] = {}
-                    for run_id, owner in self._held.items():
-                        by_owner.setdefault(owner, []).append(run_id)
                 try:
-                    for owner, run_ids in by_owner.items():
-                        self._beat(owner, *run_ids)
-                    if self.presence is not None:
-                        self.presence.beat(self.clock.now())
+                    self.beat()
                 except DatabaseError as exc:
                     log.warning("heartbeat failed (%s); reconnecting", exc)
                     connections.close_all()
         finally:
             connections.close_all()
 
+    def beat(self) -> None:
+        """One beat: renew every lease in hand, then the worker's row."""
+        with self._lock:
+            held = dict(self._held)
+        if held:
+            self._renew(held)
+        if self.presence is not None:
+            self.presence.beat(self.clock.now())
+
     def _beat(self, owner: str, *run_ids: UUID) -> None:
+        """Renew ``run_ids``, all held by ``owner``."""
+        self._renew(dict.fromkeys(run_ids, owner))
+
+    def _renew(self, held: dict[UUID, str]) -> None:
+        """Renew every lease in ``held`` (run id -> owner) in one statement, then look
+        up the runs it did not renew: cancelled, or taken over."""
         faults.hit("heartbeat", conf.database())
-        if renew(owner, run_ids, now=self.clock.now(), lease=self.lease) == len(run_ids):
+        if renew_held(held, now=self.clock.now(), lease=self.lease) == len(held):
             with self._lock:
-                self._renewed.update(dict.fromkeys(run_ids, time.monotonic()))
+                self._renewed.update(dict.fromkeys(held, time.monotonic()))
             return
-        lost = (
+        rows = (
             JobRun.objects.using(conf.database())
-            .filter(pk__in=run_ids)
-            .exclude(lease_owner=owner, status=RunStatus.RUNNING)
-            .values_list("pk", "status")
+            .filter(pk__in=list(held))
+            .values_list("pk", "status", "lease_owner")
         )
-        for run_id, status in lost:
+        for run_id, status, lease_owner in rows:
+            if lease_owner == held[run_id] and status == RunStatus.RUNNING:
+                with self._lock:  # renewed: only its neighbours were lost
+                    if run_id in self._held:
+                        self._renewed[run_id] = time.monotonic()
+                continue
             with self._lock:
-                if self._held.get(run_id) != owner:
+                if self._held.get(run_id) != held[run_id]:
                     continue  # the run finished meanwhile
                 if status == RunStatus.CANCELLED:
                     self._cancelled.add(run_id)

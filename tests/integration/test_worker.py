@@ -11,9 +11,10 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from django_durable_jobs.db import flow
-from django_durable_jobs.db.claims import claim, release, renew, requeue_expired
+from django_durable_jobs.db.claims import claim, release, renew, renew_held, requeue_expired
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from tests.testapp import jobs
 from tests.testapp.models import Effect
@@ -118,6 +119,32 @@ def test_heartbeat_renews_only_own_leases(clock: FakeClock) -> None:
     assert renew("other", [claimed.pk], now=clock.now(), lease=LEASE) == 0
     run.refresh_from_db()
     assert run.lease_expires_at == clock.now() + LEASE
+
+
+@pytest.mark.django_db
+def test_heartbeat_renews_the_runs_of_every_claim_in_one_statement(
+    clock: FakeClock, django_assert_num_queries: Any
+) -> None:
+    """An async lane holds runs of many claims (one owner each). One UPDATE per owner
+    queued each beat for SQLite's write lock once per claim: under load the last ones
+    landed after the lease expired and live runs were taken over (and failed)."""
+    for _ in range(6):
+        jobs.noop.enqueue()
+    held = {
+        run.pk: owner
+        for owner in ("w#a", "w#b", "w#c")
+        for run in claim(owner, now=clock.now(), lease=LEASE, limit=2)
+    }
+    assert len(held) == 6
+    beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
+    for run_id, owner in held.items():
+        beat.hold(owner, run_id)
+    clock.advance("30s")
+    with django_assert_num_queries(1):
+        beat.beat()
+    leases = set(JobRun.objects.values_list("lease_owner", "lease_expires_at"))
+    assert leases == {(owner, clock.now() + LEASE) for owner in ("w#a", "w#b", "w#c")}
+    assert renew_held({**held, next(iter(held)): "other"}, now=clock.now(), lease=LEASE) == 5
 
 
 @pytest.mark.django_db

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection, transaction
 
-from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from tests.processes.test_worker_processes import Workers, wait_until
 from tests.testapp import async_jobs
 from tests.testapp.models import Effect, Execution
@@ -33,6 +33,18 @@ def workers(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[
         yield pool
     finally:
         pool.cleanup(failed=request.session.testsfailed > failed_before)
+
+
+def run_statuses() -> str:
+    """The runs by status, and a few unfinished or failed ones with their lease and
+    error: what a failure message needs to tell a hang from a failed run."""
+    counts = Counter(JobRun.objects.values_list("status", "error_code", "attempt"))
+    odd = JobRun.objects.exclude(status=RunStatus.SUCCEEDED).values_list(
+        "id", "status", "attempt", "lease_owner", "lease_expires_at", "error"
+    )[:10]
+    lines = [f"(status, error code, attempt): count = {dict(counts)}"]
+    lines += [f"  {row}" for row in odd]
+    return "\n".join(lines)
 
 
 def effect_counts(name: str) -> Counter[str]:
@@ -103,12 +115,16 @@ def test_batched_claims_never_execute_a_run_in_two_workers_at_once(workers: Work
         workers.wait_started(worker)
     with transaction.atomic():
         runs = [async_jobs.async_logged.enqueue(n) for n in range(RUNS)]
+    # Wait for every run to finish, not to succeed: a run that failed (a live worker's
+    # lease taken over, its attempts used up) ends the wait at once, with its error.
     wait_until(
-        lambda: JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() >= RUNS,
+        lambda: not JobRun.objects.exclude(status__in=FINISHED).exists(),
         timeout=600,  # only keeps a broken worker from hanging the suite (a loaded CI box)
         what=f"{RUNS} runs to finish",
         workers=pool,
+        detail=run_statuses,
     )
+    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == RUNS, run_statuses()
     for worker in pool:
         assert worker.terminate() == 0, worker.name
     per_run: dict[str, list[Execution]] = {}

@@ -154,9 +154,11 @@ def wait_until(
     timeout: float,
     what: str,
     workers: Sequence[Worker] = (),
+    detail: Callable[[], str] | None = None,
 ) -> T:
     """Poll ``predicate`` until it returns something truthy; fail at the deadline or
-    as soon as one of ``workers`` exits."""
+    as soon as one of ``workers`` exits. ``detail`` says what the runs looked like
+    then (the workers' log tails are printed by the ``workers`` fixture)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -169,7 +171,8 @@ def wait_until(
                     f"for {what}"
                 )
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            shown = f": {detail()}" if detail is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{shown}")
         time.sleep(0.05)
 
 
