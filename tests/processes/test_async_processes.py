@@ -110,7 +110,11 @@ RUNS = 400
 
 
 def test_batched_claims_never_execute_a_run_in_two_workers_at_once(workers: Workers) -> None:
-    pool = [workers.start(f"w{i}", "--async-concurrency", "20") for i in range(3)]
+    # A lease no worker outlives on a loaded box: this test is about batched claims never
+    # overlapping, not about takeover (the kill -9 tests are); with the suite's 2 s lease
+    # a live worker starved of CPU for 2 s had its runs taken over and failed (retries=0).
+    steady = {"DURABLE_JOBS_TEST_LEASE": "30s", "DURABLE_JOBS_TEST_HEARTBEAT": "1s"}
+    pool = [workers.start(f"w{i}", "--async-concurrency", "20", env=steady) for i in range(3)]
     for worker in pool:
         workers.wait_started(worker)
     with transaction.atomic():
