@@ -136,11 +136,7 @@ def lock_shortlisted(candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, 
 
 def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:
     """Extend ``owner``'s leases (the heartbeat); returns how many it still holds."""
-    return (
-        JobRun.objects.using(conf.database())
-        .filter(id__in=list(run_ids), lease_owner=owner, status=RunStatus.RUNNING)
-        .update(lease_expires_at=now + lease)
-    )
+    return renew_held(dict.fromkeys(run_ids, owner), now=now, lease=lease)
 
 
 def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> int:
