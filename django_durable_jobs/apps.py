@@ -36,6 +36,7 @@ class DurableJobsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks, conf, registry, retention
+        from .contrib import task_signals
         from .contrib import tasks as backends
         from .db import migrated
         from .db.dbclock import DatabaseClock
@@ -52,3 +53,5 @@ class DurableJobsConfig(AppConfig):
         # The jobs of django.tasks backends (Django >= 6.0; a no-op before): a worker
         # must know them although it never enqueues a task itself.
         backends.install()
+        if backends.HAS_TASKS:  # django.tasks' own signals, for the runs of its tasks
+            task_signals.connect()

@@ -30,8 +30,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
@@ -45,10 +43,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .. import conf, signals
+from .. import conf
 from ..db.leases import LeaseOwner
 from ..declare import Job, job
-from ..engine import clock
 from ..engine.async_steps import AsyncSteps
 from ..engine.attempt import JobContext
 from ..engine.serialization import check_payload
@@ -56,18 +53,19 @@ from ..engine.sync_steps import Steps
 from ..exceptions import UnknownJob
 from ..models import JobRun, RunStatus, StepRecord
 from ..registry import register_job
-from .task_errors import RecordedFailure, call_task, recorded_failure, task_errors
+from .task_context import DurableTaskContext, asteps, executing, steps
+from .task_errors import call_task, task_errors
 
 HAS_TASKS = django.VERSION >= (6, 0)
 
 if TYPE_CHECKING or HAS_TASKS:
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks import TaskResult, TaskResultStatus, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.tasks.signals import task_enqueued
 else:  # Django 5.2: stand-ins, so that this module imports and says what it needs
-    BaseTaskBackend = TaskContext = object
+    BaseTaskBackend = object
 
 log = logging.getLogger("django_durable_jobs.backends")
 
@@ -87,58 +85,6 @@ _STATUS: dict[str, str] = {
     RunStatus.FAILED: "FAILED",
     RunStatus.CANCELLED: "FAILED",
 }
-#: The run this thread is executing, set when it starts (saves a read per attempt).
-_executing: ContextVar[JobRun | None] = ContextVar("django_durable_jobs_task_run", default=None)
-
-
-# frozen at run time like its base (the stubs say otherwise); not generic at run time.
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DurableTaskContext(TaskContext):  # type: ignore[misc,type-arg]
-    """The ``context`` of a ``takes_context=True`` task run by ``DurableJobsBackend``:
-    a ``TaskContext`` that also carries the run's durable step API. Annotate the
-    parameter as Django's ``TaskContext`` and use ``steps(context)`` for a typed
-    ``Steps``:
-
-    >>> @task(takes_context=True)  # doctest: +SKIP
-    ... def charge(context: TaskContext, order_id: int) -> str:
-    ...     step = steps(context)  # the same object as context.step
-    ...     receipt = step.run("charge", payments.charge, order_id)
-    ...     step.sleep("settle", "1h")  # the worker is free meanwhile
-    ...     return step.run("confirm", payments.confirm, receipt)
-    """
-
-    #: ``Steps``; for an ``async def`` task, ``AsyncSteps`` (awaited).
-    step: Steps | AsyncSteps
-    run_id: str
-    logger: logging.Logger
-
-
-def steps(context: Any) -> Steps:
-    """The step API of the run executing a task: ``steps(context).run("charge", fn)``.
-
-    For code typed against Django's ``TaskContext``; equal to ``context.step``.
-    """
-    step = getattr(context, "step", None)
-    if not isinstance(step, Steps):
-        raise TypeError(
-            "durable steps need a task with takes_context=True running on "
-            "django_durable_jobs.backends.DurableJobsBackend; got context "
-            f"{type(context).__name__}"
-        )
-    return step
-
-
-def asteps(context: Any) -> AsyncSteps:
-    """The awaited step API of the run executing an ``async def`` task:
-    ``await asteps(context).run("charge", fn)``; equal to ``context.step``."""
-    step = getattr(context, "step", None)
-    if not isinstance(step, AsyncSteps):
-        raise TypeError(
-            "awaited durable steps need an async def task with takes_context=True running "
-            f"on django_durable_jobs.backends.DurableJobsBackend; got context "
-            f"{type(context).__name__}"
-        )
-    return step
 
 
 class DurableJobsBackend(BaseTaskBackend):
@@ -206,7 +152,7 @@ class DurableJobsBackend(BaseTaskBackend):
             run_after=run_after.isoformat() if isinstance(run_after, datetime) else None,
         )
         result = self.result_of(run, task=task, workers=[])
-        _send(task_enqueued, self, result)
+        send(task_enqueued, self, result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
@@ -280,6 +226,15 @@ class DurableJobsBackend(BaseTaskBackend):
             return task
 
 
+def send(signal: Any, backend: DurableJobsBackend, result: TaskResult[Any, Any]) -> None:
+    """Send a ``django.tasks`` signal about ``result``."""
+    # Robust: a failing receiver must not take the worker down (Django's log receivers
+    # are always connected).
+    for receiver, outcome in signal.send_robust(sender=type(backend), task_result=result):
+        if isinstance(outcome, Exception):
+            log.error("task signal receiver %r failed: %r", receiver, outcome, exc_info=outcome)
+
+
 def run_task(
     ctx: JobContext,
     task: str,
@@ -289,7 +244,7 @@ def run_task(
 ) -> Any:
     """The job behind every task: import the task by its path and call it."""
     definition = _import_task(task, ctx.run_id)
-    ctx.step.run(f"{WORKER_STEP}{ctx.attempt}", _worker_id, ctx.run_id)
+    ctx.step.run(f"{WORKER_STEP}{ctx.attempt}", worker_id, ctx.run_id)
     if not definition.takes_context:
         return call_task(ctx, task, lambda: _call(definition, args, kwargs))
     backend = task_backends[ctx.job_name.removeprefix(JOB_PREFIX)]
@@ -386,8 +341,8 @@ def _aware(when: datetime | timedelta | None) -> datetime | timedelta | None:
     return when
 
 
-def _worker_id(run_id: str) -> str:
-    run = _executing.get()
+def worker_id(run_id: str) -> str:
+    run = executing.get()
     if run is not None and str(run.id) == run_id:
         owner = run.lease_owner
     else:
@@ -401,81 +356,10 @@ def _worker_id(run_id: str) -> str:
 
 
 def _current_run(run_id: str) -> JobRun:
-    run = _executing.get()
+    run = executing.get()
     if run is not None and str(run.id) == run_id:
         return run
     return JobRun.objects.using(conf.database()).get(pk=run_id)
 
-
-# -- django.tasks signals, re-sent from the app's own ---------------------------------
-
-
-def _backend_of(run: JobRun) -> DurableJobsBackend | None:
-    if not run.job_name.startswith(JOB_PREFIX):
-        return None
-    try:
-        backend = task_backends[run.job_name.removeprefix(JOB_PREFIX)]
-    except InvalidTaskBackend:
-        log.warning("run %s: no TASKS alias for job %r; no task signal sent", run.id, run.job_name)
-        return None
-    return backend if isinstance(backend, DurableJobsBackend) else None
-
-
-def _send(signal: Any, backend: DurableJobsBackend, result: TaskResult[Any, Any]) -> None:
-    # Robust: a failing receiver must not take the worker down (Django's log receivers
-    # are always connected).
-    for receiver, outcome in signal.send_robust(sender=type(backend), task_result=result):
-        if isinstance(outcome, Exception):
-            log.error("task signal receiver %r failed: %r", receiver, outcome, exc_info=outcome)
-
-
-def _announce(run: JobRun, signal: Any, *, starting: bool = False) -> None:
-    backend = _backend_of(run)
-    if backend is None:
-        return
-    try:
-        workers = worker_steps(run)
-        if starting:
-            workers.append((_worker_id(str(run.id)), clock.current().now()))
-        result = backend.result_of(run, workers=workers)
-    except Exception:
-        log.exception("run %s: cannot build its TaskResult; no task signal sent", run.id)
-        return
-    if starting:
-        object.__setattr__(result, "status", TaskResultStatus.RUNNING)
-    if signal is task_finished and result.status == TaskResultStatus.FAILED:
-        # Django's log_task_finished logs sys.exc_info(): send it with the failure in hand.
-        try:
-            raise recorded_failure(run)
-        except RecordedFailure:
-            _send(signal, backend, result)
-        return
-    _send(signal, backend, result)
-
-
-def _on_run_started(sender: Any, run: JobRun, **kwargs: Any) -> None:
-    if not run.job_name.startswith(JOB_PREFIX):
-        return
-    _executing.set(run)
-    if getattr(run, "claimed_from", RunStatus.QUEUED) == RunStatus.QUEUED:  # a new attempt
-        _announce(run, task_started, starting=True)
-
-
-def _on_run_finished(sender: Any, run: JobRun, **kwargs: Any) -> None:
-    if run.job_name.startswith(JOB_PREFIX):
-        _announce(run, task_finished)
-
-
-def _on_run_failed(sender: Any, run: JobRun, will_retry: bool = False, **kwargs: Any) -> None:
-    if run.job_name.startswith(JOB_PREFIX) and not will_retry:
-        _announce(run, task_finished)
-
-
-if HAS_TASKS:
-    signals.run_started.connect(_on_run_started, dispatch_uid="durable_jobs.tasks.started")
-    signals.run_succeeded.connect(_on_run_finished, dispatch_uid="durable_jobs.tasks.succeeded")
-    signals.run_failed.connect(_on_run_failed, dispatch_uid="durable_jobs.tasks.failed")
-    # A cancelled run is finished too: its TaskResult is FAILED.
-    signals.run_cancelled.connect(_on_run_finished, dispatch_uid="durable_jobs.tasks.cancelled")
 
 __all__ = ["DurableJobsBackend", "DurableTaskContext", "asteps", "install", "steps"]

@@ -19,9 +19,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from . import fanout, otel
+from .core import DEFAULT_WAIT_TIMEOUT, Io, Plan, UserCall
 from .durations import Duration
-from .records import Call as FanoutCall
-from .steps import DEFAULT_WAIT_TIMEOUT, Call, Io, Plan, StepEngine
+from .records import Call
+from .steps import StepEngine
 
 T = TypeVar("T")
 
@@ -113,7 +114,7 @@ class AsyncSteps(StepEngine):
 
     # -- fan-out (fanout.py) -------------------------------------------------
     async def invoke_all(
-        self, name: str, calls: Sequence[FanoutCall], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
+        self, name: str, calls: Sequence[Call], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
     ) -> list[Any]:
         """Start one child run per ``job.call(...)`` in ``calls`` and suspend until all
         finished (woken once, by the last); their results in order. If any failed,
@@ -134,9 +135,7 @@ class AsyncSteps(StepEngine):
         timeout: Duration = DEFAULT_WAIT_TIMEOUT,
     ) -> list[Any]:
         """``invoke_all`` with ``job.call(item)`` for each item."""
-        return await self.invoke_all(
-            name, [FanoutCall(job, (item,)) for item in items], timeout=timeout
-        )
+        return await self.invoke_all(name, [Call(job, (item,)) for item in items], timeout=timeout)
 
     # -- performing a plan ---------------------------------------------------
     async def _perform(self, plan: Plan[T]) -> T:
@@ -153,14 +152,14 @@ class AsyncSteps(StepEngine):
             except BaseException as exc:  # the plan decides (a failed step is recorded)
                 failure = exc
 
-    async def _do(self, work: Io | Call) -> Any:
-        if isinstance(work, Call):
+    async def _do(self, work: Io | UserCall) -> Any:
+        if isinstance(work, UserCall):
             return await self._call(work)
         if not work.write:
             return await self._io(work.work)
         return await _finished(asyncio.ensure_future(self._io(work.work)))
 
-    async def _call(self, work: Call) -> Any:
+    async def _call(self, work: UserCall) -> Any:
         limit = self._limits.step_timeout
         scope = asyncio.timeout(limit.total_seconds() if limit is not None else None)
         try:
@@ -172,7 +171,7 @@ class AsyncSteps(StepEngine):
                 raise self._step_timeout(work.name) from None
             raise  # the step's own TimeoutError: a failure like any other
 
-    async def _user_code(self, work: Call) -> Any:
+    async def _user_code(self, work: UserCall) -> Any:
         if inspect.iscoroutinefunction(work.fn):
             return await work.fn(*work.args, **work.kwargs)
         value = await self._io(functools.partial(work.fn, *work.args, **work.kwargs))

@@ -18,9 +18,10 @@ from datetime import timedelta
 from typing import Any
 
 from ..exceptions import ChildRunFailed, JobTimeoutError, Suspension
+from .core import Io, Plan
 from .durations import Duration, format_duration, parse_duration
 from .records import Call, ChildBatches, ChildOutcome, RecordedStep
-from .steps import Io, Plan, StepEngine
+from .steps import StepEngine
 from .vocabulary import StepKind, StepStatus
 
 

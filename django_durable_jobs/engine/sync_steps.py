@@ -14,10 +14,22 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from . import fanout, otel
+from .core import (
+    DEFAULT_EVENT_POLL,
+    DEFAULT_WAIT_TIMEOUT,
+    MAX_EVENT_NAME,
+    MAX_KEY,
+    MAX_STEP_NAME,
+    STEP_LOST,
+    Io,
+    Plan,
+    StepLimits,
+    UserCall,
+)
 from .durations import Duration
 from .memory import MemoryChildRuns, MemoryEventLog, MemoryStepStore
-from .records import Call as FanoutCall
 from .records import (
+    Call,
     ChildOutcome,
     ChildRuns,
     EventHit,
@@ -26,19 +38,7 @@ from .records import (
     StepStatus,
     StepStore,
 )
-from .steps import (
-    DEFAULT_EVENT_POLL,
-    DEFAULT_WAIT_TIMEOUT,
-    MAX_EVENT_NAME,
-    MAX_KEY,
-    MAX_STEP_NAME,
-    STEP_LOST,
-    Call,
-    Io,
-    Plan,
-    StepEngine,
-    StepLimits,
-)
+from .steps import StepEngine
 from .timeouts import TimeGuard
 
 __all__ = [
@@ -128,7 +128,7 @@ class Steps(StepEngine):
 
     # -- fan-out (fanout.py) -------------------------------------------------
     def invoke_all(
-        self, name: str, calls: Sequence[FanoutCall], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
+        self, name: str, calls: Sequence[Call], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
     ) -> list[Any]:
         """Start one child run per ``job.call(...)`` in ``calls`` and suspend until all
         finished (woken once, by the last); their results in order. If any failed,
@@ -148,7 +148,7 @@ class Steps(StepEngine):
         timeout: Duration = DEFAULT_WAIT_TIMEOUT,
     ) -> list[Any]:
         """``invoke_all`` with ``job.call(item)`` for each item."""
-        return self.invoke_all(name, [FanoutCall(job, (item,)) for item in items], timeout=timeout)
+        return self.invoke_all(name, [Call(job, (item,)) for item in items], timeout=timeout)
 
     # -- performing a plan ---------------------------------------------------
     def _perform(self, plan: Plan[T]) -> T:
@@ -165,7 +165,7 @@ class Steps(StepEngine):
             except BaseException as exc:  # the plan decides (a failed step is recorded)
                 failure = exc
 
-    def _do(self, work: Io | Call) -> Any:
+    def _do(self, work: Io | UserCall) -> Any:
         if isinstance(work, Io):
             if not work.write:
                 return work.work()
@@ -183,7 +183,7 @@ class Steps(StepEngine):
             )
         return value
 
-    def _step_limit(self, work: Call) -> AbstractContextManager[None]:
+    def _step_limit(self, work: UserCall) -> AbstractContextManager[None]:
         limit = self._limits.step_timeout
         if limit is None:
             return nullcontext()

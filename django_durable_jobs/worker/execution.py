@@ -32,8 +32,9 @@ from ..engine.attempt import (
     run_logger,
 )
 from ..engine.clock import Clock, current
+from ..engine.core import StepLimits
 from ..engine.serialization import ErrorInfo
-from ..engine.steps import StepEngine, StepLimits
+from ..engine.steps import StepEngine
 from ..engine.sync_steps import STEP_LOST, Steps
 from ..engine.timeouts import TimeGuard
 from ..events import EventLog

@@ -13,9 +13,9 @@ import pytest
 
 from django_durable_jobs.engine.async_steps import AsyncSteps, inline
 from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.core import StepLimits
 from django_durable_jobs.engine.memory import MemoryEventLog, MemoryStepStore
 from django_durable_jobs.engine.records import RecordedStep, StepStatus
-from django_durable_jobs.engine.steps import StepLimits
 from django_durable_jobs.exceptions import JobTimeoutError, Suspension
 
 

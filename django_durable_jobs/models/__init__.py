@@ -1,0 +1,29 @@
+"""Runs, step records and events. Public for reading; write through the API.
+
+One module per table family; every name is importable from here, as before."""
+
+from ..engine.vocabulary import StepStatus as StepStatus
+from .events import Event as Event
+from .events import EventPosition as EventPosition
+from .events import EventQuerySet as EventQuerySet
+from .operations import Schedule as Schedule
+from .operations import ScheduleQuerySet as ScheduleQuerySet
+from .operations import Worker as Worker
+from .operations import WorkerStatus as WorkerStatus
+from .rules import CANCELLABLE as CANCELLABLE
+from .rules import FINISHED as FINISHED
+from .rules import LIMITED as LIMITED
+from .rules import REPLAYABLE as REPLAYABLE
+from .rules import RETRYABLE as RETRYABLE
+from .rules import RUNNABLE as RUNNABLE
+from .rules import WAKEABLE as WAKEABLE
+from .rules import Rule as Rule
+from .rules import RunStatus as RunStatus
+from .rules import cancelled as cancelled
+from .runs import CancelKey as CancelKey
+from .runs import Dashboard as Dashboard
+from .runs import FlowKey as FlowKey
+from .runs import JobRun as JobRun
+from .runs import JobRunQuerySet as JobRunQuerySet
+from .steps import StepRecord as StepRecord
+from .steps import StepRecordQuerySet as StepRecordQuerySet

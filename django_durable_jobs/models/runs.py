@@ -1,0 +1,247 @@
+"""Runs: one execution of a job across its attempts; the flow-control keys it holds."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+from ..db.fields import InstantField
+from ..db.schema import ExactCharField, PartialIndex
+from .rules import (
+    AGAIN,
+    FINISHED,
+    LIMITED,
+    REPLAYABLE,
+    RETRYABLE,
+    RUNNABLE,
+    WAKEABLE,
+    RunStatus,
+)
+
+
+class FlowKey(models.Model):
+    """One row per limit key of a job: claims lock it to serialise per key (SPEC §8)."""
+
+    job_name = ExactCharField(max_length=200)
+    #: "concurrency" or "throttle".
+    kind = models.CharField(max_length=16)
+    key = ExactCharField(max_length=255, blank=True)
+
+    class Meta:
+        verbose_name = "flow key"
+        constraints = (
+            models.UniqueConstraint(fields=("job_name", "kind", "key"), name="durable_flow_key"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.kind} {self.key!r}"
+
+
+class CancelKey(models.Model):
+    """``CancelOn``: publishing ``event`` (with ``key``, unless NULL) cancels ``run``."""
+
+    run = models.ForeignKey("JobRun", on_delete=models.CASCADE, related_name="cancel_keys")
+    event = ExactCharField(max_length=200)
+    key = ExactCharField(max_length=255, null=True, blank=True)  # NULL: any
+
+    class Meta:
+        verbose_name = "cancel key"
+        indexes = (models.Index(fields=("event", "key"), name="durable_cancel_key"),)
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.key!r} -> {self.run_id}"
+
+
+class JobRunQuerySet(models.QuerySet["JobRun"]):
+    def runnable(self, now: datetime, queues: Iterable[str] | None = None) -> JobRunQuerySet:
+        """Runs a worker may claim now, best first: priority, then wake time."""
+        qs = self.filter(status__in=RUNNABLE, wake_at__lte=now)
+        if queues is not None:
+            qs = qs.filter(queue__in=list(queues))
+        return qs.order_by("-priority", "wake_at")
+
+    def expired_leases(self, now: datetime) -> JobRunQuerySet:
+        """Running runs whose worker stopped renewing its lease."""
+        return self.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+
+    # -- transitions outside the worker: each guard is its ``Rule``, stated above once.
+    def wake(self, now: datetime) -> int:
+        """``WAKEABLE`` runs become runnable at ``now`` (the operator's wake)."""
+        return self.filter(WAKEABLE.q(now)).update(wake_at=now)
+
+    def wake_waiting(self, now: datetime) -> int:
+        """Waiting runs become runnable at ``now``: what they wait for (an event, a child
+        run) has arrived. Sleeping runs keep their sleep."""
+        return self.filter(status=RunStatus.WAITING).update(wake_at=now)
+
+    def cancel(self, values: dict[str, Any]) -> int:
+        """``CANCELLABLE`` runs get ``values`` (see ``cancelled``). A runnable run drops
+        its (stale) lease; a running one keeps it, so its worker's fenced writes are
+        refused and it lets go of the run at its next step."""
+        changed = self.filter(status__in=RUNNABLE).update(
+            **values, lease_owner="", lease_expires_at=None
+        )
+        return changed + self.filter(status=RunStatus.RUNNING).update(**values)
+
+    def retry(self, now: datetime) -> int:
+        """``RETRYABLE`` runs are queued for ``now`` with their attempts counted afresh."""
+        return self.filter(RETRYABLE.q(now)).update(**AGAIN, wake_at=now)
+
+    def replay(self, now: datetime) -> int:
+        """``REPLAYABLE`` runs are queued for ``now`` with their attempts counted afresh
+        (the caller forgets the steps to run again)."""
+        return self.filter(REPLAYABLE.q(now)).update(**AGAIN, wake_at=now)
+
+
+class JobRun(models.Model):
+    """One execution of a job, across all its attempts and suspensions."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job_name = ExactCharField(max_length=200)
+    queue = ExactCharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=40, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    error_type = models.CharField(max_length=200, blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    attempt = models.PositiveIntegerField(default=0)
+    # NULL, not "": runs without a key must not collide in the unique constraint.
+    idempotency_key = ExactCharField(max_length=255, null=True, blank=True)
+    created_at = InstantField()
+    started_at = InstantField(null=True, blank=True)
+    finished_at = InstantField(null=True, blank=True)
+    #: When a queued, sleeping or waiting run becomes runnable.
+    wake_at = InstantField(null=True, blank=True)
+    lease_owner = ExactCharField(max_length=200, blank=True, default="")
+    lease_expires_at = InstantField(null=True, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    #: The schedule that started this run, and the slot it was for (``ctx.scheduled_at``).
+    schedule = models.ForeignKey(
+        "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    scheduled_at = InstantField(null=True, blank=True)
+    #: The OpenTelemetry context of the code that enqueued the run (``engine/otel.py``).
+    trace_context = models.JSONField(null=True, blank=True)
+    # Flow control (SPEC §8), copied from the job at enqueue so that the claim can
+    # enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
+    concurrency_key = ExactCharField(max_length=255, null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    throttle_key = ExactCharField(max_length=255, null=True, blank=True)
+    throttle_limit = models.PositiveIntegerField(null=True, blank=True)
+    throttle_period = models.DurationField(null=True, blank=True)
+    rate_limit_key = ExactCharField(max_length=255, null=True, blank=True)
+    debounce_key = ExactCharField(max_length=255, null=True, blank=True)
+
+    objects = JobRunQuerySet.as_manager()
+    #: Set by ``claims.claim``: the status the run had before this worker took it.
+    claimed_from: str = RunStatus.QUEUED
+    #: Set by ``claims.claim``: True when the run never started before, so it has no steps.
+    claimed_fresh: bool = False
+
+    class Meta:
+        verbose_name = "run"
+        ordering = ("-created_at",)
+        constraints = (
+            models.UniqueConstraint(
+                fields=("job_name", "idempotency_key"), name="durable_run_idempotency_key"
+            ),
+        )
+        indexes = (
+            # The claim: runnable runs of a queue by priority, then wake time. Partial, so
+            # millions of finished runs do not make it slower.
+            PartialIndex(
+                fields=("queue", "-priority", "wake_at"),
+                where=Q(status__in=RUNNABLE),
+                # Without partial indexes: a range on the wake time (due runs only,
+                # not those sleeping for days), then a sort of the few by priority.
+                elsewhere=("status", "queue", "wake_at", "priority"),
+                name="durable_run_runnable",
+            ),
+            # The same for a worker that serves every queue.
+            PartialIndex(
+                fields=("-priority", "wake_at"),
+                where=Q(status__in=RUNNABLE),
+                elsewhere=("status", "wake_at", "priority"),
+                name="durable_run_runnable_all",
+            ),
+            PartialIndex(
+                fields=("lease_expires_at",),
+                where=Q(status=RunStatus.RUNNING),
+                elsewhere=("status", "lease_expires_at"),
+                name="durable_run_lease",
+            ),
+            models.Index(fields=("status", "finished_at"), name="durable_run_finished"),
+            models.Index(fields=("job_name", "created_at"), name="durable_run_job"),
+            models.Index(fields=("created_at",), name="durable_run_created"),
+            # Runs started per minute and per hour (stats, dashboard, metrics).
+            models.Index(fields=("started_at",), name="durable_run_started"),
+            # Flow control: the runnable runs under a limit (claimed one key at a time)...
+            PartialIndex(
+                fields=("-priority", "wake_at"),
+                where=Q(status__in=RUNNABLE) & LIMITED,
+                elsewhere=("status", "wake_at", "priority"),
+                name="durable_run_limited",
+            ),
+            # ... the slots of a key (running, or cancelled but not yet stopped) ...
+            PartialIndex(
+                fields=("job_name", "concurrency_key", "status"),
+                where=Q(concurrency_limit__isnull=False),
+                elsewhere=("job_name", "concurrency_key", "status"),
+                name="durable_run_concurrency",
+            ),
+            # ... the runs held back until a slot frees, oldest first ...
+            PartialIndex(
+                fields=("job_name", "concurrency_key", "created_at"),
+                where=Q(status__in=RUNNABLE, wake_at__isnull=True),
+                elsewhere=("job_name", "concurrency_key", "status", "created_at"),
+                name="durable_run_held",
+            ),
+            # ... the enqueues of a rate-limit key within its period, a debounced run ...
+            PartialIndex(
+                fields=("job_name", "rate_limit_key", "created_at"),
+                where=Q(rate_limit_key__isnull=False),
+                elsewhere=("job_name", "rate_limit_key", "created_at"),
+                name="durable_run_rate_limit",
+            ),
+            PartialIndex(
+                fields=("job_name", "debounce_key"),
+                where=Q(debounce_key__isnull=False, status=RunStatus.QUEUED),
+                elsewhere=("job_name", "debounce_key", "status"),
+                name="durable_run_debounce",
+            ),
+            # ... and the starts of a throttle key within its period.
+            PartialIndex(
+                fields=("job_name", "throttle_key", "started_at"),
+                where=Q(throttle_limit__isnull=False),
+                elsewhere=("job_name", "throttle_key", "started_at"),
+                name="durable_run_throttle",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class Dashboard(JobRun):
+    """No table of its own: gives the admin's dashboard page a place in the app list
+    (``/admin/django_durable_jobs/dashboard/``); it shows figures about runs."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"

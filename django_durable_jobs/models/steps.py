@@ -1,0 +1,80 @@
+"""Step records: one step of one run, its status and memoized output."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+from django.db.models import Q
+
+from ..db.fields import InstantField
+from ..db.schema import ExactCharField, PartialIndex
+from ..engine.vocabulary import StepStatus
+from .runs import JobRun
+
+
+class StepRecordQuerySet(models.QuerySet["StepRecord"]):
+    def waiting_for(self, event: str, key: str | None = None) -> StepRecordQuerySet:
+        """Steps waiting for ``event``; with ``key``, those whose match is that key or none."""
+        qs = self.filter(status=StepStatus.WAITING, event=event)
+        if key is None:
+            return qs.filter(correlation_key__isnull=True)
+        return qs.filter(Q(correlation_key__isnull=True) | Q(correlation_key=key))
+
+    def wake(self, now: datetime) -> int:
+        """Sleeping steps end their sleep at ``now`` (with their run's ``wake``: else the
+        engine would see the step's old wake time and sleep again)."""
+        return self.filter(status=StepStatus.SLEEPING).update(wake_at=now)
+
+
+class StepRecord(models.Model):
+    """One step of one run: its status, memoized output, timing and error."""
+
+    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="steps")
+    name = ExactCharField(max_length=200)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in StepStatus])
+    output = models.JSONField(null=True, blank=True)
+    started_at = InstantField()
+    completed_at = InstantField(null=True, blank=True)
+    wake_at = InstantField(null=True, blank=True)
+    event = ExactCharField(max_length=200, blank=True, default="")
+    # NULL means "any key"; "" is a key like any other.
+    correlation_key = ExactCharField(max_length=255, null=True, blank=True)
+    event_cursor = models.BigIntegerField(null=True, blank=True)
+    #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
+    kind = models.CharField(max_length=16, default="run")
+    #: When a wait or an invoke gives up.
+    deadline = InstantField(null=True, blank=True)
+    #: When the latest execution began (``started_at`` is the first); NULL: the first.
+    last_started_at = InstantField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    error_type = models.CharField(max_length=200, blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+
+    objects = StepRecordQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "step"
+        ordering = ("id",)
+        constraints = (
+            models.UniqueConstraint(fields=("run", "name"), name="durable_step_run_name"),
+        )
+        indexes = (
+            PartialIndex(
+                fields=("event", "correlation_key"),
+                where=Q(status=StepStatus.WAITING),
+                elsewhere=("status", "event", "correlation_key"),
+                name="durable_step_waiting",
+            ),
+            # The admin's events page: which waits an event completed.
+            PartialIndex(
+                fields=("event", "event_cursor"),
+                where=Q(status=StepStatus.COMPLETED) & ~Q(event=""),
+                elsewhere=("status", "event", "event_cursor"),
+                name="durable_step_event_done",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
