@@ -44,9 +44,9 @@ def release_failed(parent: uuid.UUID) -> int:
     )
     if not failed:
         return 0
-    _steps().filter(
-        run_id=parent, kind=StepKind.INVOKE, correlation_key__in=[str(pk) for pk in failed]
-    ).exclude(status=StepStatus.COMPLETED).update(correlation_key=None)
+    _steps().filter(run_id=parent, kind=StepKind.INVOKE, child__in=failed).exclude(
+        status=StepStatus.COMPLETED
+    ).update(child=None)
     return _runs().filter(pk__in=failed).update(idempotency_key=None)
 
 
@@ -56,13 +56,13 @@ def release_forgotten(parent: uuid.UUID) -> int:
     kept = (
         _steps()
         .filter(run_id=parent, kind=StepKind.INVOKE)
-        .exclude(correlation_key=None)
-        .values_list("correlation_key", flat=True)
+        .exclude(child=None)
+        .values_list("child", flat=True)
     )
     return (
         _runs()
         .filter(parent_id=parent)
-        .exclude(pk__in=[pk for key in kept if (pk := _uuid(key)) is not None])
+        .exclude(pk__in=list(kept))
         .exclude(idempotency_key=None)
         .update(idempotency_key=None)
     )
@@ -100,13 +100,6 @@ def cancel_descendants(root: uuid.UUID, stopped: dict[str, Any]) -> list[uuid.UU
         cancelled.extend(unfinished)
         level = [pk for pk, _ in below]
     return cancelled
-
-
-def _uuid(value: str | None) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None
 
 
 def _runs() -> JobRunQuerySet:

@@ -186,8 +186,8 @@ def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None
             )
             is not None
         )
-    elif record.correlation_key and not record.event:  # step.invoke: the key is the child
-        arrived = child_run_outcome(conf.database(), record.correlation_key) is not None
+    elif record.child:  # step.invoke
+        arrived = child_run_outcome(conf.database(), record.child) is not None
     if arrived:
         JobRun.objects.using(conf.database()).filter(pk=run_id).wake_waiting(now)
 

@@ -31,7 +31,10 @@ class RecordedStep:
     #: When a sleeping or waiting step becomes runnable.
     wake_at: datetime | None = None
     event: str | None = None
+    #: A wait's event key (None: any key); a publish step's key.
     correlation_key: str | None = None
+    #: The run an ``invoke`` step started (its id as text).
+    child: str | None = None
     #: Events committed after this cursor (``EventLookup.cursor``) count for a waiting step.
     event_cursor: int | None = None
     error: ErrorInfo | None = None

@@ -18,7 +18,8 @@ class StepStatus(StrEnum):
     SLEEPING = "sleeping"
     """Sleeping until ``wake_at``."""
     WAITING = "waiting"
-    """Waiting for ``event`` (with ``correlation_key``) or a child run, until its deadline."""
+    """Waiting for ``event`` (with ``correlation_key``) or a child run (``child``), until
+    its deadline."""
     FAILED = "failed"
     """The last attempt raised; it runs again on retry."""
 

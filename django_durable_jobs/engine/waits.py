@@ -108,7 +108,7 @@ class Waits(StepCore):
             deadline = self._deadline(existing, now, limit, timeout)  # before a child starts
             # The recorded child, or a new one when none is recorded (a first start, or an
             # operator's retry let go of a failed child).
-            child = existing.correlation_key if existing is not None else None
+            child = existing.child if existing is not None else None
             if child is None:
                 child = yield Io(lambda: children.start(self.run_id, name, job, args, kwargs), True)
             record = RecordedStep(
@@ -118,7 +118,7 @@ class Waits(StepCore):
                 status=StepStatus.WAITING,
                 started_at=existing.started_at if existing else now,
                 attempts=_executions(existing) if existing is not None else 1,
-                correlation_key=child,
+                child=child,
                 deadline=deadline,
             )
             outcome = yield Io(lambda: children.outcome(str(child)))

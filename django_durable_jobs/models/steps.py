@@ -41,6 +41,9 @@ class StepRecord(models.Model):
     # NULL means "any key"; "" is a key like any other.
     correlation_key = ExactCharField(max_length=255, null=True, blank=True)
     event_cursor = models.BigIntegerField(null=True, blank=True)
+    #: The run an ``invoke`` step started (not a foreign key: a purged child leaves
+    #: its id behind, and the step then starts a new one only on an operator's retry).
+    child = models.UUIDField(null=True, blank=True)
     #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
     kind = models.CharField(max_length=16, default="run")
     #: When a wait or an invoke gives up.

@@ -74,6 +74,8 @@ class StepRow:
     deadline: datetime | None
     event: str
     key: str | None
+    #: The run an ``invoke`` step started.
+    child: str | None
     output: Any
     error: str
     error_type: str
@@ -112,7 +114,7 @@ class StepRow:
             elif self.event:
                 text = self.event + (f" key={self.key}" if self.key is not None else "")
             else:
-                text = f"child run {self.key}"
+                text = f"child run {self.child}"
             if self.status == StepStatus.WAITING and self.deadline is not None:
                 text += f", until {stamp(self.deadline)}"
             if self.status == StepStatus.WAITING and self.wake_at is not None:
@@ -329,6 +331,7 @@ def _row(
         deadline=step.deadline,
         event=step.event,
         key=step.correlation_key,
+        child=str(step.child) if step.child is not None else None,
         output=step.output,
         error=step.error,
         error_type=step.error_type,

@@ -116,6 +116,7 @@ def as_json(trace: Trace) -> dict[str, Any]:
                 "wake_at": _iso(row.wake_at),
                 "event": row.event or None,
                 "key": row.key,
+                "child": row.child,
                 "output": row.output,
                 "error_type": row.error_type,
                 "error": row.error,

@@ -68,7 +68,7 @@ def test_retry_after_the_child_failed_runs_a_new_child(driver: Driver) -> None:
     assert new.status == RunStatus.SUCCEEDED
     assert new.idempotency_key == f"invoke:{run.pk}:call-child"
     step = StepRecord.objects.get(run=run, name="call-child")
-    assert step.correlation_key == str(new.pk) and step.status == StepStatus.COMPLETED
+    assert step.child == new.pk and step.status == StepStatus.COMPLETED
 
 
 @pytest.mark.parametrize("how", ["runs", "command", "admin"])
@@ -94,7 +94,7 @@ def test_replay_from_an_invoke_step_runs_the_child_again(
     assert refreshed(run).status == RunStatus.SUCCEEDED
     first, second = children_of(run)
     assert first.status == second.status == RunStatus.SUCCEEDED
-    assert StepRecord.objects.get(run=run, name="call-child").correlation_key == str(second.pk)
+    assert StepRecord.objects.get(run=run, name="call-child").child == second.pk
     assert Effect.objects.filter(name="after-child").count() == 2
 
 

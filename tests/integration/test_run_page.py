@@ -91,7 +91,7 @@ def test_parent_and_children_link_each_other(admin_client: Client, clock: FakeCl
         status=StepStatus.WAITING,
         output=None,
         completed_at=None,
-        correlation_key=str(children[0].pk),
+        child=children[0].pk,
     )
     html = page(admin_client, parent)
     for child in children:

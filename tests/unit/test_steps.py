@@ -480,7 +480,7 @@ def test_invoke_starts_one_child_and_returns_its_result(h: Harness) -> None:
     assert info.value.kind is StepKind.INVOKE
     [child] = children.started
     parked = h.record("child")
-    assert parked.kind == "invoke" and parked.correlation_key == child
+    assert parked.kind == "invoke" and parked.child == child
     assert parked.deadline == parked.started_at + timedelta(hours=1)
     assert children.started[child] == ("jobs.child", (3,), {"key": "x"})
     with pytest.raises(Suspension):
