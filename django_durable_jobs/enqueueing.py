@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import conf, gates, signals
-from .db import flow, postgres
+from .db import dialect, flow
 from .db.migrated import needs_tables
 from .engine import clock, otel
 from .engine.durations import Duration, after, parse_duration
@@ -138,8 +138,8 @@ def enqueue_many_job(
         run.wake_at = wake_at - timedelta(microseconds=len(runs) - index)
     using = conf.database()
     # The unnest INSERT writes the columns every run has; limits need bulk_create.
-    if runs and postgres.available(using) and not job.limits:
-        postgres.insert_runs(using, runs, batch_size)
+    if runs and not job.limits:
+        dialect.of(using).insert_runs(runs, batch_size)
         created = runs
     else:
         created = JobRun.objects.using(using).bulk_create(runs, batch_size=batch_size)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 
-from django.db import OperationalError, connections
+from django.db import OperationalError
 
 ENV = "DURABLE_JOBS_FAULT"
 POINTS = (
@@ -95,10 +95,9 @@ def fire(point: str, action: str, using: str) -> None:
     if action == "pause":
         _pause()
         return
-    connection = connections[using]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:  # raises: the server ends this very session
-            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+    from .db import dialect
+
+    dialect.of(using).cut_connection()  # raises where the server can end the session
     raise OperationalError(f"fault injected at {point}: connection terminated")
 
 

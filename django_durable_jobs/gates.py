@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 
-from .db import flow
+from .db import dialect, flow
 from .engine.limits import Limit
 from .models import CancelKey, JobRun, JobRunQuerySet, RunStatus
 from .registry import JobDefinition
@@ -68,9 +68,7 @@ def _over_rate(runs: JobRunQuerySet, run: JobRun, limit: Limit, now: datetime) -
 def _latest(rows: JobRunQuerySet) -> JobRunQuerySet:
     """Read the latest committed rows: on MariaDB a plain read in the caller's
     transaction may see a snapshot taken before the key's lock was granted."""
-    if connections[rows.db].vendor == "mysql":
-        return rows.select_for_update()
-    return rows
+    return dialect.of(rows.db).latest(rows)
 
 
 def _debounce(runs: JobRunQuerySet, run: JobRun, limit: Limit, now: datetime) -> JobRun | None:

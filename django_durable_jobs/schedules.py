@@ -19,6 +19,7 @@ from django.db import connections, transaction
 from django.db.models import Min
 
 from . import conf
+from .db import dialect
 from .engine.cron import Cron, check_expr, latest_slot, next_slot, zone
 from .exceptions import InvalidSchedule, UnknownJob
 from .models import JobRun, Schedule
@@ -173,8 +174,7 @@ def _write_first(using: str) -> None:
     """SQLite has no row locks and cannot turn a read transaction into a write one while
     another process writes ("database is locked" at once, not after the busy timeout):
     a write that changes nothing takes the write lock before the transaction reads."""
-    if connections[using].vendor == "sqlite":
-        Schedule.objects.using(using).filter(pk=-1).update(note="")
+    dialect.of(using).write_first()
 
 
 def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:

@@ -19,7 +19,7 @@ from ..engine.serialization import ErrorInfo
 from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
 from ..models import Event, EventPosition, JobRun, RunStatus, StepRecord
-from . import postgres
+from . import dialect
 
 
 class LeaseLost(DurableJobsError):
@@ -173,25 +173,10 @@ class OrmStepStore:
             f"WHERE {qn(str(run_meta.pk.column))} = {placeholders[-3]} "
             f"AND {qn('lease_owner')} = {placeholders[-2]} AND {qn('status')} = {placeholders[-1]}"
         )
-        with connection.cursor() as cursor:
-            if postgres.available(self.using):
-                # Planning this INSERT costs as much as running it: prepare it once.
-                statement: str | None = "durable_step_insert"
-                # The parameters' types, from the same fields as the statement.
-                guards = [
-                    run_meta.pk,
-                    run_meta.get_field("lease_owner"),
-                    run_meta.get_field("status"),
-                ]
-                types = [str(field.db_type(connection)) for field in [*fields, *guards]]
-                if not postgres.prepare(connection, "durable_step_insert", types, sql):
-                    statement, sql = None, postgres.numbered_to_named(sql, len(params))
-                postgres.execute(cursor, statement, sql, params)
-            else:
-                for number in range(len(params), 0, -1):
-                    sql = sql.replace(f"${number}", "%s")
-                cursor.execute(sql, params)
-            return int(cursor.rowcount)
+        # The parameters' types, from the same fields as the statement.
+        guards = [run_meta.pk, run_meta.get_field("lease_owner"), run_meta.get_field("status")]
+        types = [str(field.db_type(connection)) for field in [*fields, *guards]]
+        return dialect.of(self.using).execute_fenced("durable_step_insert", sql, params, types)
 
     def delete(self, run_id: str, name: str) -> None:
         self._rows().filter(run_id=run_id, name=name).delete()

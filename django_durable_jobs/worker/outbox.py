@@ -13,7 +13,7 @@ import logging
 from datetime import datetime, timedelta
 
 from .. import conf, faults
-from ..db import flow, postgres
+from ..db import dialect, flow, postgres
 from ..db.claims import claim
 from ..engine.clock import Clock
 from ..models import JobRun
@@ -46,11 +46,12 @@ class Outbox:
         using = conf.database()
         if pending is not None:
             faults.hit("outcome.before", using)
-        if pending is not None and not (postgres.available(using) and pending.fused):
+        fused = dialect.of(using).fused
+        if pending is not None and not (fused and pending.fused):
             record(pending, self.owner)
             pending = self.pending = None
             faults.hit("outcome.after", using)
-        if postgres.available(using):
+        if fused:
             runs, recorded = self._claim_limited(owner, now), False
             if runs and pending is not None:
                 record(pending, self.owner)

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from django.db import connections
 
 from .. import conf
+from ..db import dialect
 
 CHANNEL = "durable_jobs"
 log = logging.getLogger("django_durable_jobs.worker")
@@ -88,9 +89,6 @@ class PostgresWaker:
 
 
 def make_waker() -> Waker:
-    if connections[conf.database()].vendor == "postgresql":
-        try:
-            return PostgresWaker()
-        except ImportError:  # psycopg2: no notifies(timeout=...); poll instead
-            pass
+    if dialect.of(conf.database()).listens:  # psycopg 3: notifies(timeout=...)
+        return PostgresWaker()
     return PollingWaker()

@@ -188,6 +188,7 @@ def test_as_json_has_every_step() -> None:
             "wake_at": None,
             "event": None,
             "key": None,
+            "child": None,
             "output": [1],
             "error_type": "",
             "error": "",

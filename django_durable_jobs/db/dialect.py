@@ -1,0 +1,249 @@
+"""What differs between the databases, in one place: a ``Dialect`` per database alias,
+chosen once (``of(using)``) from its vendor and driver.
+
+- ``Dialect``: the ORM, for any database Django supports; SQLite gets it as it is
+  (no row locks: claims read, then a guarded UPDATE that SQLite's single writer
+  makes safe).
+- ``MySQL`` (MariaDB, MySQL): the claim locks a shortlist by primary key (no partial
+  indexes), and reads that follow a lock ask for the latest committed rows.
+- ``Postgres`` (psycopg2): ``FOR UPDATE SKIP LOCKED``; a cut connection is one
+  ``pg_terminate_backend`` away (fault injection).
+- ``Psycopg`` (PostgreSQL through psycopg 3): the one-round-trip path of
+  ``postgres.py``: the claim that also records the previous outcome, runs inserted
+  with ``unnest``, prepared fenced step inserts, and LISTEN/NOTIFY wake-ups.
+
+Callers ask the dialect what to do (``claim``, ``insert_runs``, ``execute_fenced``)
+or what it offers (``fused``, ``listens``), never the connection's vendor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from django.db import connections, transaction
+from django.db.models import Case, F, PositiveIntegerField, Value, When
+from django.db.models.functions import Coalesce
+
+from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule
+from . import postgres
+from .fields import InstantField
+
+#: What the claim reads of each run it picks: id, status, first start.
+PICKED = ("id", "status", "started_at")
+#: Runs shortlisted beyond ``limit`` on MySQL: so many workers claiming at the same
+#: moment each still find an unlocked one.
+SHORTLIST_SPARE = 16
+
+
+class Dialect:
+    """The ORM's way, for any database; subclasses override what their database does
+    better or differently."""
+
+    #: Outcomes written in the next claim's statement, runs inserted in one statement,
+    #: prepared statements (``postgres.py``).
+    fused: ClassVar[bool] = False
+    #: Idle workers are woken by LISTEN/NOTIFY rather than by polling.
+    listens: ClassVar[bool] = False
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.using!r})"
+
+    # -- claims ------------------------------------------------------------------
+    def claim(
+        self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int
+    ) -> list[JobRun]:
+        """Take up to ``limit`` runnable runs under no flow-control limit for ``owner``,
+        best first; each remembers the status it was claimed from (``claimed_from``)
+        and whether it never started before (``claimed_fresh``)."""
+        runs = JobRun.objects.using(self.using)
+        # Runs under a limit are flow.claim_limited's, which locks their key first.
+        candidates = runs.runnable(now, queues).filter(
+            concurrency_limit__isnull=True, throttle_limit__isnull=True
+        )
+        with self.claiming():
+            picked = self.pick(candidates, limit)
+            before = {run_id: status for run_id, status, _ in picked}
+            fresh = {run_id for run_id, _, started_at in picked if started_at is None}
+            if not before:
+                return []
+            # The status guard makes this safe where rows cannot be locked (SQLite
+            # serialises writers): a run another worker took meanwhile is not runnable.
+            # ``attempt`` is assigned before ``status``: MySQL and MariaDB evaluate SET
+            # left to right, so a CASE after ``status = 'running'`` would never count.
+            runs.filter(id__in=before, status__in=RUNNABLE, wake_at__lte=now).update(
+                attempt=Case(
+                    When(status=RunStatus.QUEUED, then=F("attempt") + 1),
+                    default=F("attempt"),
+                    output_field=PositiveIntegerField(),
+                ),
+                status=RunStatus.RUNNING,
+                started_at=Coalesce(F("started_at"), Value(now, output_field=InstantField())),
+                lease_owner=owner,
+                lease_expires_at=now + lease,
+            )
+            claimed = list(runs.filter(id__in=before, lease_owner=owner, status=RunStatus.RUNNING))
+        for run in claimed:
+            run.claimed_from = before[run.id]
+            run.claimed_fresh = run.id in fresh
+        claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
+        return claimed
+
+    def claiming(self) -> Any:
+        """The transaction a claim's pick and UPDATE share. Without row locks (SQLite)
+        none: a read that later writes would fail with "database is locked" instead of
+        waiting for the writer."""
+        return nullcontext()
+
+    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+        """The ``PICKED`` values of up to ``limit`` of the best candidates, locked where
+        the database can lock rows."""
+        return list(candidates.values_list(*PICKED)[:limit])
+
+    # -- writes ------------------------------------------------------------------
+    def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
+        """Insert new runs (``enqueue_many``)."""
+        JobRun.objects.using(self.using).bulk_create(runs, batch_size=batch_size)
+
+    def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
+        """Run the statement ``name``, written with ``$1``... placeholders (``types``:
+        their database types); returns the rows it wrote."""
+        for number in range(len(params), 0, -1):
+            sql = sql.replace(f"${number}", "%s")
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
+    def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
+        """``rows`` read as last committed, inside a transaction that holds a lock."""
+        return rows
+
+    def write_first(self) -> None:
+        """Take the database's write lock before a transaction reads what it will
+        write (SQLite only; elsewhere row locks do this)."""
+
+    def cut_connection(self) -> None:
+        """End this process's session from the server side (fault injection); where
+        that cannot be done the caller raises alone."""
+
+
+class SQLite(Dialect):
+    def write_first(self) -> None:
+        # SQLite cannot turn a read transaction into a write one while another process
+        # writes ("database is locked" at once, not after the busy timeout): a write
+        # that changes nothing takes the write lock before the transaction reads.
+        Schedule.objects.using(self.using).filter(pk=-1).update(note="")
+
+
+class _Locking(Dialect):
+    """Databases with row locks and ``SKIP LOCKED``."""
+
+    def claiming(self) -> Any:
+        return transaction.atomic(using=self.using)
+
+    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+        return list(candidates.select_for_update(skip_locked=True).values_list(*PICKED)[:limit])
+
+
+class MySQL(_Locking):
+    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+        """Lock up to ``limit`` of the best runnable runs.
+
+        The claim's index leads with ``status`` here (``schema.PartialIndex``: no
+        partial indexes), so the database sorts the due runs rather than reading them
+        in order, and a sorting ``FOR UPDATE`` locks every row it sorted: a concurrent
+        worker, skipping locked rows, would find nothing. So the best runs are
+        shortlisted by a read without locks, then locked by primary key alone (no
+        other condition that could lead the database to another index), no more at a
+        time than are still wanted; rows another worker holds are skipped and the
+        next ones tried. A run taken meanwhile is dropped here by its status; the
+        claim's guarded UPDATE checks the rest.
+        """
+        ids = list(candidates.values_list("id", flat=True)[: limit + SHORTLIST_SPARE])
+        by_id = JobRun.objects.using(self.using).order_by()
+        picked: list[tuple[Any, ...]] = []
+        while ids and len(picked) < limit:
+            wanted = limit - len(picked)
+            chunk, ids = ids[:wanted], ids[wanted:]
+            locked = by_id.filter(pk__in=chunk).select_for_update(skip_locked=True)
+            picked += [row for row in locked.values_list(*PICKED) if row[1] in RUNNABLE]
+        return picked
+
+    def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
+        # A plain read in the caller's transaction may see a snapshot taken before the
+        # lock was granted (REPEATABLE READ).
+        return rows.select_for_update()
+
+
+class Postgres(_Locking):
+    def cut_connection(self) -> None:
+        with connections[self.using].cursor() as cursor:  # raises: the server ends it
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+class Psycopg(Postgres):
+    fused = True
+    listens = True
+
+    def claim(
+        self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int
+    ) -> list[JobRun]:
+        return postgres.claim(self.using, owner, now, lease, queues, limit)[0]
+
+    def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
+        postgres.insert_runs(self.using, runs, batch_size)
+
+    def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
+        # Planning a small INSERT costs as much as running it: prepared once per
+        # connection (unless a transaction pooler forbids named statements).
+        connection = connections[self.using]
+        statement: str | None = name
+        if not postgres.prepare(connection, name, types, sql):
+            statement, sql = None, postgres.numbered_to_named(sql, len(params))
+        with connection.cursor() as cursor:
+            postgres.execute(cursor, statement, sql, params)
+            return int(cursor.rowcount)
+
+
+_CHOSEN: dict[str, Dialect] = {}
+
+
+def of(using: str) -> Dialect:
+    """The dialect of the database alias ``using``, chosen on first use."""
+    dialect = _CHOSEN.get(using)
+    if dialect is None:
+        dialect = _CHOSEN[using] = _choose(using)
+    return dialect
+
+
+def _choose(using: str) -> Dialect:
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        return Psycopg(using) if postgres.available(using) else Postgres(using)
+    if connection.vendor == "mysql":
+        return MySQL(using)
+    if connection.vendor == "sqlite":
+        return SQLite(using)
+    if connection.features.has_select_for_update_skip_locked:
+        return _Locking(using)
+    return Dialect(using)
+
+
+@contextmanager
+def chosen(using: str, dialect: Dialect) -> Iterator[Dialect]:
+    """Use ``dialect`` for ``using`` within the block (tests: the generic ORM path on
+    PostgreSQL)."""
+    before = _CHOSEN.get(using)
+    _CHOSEN[using] = dialect
+    try:
+        yield dialect
+    finally:
+        if before is None:
+            _CHOSEN.pop(using, None)
+        else:
+            _CHOSEN[using] = before
