@@ -43,6 +43,7 @@ from ..invocations import OrmChildBatches, OrmChildRuns
 from ..models import JobRun, StepRecord, StepStatus
 from ..registry import JobDefinition, get_job, max_attempts
 from . import outcome as outcomes
+from .outbox import Outbox
 from .outcome import Executed, Pending, _pending, settle
 
 log = logging.getLogger("django_durable_jobs.worker")
@@ -58,13 +59,24 @@ def execute(
     rng: random.Random | None = None,
     interrupt: Callable[[], BaseException | None] | None = None,
 ) -> Executed:
-    """Run ``run`` (already claimed by ``owner``) to its next stop and record it.
+    """Run ``run`` (already claimed by ``owner``) to its next stop and record it through
+    the worker's own writer (``Outbox``: on PostgreSQL the claim's statement), so
+    that tests and ``InlineJobs`` write outcomes the way production does. Without
+    ``owner`` the outcome is written unfenced.
 
     ``interrupt`` is asked before each step (see ``Steps``); the worker uses it to
     stop a run that was cancelled while it executed.
     """
+    clock = clock or current()
     pending = run_to_stop(run, clock=clock, owner=owner, guard=guard, rng=rng, interrupt=interrupt)
-    return settle(pending, outcomes.write(pending, owner), owner)
+    if owner is None:
+        return settle(pending, outcomes.write(pending, None), None)
+    outbox = Outbox(conf.required_duration("LEASE"), None, clock)
+    outbox.owner = owner
+    executed = outbox.write(pending, clock.now())
+    if executed is None:  # refused even in short: the lease decides
+        return Executed(pending.outcome, str(pending.changes["status"]), False)
+    return executed
 
 
 def run_to_stop(

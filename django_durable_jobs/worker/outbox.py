@@ -17,7 +17,7 @@ from ..db import dialect, flow, postgres
 from ..db.claims import claim
 from ..engine.clock import Clock
 from ..models import JobRun
-from .outcome import UNSTORABLE, Pending, settle
+from .outcome import UNSTORABLE, Executed, Pending, settle
 from .recording import log_outcome, record, record_patiently, refused
 
 log = logging.getLogger("django_durable_jobs.worker")
@@ -32,6 +32,8 @@ class Outbox:
         self.clock = clock
         self.owner = ""
         self.pending: Pending | None = None
+        #: What the last outcome written came to (None: not written, or none yet).
+        self.settled: Executed | None = None
 
     def record_and_claim(
         self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
@@ -44,17 +46,18 @@ class Outbox:
         their key); an outcome that frees a slot or starts an ``on_failure`` handler is
         never fused with the claim (``Pending.fused``)."""
         using = conf.database()
+        self.settled = None
         if pending is not None:
             faults.hit("outcome.before", using)
         fused = dialect.of(using).fused
         if pending is not None and not (fused and pending.fused):
-            record(pending, self.owner)
+            self.settled = record(pending, self.owner)
             pending = self.pending = None
             faults.hit("outcome.after", using)
         if fused:
-            runs, recorded = self._claim_limited(owner, now), False
+            runs, recorded = self._claim_limited(owner, now, limit), False
             if runs and pending is not None:
-                record(pending, self.owner)
+                self.settled = record(pending, self.owner)
                 pending = self.pending = None
                 faults.hit("outcome.after", using)
             if not runs:
@@ -71,6 +74,8 @@ class Outbox:
                     # The next iteration writes the outcome in short, with the claim.
                     self.pending = refused(pending, exc)
                     return []
+        elif limit == 0:  # only the outcome (``execution.execute``)
+            runs, recorded = [], False
         else:
             runs = claim(
                 owner,
@@ -84,14 +89,22 @@ class Outbox:
         previous, self.owner, self.pending = self.owner, owner, None
         if pending is not None:
             faults.hit("outcome.after", using)
-            log_outcome(pending.run, settle(pending, recorded, previous))
+            self.settled = settle(pending, recorded, previous)
+            log_outcome(pending.run, self.settled)
         return runs
 
-    def _claim_limited(self, owner: str, now: datetime) -> list[JobRun]:
-        if not flow.has_limits():
+    def write(self, pending: Pending, now: datetime) -> Executed | None:
+        """Write ``pending`` now, the way the worker does, without claiming another run
+        (``execution.execute``, tests, ``InlineJobs``): on PostgreSQL in the claim's
+        statement, with a claim of no run."""
+        self.record_and_claim(pending, self.owner, now, limit=0)
+        return self.settled
+
+    def _claim_limited(self, owner: str, now: datetime, limit: int) -> list[JobRun]:
+        if not limit or not flow.has_limits():
             return []
         return flow.claim_limited(
-            owner, now=now, lease=self.lease, queues=self.queues, clock=self.clock
+            owner, now=now, lease=self.lease, queues=self.queues, clock=self.clock, limit=limit
         )
 
     def flush(self) -> None:

@@ -22,9 +22,10 @@ from .outcome import UNSTORABLE, Executed, Pending, settle, shorten, write
 log = logging.getLogger("django_durable_jobs.worker")
 
 
-def record(pending: Pending, owner: str) -> None:
+def record(pending: Pending, owner: str) -> Executed | None:
     """Write ``pending`` on its own (fenced by ``owner``) and settle it; in short if the
-    database refuses it, not at all if it refuses that too (the lease then decides).
+    database refuses it, not at all if it refuses that too (the lease then decides:
+    None).
 
     A lost connection raises, leaving ``pending`` to be written again."""
     current: Pending | None = pending
@@ -34,8 +35,10 @@ def record(pending: Pending, owner: str) -> None:
         except UNSTORABLE as exc:
             current = refused(current, exc)
             continue
-        log_outcome(current.run, settle(current, recorded, owner))
-        return
+        executed = settle(current, recorded, owner)
+        log_outcome(current.run, executed)
+        return executed
+    return None
 
 
 def record_all(outcomes: Sequence[tuple[Pending, str]]) -> None:

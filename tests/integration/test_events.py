@@ -65,19 +65,21 @@ def test_event_published_between_check_and_park_still_wakes(
     driver.step()
     clock.advance("3d")
     # The race: the event commits after the step looked (cursor taken) but before the
-    # run is parked, so its wake-up finds no waiting run. Inject it at that moment.
-    from django_durable_jobs.worker import outcome
+    # run is parked, so its wake-up finds no waiting run. Inject it at that moment:
+    # just before the outcome is written, on whichever path writes it.
+    from django_durable_jobs import faults
 
-    original = outcome.write
+    original = faults.hit
 
-    def record_after_publish(*args: object, **kwargs: object) -> bool:
-        event = Event.objects.create(
-            name="order.paid", key="42", payload={"order_id": 3}, published_at=clock.now()
-        )
-        assert wake_waiters(event) == 0  # nobody parked yet
-        return original(*args, **kwargs)  # type: ignore[arg-type]
+    def publish_before_the_outcome(point: str, using: str) -> None:
+        if point == "outcome.before":
+            event = Event.objects.create(
+                name="order.paid", key="42", payload={"order_id": 3}, published_at=clock.now()
+            )
+            assert wake_waiters(event) == 0  # nobody parked yet
+        original(point, using)
 
-    monkeypatch.setattr(outcome, "write", record_after_publish)
+    monkeypatch.setattr(faults, "hit", publish_before_the_outcome)
     driver.step()
     monkeypatch.undo()
     run.refresh_from_db()
