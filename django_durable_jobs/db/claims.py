@@ -39,8 +39,8 @@ def claim(
     queue_list = None if queues is None else list(queues)
     limited: list[JobRun] = []
     if flow.has_limits():
-        limited = flow.claim_limited(
-            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock
+        limited = dialect.of(conf.database()).claim_limited(
+            owner, now, lease, queue_list, limit, clock
         )
     if len(limited) >= limit:
         return limited

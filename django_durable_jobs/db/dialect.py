@@ -27,8 +27,9 @@ from django.db import connections, transaction
 from django.db.models import Case, F, PositiveIntegerField, Value, When
 from django.db.models.functions import Coalesce
 
+from ..engine.clock import Clock
 from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule
-from . import postgres
+from . import flow, postgres
 from .fields import InstantField
 
 #: What the claim reads of each run it picks: id, status, first start.
@@ -94,6 +95,21 @@ class Dialect:
         claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
         return claimed
 
+    def claim_limited(
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        clock: Clock | None,
+    ) -> list[JobRun]:
+        """``claim`` for runs under a flow-control limit (``flow.claim_limited``: a
+        transaction per key, its lock first)."""
+        return flow.claim_limited(
+            owner, now=now, lease=lease, queues=queues, limit=limit, clock=clock
+        )
+
     def claiming(self) -> Any:
         """The transaction a claim's pick and UPDATE share. Without row locks (SQLite)
         none: a read that later writes would fail with "database is locked" instead of
@@ -118,6 +134,15 @@ class Dialect:
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
+
+    def finish_concurrency(
+        self, run_id: Any, owner: str, now: datetime, values: dict[str, Any]
+    ) -> bool | None:
+        """Record the outcome ``values`` (``postgres.OUTCOME_COLUMNS``) of a run under a
+        concurrency limit, fenced by ``owner``, and free its slot, in one call; None
+        where the dialect has no such call (``outcome.write`` then does it in a
+        transaction of its own)."""
+        return None
 
     def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
         """``rows`` read as last committed, inside a transaction that holds a lock."""
@@ -181,6 +206,53 @@ class MySQL(_Locking):
 
 
 class Postgres(_Locking):
+    def claim_limited(
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        clock: Clock | None,
+    ) -> list[JobRun]:
+        """Runs under a concurrency limit in one function call (migration 0014:
+        ``flow.claim_limited``'s steps in PL/pgSQL, one round trip instead of a
+        transaction of six); throttled runs as elsewhere."""
+        return self.claim_limited_finishing(owner, now, lease, queues, limit, clock, None)[0]
+
+    def claim_limited_finishing(
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        clock: Clock | None,
+        finish: postgres.Finish | None,
+    ) -> tuple[list[JobRun], bool]:
+        """``claim_limited``, recording first ``finish``, the outcome of a run under a
+        concurrency limit, in the same call; returns the runs and whether ``finish``
+        was recorded."""
+        claimed, finished, throttled = postgres.claim_concurrency(
+            self.using, owner, now, lease, queues, limit, max(limit, flow.CANDIDATES), finish
+        )
+        if len(claimed) < limit and throttled:
+            claimed += flow.claim_limited(
+                owner,
+                now=now,
+                lease=lease,
+                queues=queues,
+                limit=limit - len(claimed),
+                clock=clock,
+                throttled_only=True,
+            )
+        return claimed, finished
+
+    def finish_concurrency(
+        self, run_id: Any, owner: str, now: datetime, values: dict[str, Any]
+    ) -> bool | None:
+        return postgres.finish_concurrency(self.using, postgres.Finish(run_id, owner, values), now)
+
     def cut_connection(self) -> None:
         with connections[self.using].cursor() as cursor:  # raises: the server ends it
             cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")

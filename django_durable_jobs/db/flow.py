@@ -86,17 +86,22 @@ def claim_limited(
     queues: Iterable[str] | None = None,
     limit: int = 1,
     clock: Clock | None = None,
+    throttled_only: bool = False,
 ) -> list[JobRun]:
     """Take up to ``limit`` runnable runs under a limit for ``owner``, best first.
 
     With ``clock``, the time is read again once a key is locked: waiting for the lock
     (another claimer, SQLite's write lock) must not make a start look earlier than it
     is, or a throttle's window would let more runs start than it says.
+    ``throttled_only``: only runs with a throttle (PostgreSQL claims the others in one
+    function call, ``dialect.Postgres.claim_limited``).
     """
     using = conf.database()
     runs = JobRun.objects.using(using)
     queue_list = None if queues is None else list(queues)
     candidates = runs.runnable(now, queue_list).filter(LIMITED)
+    if throttled_only:
+        candidates = candidates.filter(throttle_limit__isnull=False)
     claimed: list[JobRun] = []
     done: set[tuple[KeyId, ...]] = set()  # keys with nothing more to take now
     for run in candidates.only(*_CANDIDATE_FIELDS)[: max(limit, CANDIDATES)]:

@@ -82,6 +82,11 @@ done AS (
     return sql, types
 
 
+def outcome_params(values: dict[str, Any], connection: Any) -> list[Any]:
+    """The parameters of an outcome: ``values`` of ``OUTCOME_COLUMNS``, in order."""
+    return [_field(name).get_db_prep_save(values[name], connection) for name in OUTCOME_COLUMNS]
+
+
 _prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
@@ -116,11 +121,7 @@ def claim(
     name, sql = _statement(connection, queues, finish is not None)
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if finish is not None:
-        params += [
-            _field(column).get_db_prep_save(finish.values[column], connection)
-            for column in OUTCOME_COLUMNS
-        ]
-        params += [finish.run_id, finish.owner]
+        params += [*outcome_params(finish.values, connection), finish.run_id, finish.owner]
     with connection.cursor() as cursor:
         execute(cursor, name, sql, params)
         rows = cursor.fetchall()
@@ -185,6 +186,50 @@ def execute(cursor: Any, name: str | None, sql: str, params: list[Any]) -> None:
         cursor.execute(sql, {f"p{number}": value for number, value in enumerate(params, 1)})
     else:
         cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
+
+
+def claim_concurrency(
+    using: str,
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    queues: list[str] | None,
+    limit: int,
+    candidates: int,
+    finish: Finish | None,
+) -> tuple[list[JobRun], bool, bool]:
+    """Claim up to ``limit`` runs under a concurrency limit (and record ``finish``, the
+    outcome of one, first) with ``durable_claim_concurrency`` (migration 0014); returns
+    the runs, whether ``finish`` was recorded, and whether runnable runs under a
+    throttle were seen among the candidates (``flow.claim_limited`` takes those)."""
+    connection = connections[using]
+    columns = ", ".join(f"(c.run).{connection.ops.quote_name(str(f.column))}" for f in _FIELDS)
+    outcome: list[Any] = [None] * (2 + len(OUTCOME_COLUMNS))
+    if finish is not None:
+        outcome = [finish.run_id, finish.owner, *outcome_params(finish.values, connection)]
+    params = [now, owner, now + lease, queues, limit, candidates, *outcome]
+    marks = ", ".join(["%s"] * len(params))
+    sql = (
+        f"SELECT c.finished, c.throttled, {columns}, c.claimed_from, c.fresh "
+        f"FROM durable_claim_concurrency({marks}) AS c"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    *claimed, flags = rows  # the last row is the flags'
+    runs = [_run(using, connection, row[2:]) for row in claimed]
+    return runs, bool(flags[0]), bool(flags[1])
+
+
+def finish_concurrency(using: str, finish: Finish, now: datetime) -> bool:
+    """Record ``finish``, the outcome of a run under a concurrency limit, and free its
+    slot, with ``durable_finish_concurrency`` (migration 0014)."""
+    connection = connections[using]
+    params = [finish.run_id, finish.owner, now, *outcome_params(finish.values, connection)]
+    with connection.cursor() as cursor:
+        marks = ", ".join(["%s"] * len(params))
+        cursor.execute(f"SELECT durable_finish_concurrency({marks})", params)
+        return bool(cursor.fetchone()[0])
 
 
 def _run(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:

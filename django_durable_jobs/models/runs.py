@@ -186,10 +186,12 @@ class JobRun(models.Model):
             models.Index(fields=("created_at",), name="durable_run_created"),
             # Runs started per minute and per hour (stats, dashboard, metrics).
             models.Index(fields=("started_at",), name="durable_run_started"),
-            # Flow control: the runnable runs under a limit (claimed one key at a time)...
+            # Flow control: the runnable runs under a limit (claimed one key at a time;
+            # held runs, without a wake time, are left out: a backlog of one saturated
+            # key is not walked by every claim)...
             PartialIndex(
                 fields=("-priority", "wake_at"),
-                where=Q(status__in=RUNNABLE) & LIMITED,
+                where=Q(status__in=RUNNABLE, wake_at__isnull=False) & LIMITED,
                 elsewhere=("status", "wake_at", "priority"),
                 name="durable_run_limited",
             ),

@@ -43,8 +43,9 @@ class Outbox:
         raises, the outcome stays pending under the owner that still holds its lease.
 
         Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
-        their key); an outcome that frees a slot or starts an ``on_failure`` handler is
-        never fused with the claim (``Pending.fused``)."""
+        their key); on PostgreSQL the outcome of a run that held a concurrency slot is
+        written by that call, another outcome by the claim's statement, and one that
+        starts an ``on_failure`` handler on its own (``Pending.fused``)."""
         using = conf.database()
         self.settled = None
         if pending is not None:
@@ -55,15 +56,30 @@ class Outbox:
             pending = self.pending = None
             faults.hit("outcome.after", using)
         if fused:
-            runs, recorded = self._claim_limited(owner, now, limit), False
+            finish = None
+            if pending is not None:
+                finish = postgres.Finish(pending.run.pk, self.owner, pending.outcome_values())
+            frees = pending is not None and pending.frees_slot
+            try:
+                runs, recorded = self._claim_limited(owner, now, limit, finish if frees else None)
+            except UNSTORABLE as exc:
+                if pending is None or not frees:
+                    raise
+                self.pending = refused(pending, exc)  # written in short next time
+                return []
+            if pending is not None and frees:
+                # Recorded (or refused) with the limited claim: settle it now, a later
+                # statement may raise.
+                faults.hit("outcome.after", using)
+                self.settled = settle(pending, recorded, self.owner)
+                log_outcome(pending.run, self.settled)
+                pending = self.pending = None
             if runs and pending is not None:
                 self.settled = record(pending, self.owner)
                 pending = self.pending = None
                 faults.hit("outcome.after", using)
-            if not runs:
-                finish = None
-                if pending is not None:
-                    finish = postgres.Finish(pending.run.pk, self.owner, pending.outcome_values())
+            if not runs and (limit or pending is not None):
+                finish = finish if pending is not None else None
                 try:
                     runs, recorded = postgres.claim(
                         using, owner, now, self.lease, self.queues, limit, finish
@@ -100,11 +116,17 @@ class Outbox:
         self.record_and_claim(pending, self.owner, now, limit=0)
         return self.settled
 
-    def _claim_limited(self, owner: str, now: datetime, limit: int) -> list[JobRun]:
-        if not limit or not flow.has_limits():
-            return []
-        return flow.claim_limited(
-            owner, now=now, lease=self.lease, queues=self.queues, clock=self.clock, limit=limit
+    def _claim_limited(
+        self, owner: str, now: datetime, limit: int, finish: postgres.Finish | None
+    ) -> tuple[list[JobRun], bool]:
+        """Runs under a limit (PostgreSQL: with ``finish``, the outcome of a run that
+        held a concurrency slot, in the same call); and whether ``finish`` was recorded."""
+        if finish is None and (not limit or not flow.has_limits()):
+            return [], False
+        chosen = dialect.of(conf.database())
+        assert isinstance(chosen, dialect.Postgres)  # only fused dialects come here
+        return chosen.claim_limited_finishing(
+            owner, now, self.lease, self.queues, limit, self.clock, finish
         )
 
     def flush(self) -> None:

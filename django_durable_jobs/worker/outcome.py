@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DataError, transaction
 
 from .. import conf, signals
-from ..db import flow
+from ..db import dialect, flow
 from ..db.postgres import OUTCOME_COLUMNS
 from ..engine.attempt import Failed, Outcome, Succeeded, Suspended
 from ..engine.records import RecordedStep
@@ -59,9 +59,15 @@ class Pending:
 
     @property
     def fused(self) -> bool:
-        """Whether the outcome fits the PostgreSQL statement that also claims: not one
-        that frees a concurrency slot or starts an ``on_failure`` handler."""
-        return set(self.changes) <= _FUSED and not writes_alone(self)
+        """Whether the outcome can be written by the PostgreSQL call that also claims:
+        the claim's statement, or for a run under a concurrency limit (``frees_slot``)
+        the limited claim's function; not one that starts an ``on_failure`` handler."""
+        return set(self.changes) <= _FUSED and not _starts_handler(self)
+
+    @property
+    def frees_slot(self) -> bool:
+        """The run holds a concurrency slot, which its outcome frees."""
+        return self.run.concurrency_limit is not None
 
     def outcome_values(self) -> dict[str, Any]:
         """Every column an outcome writes: the changes, the rest as claimed."""
@@ -160,6 +166,13 @@ def write(pending: Pending, owner: str | None) -> bool:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
     if not writes_alone(pending):
         return bool(rows.update(**pending.changes))
+    if owner is not None and set(pending.changes) <= _FUSED and not _starts_handler(pending):
+        # A slot to free and nothing else: one call where the dialect has one.
+        done = dialect.of(using).finish_concurrency(
+            run.pk, owner, pending.now, pending.outcome_values()
+        )
+        if done is not None:
+            return done
     with transaction.atomic(using=using):
         if run.concurrency_limit is not None:
             flow.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
@@ -199,8 +212,10 @@ def shorten(pending: Pending, problem: BaseException) -> Pending:
 def writes_alone(pending: Pending) -> bool:
     """Whether this outcome needs its own transaction (not the claim's statement):
     it enqueues an ``on_failure`` handler, or it frees a concurrency slot."""
-    if pending.run.concurrency_limit is not None:
-        return True
+    return pending.run.concurrency_limit is not None or _starts_handler(pending)
+
+
+def _starts_handler(pending: Pending) -> bool:
     return pending.changes.get("status") == RunStatus.FAILED and (
         handler_for(pending.run) is not None
     )

@@ -83,3 +83,16 @@ def test_the_claim_returns_every_run_column_and_records_an_outcome() -> None:
     taken.refresh_from_db()
     assert taken.status == RunStatus.SUCCEEDED and taken.result == {"sum": [3]}
     assert taken.lease_owner == "" and taken.finished_at == now
+
+
+@needs_postgres
+def test_the_finish_function_takes_the_outcome_columns_in_order() -> None:
+    # durable_finish_concurrency (migration 0014) lists the outcome's columns by hand:
+    # a column added to OUTCOME_COLUMNS must be added there too.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT proargnames FROM pg_proc WHERE proname = 'durable_finish_concurrency'"
+        )
+        [(names,)] = cursor.fetchall()
+    assert names[:3] == ["p_id", "p_owner", "p_now"]
+    assert names[3:] == [f"p_{name}" for name in postgres.OUTCOME_COLUMNS]
