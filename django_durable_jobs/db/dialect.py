@@ -24,13 +24,10 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.db import connections, transaction
-from django.db.models import Case, F, PositiveIntegerField, Value, When
-from django.db.models.functions import Coalesce
 
 from ..engine.clock import Clock
 from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule
 from . import flow, postgres
-from .fields import InstantField
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
@@ -73,21 +70,8 @@ class Dialect:
             fresh = {run_id for run_id, _, started_at in picked if started_at is None}
             if not before:
                 return []
-            # The status guard makes this safe where rows cannot be locked (SQLite
-            # serialises writers): a run another worker took meanwhile is not runnable.
-            # ``attempt`` is assigned before ``status``: MySQL and MariaDB evaluate SET
-            # left to right, so a CASE after ``status = 'running'`` would never count.
-            runs.filter(id__in=before, status__in=RUNNABLE, wake_at__lte=now).update(
-                attempt=Case(
-                    When(status=RunStatus.QUEUED, then=F("attempt") + 1),
-                    default=F("attempt"),
-                    output_field=PositiveIntegerField(),
-                ),
-                status=RunStatus.RUNNING,
-                started_at=Coalesce(F("started_at"), Value(now, output_field=InstantField())),
-                lease_owner=owner,
-                lease_expires_at=now + lease,
-            )
+            # A run another worker took meanwhile is no longer runnable: not taken.
+            runs.filter(id__in=before).take(owner, now, lease)
             claimed = list(runs.filter(id__in=before, lease_owner=owner, status=RunStatus.RUNNING))
         for run in claimed:
             run.claimed_from = before[run.id]

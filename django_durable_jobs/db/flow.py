@@ -22,14 +22,8 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import (
-    Case,
-    F,
-    PositiveIntegerField,
     Q,
-    Value,
-    When,
 )
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .. import conf
@@ -37,7 +31,6 @@ from ..engine.clock import Clock
 from ..exceptions import UnknownJob
 from ..models import LIMITED, RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus
 from ..registry import JobDefinition, all_jobs, get_job
-from .fields import InstantField
 
 #: How many candidates one claim looks at before giving up (each costs a transaction).
 CANDIDATES = 8
@@ -248,18 +241,7 @@ def _throttled(runs: JobRunQuerySet, run: JobRun, now: datetime) -> bool:
 def _take(
     runs: JobRunQuerySet, run: JobRun, owner: str, now: datetime, lease: timedelta
 ) -> JobRun | None:
-    # As claims.claim: ``attempt`` before ``status`` (MariaDB evaluates SET in order).
-    taken = runs.filter(pk=run.pk, status__in=RUNNABLE, wake_at__lte=now).update(
-        attempt=Case(
-            When(status=RunStatus.QUEUED, then=F("attempt") + 1),
-            default=F("attempt"),
-            output_field=PositiveIntegerField(),
-        ),
-        status=RunStatus.RUNNING,
-        started_at=Coalesce(F("started_at"), Value(now, output_field=InstantField())),
-        lease_owner=owner,
-        lease_expires_at=now + lease,
-    )
+    taken = runs.filter(pk=run.pk).take(owner, now, lease)
     if not taken:
         return None
     claimed = runs.get(pk=run.pk)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, PositiveIntegerField, Q, Value, When
+from django.db.models.functions import Coalesce
 
 from ..db.fields import InstantField
 from ..db.schema import ExactCharField, PartialIndex
@@ -68,6 +69,25 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
     def expired_leases(self, now: datetime) -> JobRunQuerySet:
         """Running runs whose worker stopped renewing its lease."""
         return self.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+
+    def take(self, owner: str, now: datetime, lease: timedelta) -> int:
+        """The claim's write: these runs, if still runnable and due at ``now``, run for
+        ``owner`` until ``now + lease``. The attempt is counted for a queued run; a run
+        resuming from a sleep or a wait keeps its own. The status guard makes this safe
+        where rows cannot be locked (SQLite serialises writers). ``attempt`` is assigned
+        before ``status``: MySQL and MariaDB evaluate SET left to right, so a CASE
+        after ``status = 'running'`` would never count."""
+        return self.filter(status__in=RUNNABLE, wake_at__lte=now).update(
+            attempt=Case(
+                When(status=RunStatus.QUEUED, then=F("attempt") + 1),
+                default=F("attempt"),
+                output_field=PositiveIntegerField(),
+            ),
+            status=RunStatus.RUNNING,
+            started_at=Coalesce(F("started_at"), Value(now, output_field=InstantField())),
+            lease_owner=owner,
+            lease_expires_at=now + lease,
+        )
 
     # -- transitions outside the worker: each guard is its ``Rule``, stated above once.
     def wake(self, now: datetime) -> int:
