@@ -29,7 +29,7 @@ from django.utils import timezone
 from .. import conf
 from ..engine.clock import Clock
 from ..exceptions import UnknownJob
-from ..models import LIMITED, RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus
+from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus
 from ..registry import JobDefinition, all_jobs, get_job
 
 #: How many candidates one claim looks at before giving up (each costs a transaction).
@@ -92,12 +92,16 @@ def claim_limited(
     using = conf.database()
     runs = JobRun.objects.using(using)
     queue_list = None if queues is None else list(queues)
-    candidates = runs.runnable(now, queue_list).filter(LIMITED)
-    if throttled_only:
-        candidates = candidates.filter(throttle_limit__isnull=False)
+    # Every runnable run, best first: limited runs are taken until a run under no
+    # limit comes first, which is the unlimited claim's (priority holds across both).
+    candidates = runs.runnable(now, queue_list)
     claimed: list[JobRun] = []
     done: set[tuple[KeyId, ...]] = set()  # keys with nothing more to take now
-    for run in candidates.only(*_CANDIDATE_FIELDS)[: max(limit, CANDIDATES)]:
+    for run in candidates.only(*_CANDIDATE_FIELDS, "priority")[: max(limit, CANDIDATES)]:
+        if run.concurrency_limit is None and run.throttle_limit is None:
+            break
+        if throttled_only and run.throttle_limit is None:
+            continue
         keys = tuple(_keys(run))
         if len(claimed) >= limit or keys in done:
             continue

@@ -90,10 +90,11 @@ BEGIN
         FROM {runs} r
         WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
             AND (p_queues IS NULL OR r.queue = ANY (p_queues))
-            AND (r.concurrency_limit IS NOT NULL OR r.throttle_limit IS NOT NULL)
         ORDER BY r.priority DESC, r.wake_at
         LIMIT p_candidates
     LOOP
+        -- A run under no limit first: it is the unlimited claim's (priority order).
+        EXIT WHEN cand.concurrency_limit IS NULL AND cand.throttle_limit IS NULL;
         IF cand.throttle_limit IS NOT NULL THEN
             throttled_seen := true;
             CONTINUE;

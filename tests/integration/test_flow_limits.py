@@ -115,6 +115,19 @@ def test_held_runs_do_not_block_other_jobs(clock: FakeClock) -> None:
     assert taken.pk == plain.pk
 
 
+@pytest.mark.parametrize("limited_first", [True, False])
+def test_priority_orders_limited_and_unlimited_runs_alike(
+    clock: FakeClock, limited_first: bool
+) -> None:
+    high, low = (5, 0) if limited_first else (0, 5)
+    limited = flow_jobs.per_customer.using(priority=high).enqueue(customer_id=1)
+    plain = flow_jobs.retry_after.using(priority=low).enqueue("body")
+    [first] = claim("w", now=clock.now(), lease=LEASE)
+    [second] = claim("w", now=clock.now(), lease=LEASE)
+    expected = [limited.pk, plain.pk] if limited_first else [plain.pk, limited.pk]
+    assert [first.pk, second.pk] == expected
+
+
 def test_a_suspended_run_does_not_hold_a_slot(clock: FakeClock) -> None:
     sleeping = flow_jobs.by_region.enqueue({"region": "eu"})
     clock.advance(timedelta(milliseconds=1))  # the fake clock stands still: order them
