@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError
+
 from .. import conf, faults
 from ..db import dialect, flow, postgres
-from ..db.claims import claim
+from ..db.claims import claim, release
 from ..engine.clock import Clock
 from ..models import JobRun
 from .outcome import UNSTORABLE, Executed, Pending, settle
@@ -75,7 +77,13 @@ class Outbox:
                 log_outcome(pending.run, self.settled)
                 pending = self.pending = None
             if runs and pending is not None:
-                self.settled = record(pending, self.owner)
+                try:
+                    self.settled = record(pending, self.owner)
+                except BaseException:
+                    # The runs just claimed would wait for their lease and lose an
+                    # attempt: give them back while the outcome stays pending.
+                    _give_back(runs, owner, now)
+                    raise
                 pending = self.pending = None
                 faults.hit("outcome.after", using)
             if not runs and (limit or pending is not None):
@@ -135,3 +143,14 @@ class Outbox:
         pending, self.pending = self.pending, None
         if pending is not None:
             record_patiently(pending, self.owner)
+
+
+def _give_back(runs: list[JobRun], owner: str, now: datetime) -> None:
+    """Release ``runs`` claimed for ``owner`` (best effort: on a cut connection their
+    lease decides)."""
+    for run in runs:
+        try:
+            release(run, owner, now=now)
+        except DatabaseError:
+            log.warning("run %s: claimed, not executed, not given back (its lease will)", run.id)
+            return

@@ -16,7 +16,7 @@ from django.db.backends.signals import connection_created
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
-from tests.testapp import hole_jobs, jobs
+from tests.testapp import flow_jobs, hole_jobs, jobs
 from tests.testapp.models import Effect
 
 
@@ -70,6 +70,42 @@ def test_a_limited_runs_outcome_survives_a_terminated_backend_and_frees_its_slot
         assert (run.status, run.result, run.attempt) == (RunStatus.SUCCEEDED, "done", 1)
         assert (run.lease_owner, run.lease_expires_at) == ("", None)
     assert Effect.objects.filter(name="work").count() == 2
+
+
+@pytest.mark.postgres(reason="only PostgreSQL claims limited runs before writing the outcome")
+@pytest.mark.django_db(transaction=True)
+def test_runs_claimed_before_an_outcome_that_fails_to_write_are_given_back(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    from django_durable_jobs.worker import outbox
+
+    plain = jobs.noop.enqueue()
+    clock.advance("1s")  # claimed in this order
+    limited = flow_jobs.one_per_key.enqueue("k")
+    w = worker(clock)
+    assert w.run_once()  # executes the plain run; its outcome waits for the next claim
+    original, calls = outbox.record, []
+
+    def cut_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise OperationalError("connection cut while writing the outcome")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(outbox, "record", cut_once)
+    with pytest.raises(OperationalError):  # the loop's run() logs it and goes on
+        w.run_once()  # claims the limited run, then the outcome's write fails
+    limited.refresh_from_db()
+    # Before: the limited run stayed leased, unexecuted, until its lease ran out, and
+    # then lost an attempt.
+    assert (limited.status, limited.attempt, limited.lease_owner) == (RunStatus.QUEUED, 0, "")
+    assert w.run() >= 1
+    w.flush()
+    for run in (plain, limited):
+        run.refresh_from_db()
+        assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 1)
 
 
 # -- item 3: error texts a database cannot store --------------------------------------
