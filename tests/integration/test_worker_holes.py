@@ -79,14 +79,14 @@ def test_runs_claimed_before_an_outcome_that_fails_to_write_are_given_back(
 ) -> None:
     from django.db import OperationalError
 
-    from django_durable_jobs.worker import outbox
+    from django_durable_jobs.worker import outbox, recording
 
     plain = jobs.noop.enqueue()
     clock.advance("1s")  # claimed in this order
     limited = flow_jobs.one_per_key.enqueue("k")
     w = worker(clock)
     assert w.run_once()  # executes the plain run; its outcome waits for the next claim
-    original, calls = outbox.record, []
+    original, calls = recording.record, []
 
     def cut_once(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
