@@ -249,7 +249,7 @@ class Psycopg(Postgres):
     def claim(
         self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int
     ) -> list[JobRun]:
-        return postgres.claim(self.using, owner, now, lease, queues, limit)[0]
+        return postgres.claim(self.using, owner, now, lease, queues, limit).runs
 
     def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
         postgres.insert_runs(self.using, runs, batch_size)

@@ -106,6 +106,18 @@ def available(using: str) -> bool:
     return connection.vendor == "postgresql" and getattr(database, "__name__", "") == "psycopg"
 
 
+@dataclass
+class Claimed:
+    """What the claim's statement returns."""
+
+    runs: list[JobRun]
+    #: Whether the outcome it was given was recorded (False: its lease was lost).
+    recorded: bool
+    #: Asked with ``look_for_limited``: whether runnable runs under a flow-control limit
+    #: were due (the flow claim's; None: not asked).
+    limited_waiting: bool | None = None
+
+
 def claim(
     using: str,
     owner: str,
@@ -114,11 +126,13 @@ def claim(
     queues: list[str] | None,
     limit: int,
     finish: Finish | None = None,
-) -> tuple[list[JobRun], bool]:
-    """Claim up to ``limit`` runs (and record ``finish``); returns the runs and whether
-    ``finish`` was recorded (False: its lease was lost)."""
+    look_for_limited: bool = False,
+) -> Claimed:
+    """Claim up to ``limit`` runs under no limit (and record ``finish``); with
+    ``look_for_limited``, also tell whether runs under a limit are due (an index
+    probe in the same statement, so a worker asks the flow claim only then)."""
     connection = connections[using]
-    name, sql = _statement(connection, queues, finish is not None)
+    name, sql = _statement(connection, queues, finish is not None, look_for_limited)
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if finish is not None:
         params += [*outcome_params(finish.values, connection), finish.run_id, finish.owner]
@@ -126,37 +140,62 @@ def claim(
         execute(cursor, name, sql, params)
         rows = cursor.fetchall()
     done = bool(rows and rows[0][0])
-    runs = [_run(using, connection, row[1:]) for row in rows if row[1] is not None]
+    runs = [_run(using, connection, row[2:]) for row in rows if row[2] is not None]
     runs.sort(key=lambda run: (-run.priority, run.wake_at or now))
-    return runs, done
+    return Claimed(runs, done, bool(rows[0][1]) if look_for_limited and rows else None)
+
+
+#: (variant, finishing, looking) -> (types, body): built once per process.
+_BODIES: dict[tuple[str, bool, bool], tuple[list[str], str]] = {}
 
 
 def _statement(
-    connection: Any, queues: list[str] | None, finishing: bool
+    connection: Any, queues: list[str] | None, finishing: bool, looking: bool = False
 ) -> tuple[str | None, str]:
-    table = connection.ops.quote_name(JobRun._meta.db_table)
     if queues is None:
-        queue_filter, variant = "", "all"
+        variant = "all"
     elif len(queues) == 1:
-        # An equality lets the planner walk durable_run_runnable in order; "= ANY"
-        # cannot, and would sort the whole backlog on every claim.
-        queue_filter, variant = "AND queue = ($5::text[])[1]", "one"
+        variant = "one"
     else:
-        queue_filter, variant = "AND queue = ANY($5)", "many"
+        variant = "many"
+    key = (variant, finishing, looking)
+    if key not in _BODIES:
+        _BODIES[key] = _body(connection, variant, finishing, looking)
+    types, body = _BODIES[key]
+    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return None, numbered_to_named(body, len(types))
+    name = f"durable_claim_{variant}_{'f' if finishing else 'c'}{'_l' if looking else ''}"
+    return (name if prepare(connection, name, types, body) else None), body
+
+
+#: Runs under a limit due now (of the worker's queues): ``durable_run_limited``.
+_LIMITED_DUE = """EXISTS (
+    SELECT 1 FROM {table} WHERE status IN ('queued', 'sleeping', 'waiting')
+        AND wake_at <= $1 {queues}
+        AND (concurrency_limit IS NOT NULL OR throttle_limit IS NOT NULL)
+)"""
+
+
+def _body(connection: Any, variant: str, finishing: bool, looking: bool) -> tuple[list[str], str]:
+    table = connection.ops.quote_name(JobRun._meta.db_table)
+    # An equality lets the planner walk durable_run_runnable in order; "= ANY" cannot,
+    # and would sort the whole backlog on every claim.
+    queue_filter = {
+        "all": "",
+        "one": "AND queue = ($5::text[])[1]",
+        "many": "AND queue = ANY($5)",
+    }[variant]
     done, done_types = _outcome_sql(connection) if finishing else ("", [])
     ctes = done + _SELECT
+    limited = _LIMITED_DUE.format(table=table, queues=queue_filter) if looking else "NULL"
     body = (
         "WITH "
         + ctes.format(table=table, queues=queue_filter, columns=_COLUMNS)
         + "\nSELECT "
         + ("(SELECT count(*) FROM done)" if finishing else "0")
-        + ", claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
+        + f", {limited}, claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
     )
-    types = _TYPES + done_types
-    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
-        return None, numbered_to_named(body, len(types))
-    name = f"durable_claim_{variant}_{'f' if finishing else 'c'}"
-    return (name if prepare(connection, name, types, body) else None), body
+    return _TYPES + done_types, body
 
 
 def prepare(connection: Any, name: str, types: list[str], body: str) -> bool:
@@ -188,6 +227,10 @@ def execute(cursor: Any, name: str | None, sql: str, params: list[Any]) -> None:
         cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
 
 
+#: The flow claim's statement, built once per process.
+_CONCURRENCY_SQL: str | None = None
+
+
 def claim_concurrency(
     using: str,
     owner: str,
@@ -203,18 +246,20 @@ def claim_concurrency(
     the runs, whether ``finish`` was recorded, and whether runnable runs under a
     throttle were seen among the candidates (``flow.claim_limited`` takes those)."""
     connection = connections[using]
-    columns = ", ".join(f"(c.run).{connection.ops.quote_name(str(f.column))}" for f in _FIELDS)
     outcome: list[Any] = [None] * (2 + len(OUTCOME_COLUMNS))
     if finish is not None:
         outcome = [finish.run_id, finish.owner, *outcome_params(finish.values, connection)]
     params = [now, owner, now + lease, queues, limit, candidates, *outcome]
-    marks = ", ".join(["%s"] * len(params))
-    sql = (
-        f"SELECT c.finished, c.throttled, {columns}, c.claimed_from, c.fresh "
-        f"FROM durable_claim_concurrency({marks}) AS c"
-    )
+    global _CONCURRENCY_SQL
+    if _CONCURRENCY_SQL is None:
+        qn = connection.ops.quote_name
+        columns = ", ".join(f"(c.run).{qn(str(field.column))}" for field in _FIELDS)
+        _CONCURRENCY_SQL = (
+            f"SELECT c.finished, c.throttled, {columns}, c.claimed_from, c.fresh "
+            f"FROM durable_claim_concurrency({', '.join(['%s'] * len(params))}) AS c"
+        )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_CONCURRENCY_SQL, params)
         rows = cursor.fetchall()
     *claimed, flags = rows  # the last row is the flags'
     runs = [_run(using, connection, row[2:]) for row in claimed]

@@ -36,6 +36,9 @@ class Outbox:
         self.pending: Pending | None = None
         #: What the last outcome written came to (None: not written, or none yet).
         self.settled: Executed | None = None
+        #: PostgreSQL: whether the last claim saw runs under a limit due (the next one
+        #: then asks the flow claim first); True until a claim said otherwise.
+        self.limited_waiting = True
 
     def record_and_claim(
         self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
@@ -58,46 +61,10 @@ class Outbox:
             pending = self.pending = None
             faults.hit("outcome.after", using)
         if fused:
-            finish = None
-            if pending is not None:
-                finish = postgres.Finish(pending.run.pk, self.owner, pending.outcome_values())
-            frees = pending is not None and pending.frees_slot
-            try:
-                runs, recorded = self._claim_limited(owner, now, limit, finish if frees else None)
-            except UNSTORABLE as exc:
-                if pending is None or not frees:
-                    raise
-                self.pending = refused(pending, exc)  # written in short next time
-                return []
-            if pending is not None and frees:
-                # Recorded (or refused) with the limited claim: settle it now, a later
-                # statement may raise.
-                faults.hit("outcome.after", using)
-                self.settled = settle(pending, recorded, self.owner)
-                log_outcome(pending.run, self.settled)
-                pending = self.pending = None
-            if runs and pending is not None:
-                try:
-                    self.settled = record(pending, self.owner)
-                except BaseException:
-                    # The runs just claimed would wait for their lease and lose an
-                    # attempt: give them back while the outcome stays pending.
-                    _give_back(runs, owner, now)
-                    raise
-                pending = self.pending = None
-                faults.hit("outcome.after", using)
-            if not runs and (limit or pending is not None):
-                finish = finish if pending is not None else None
-                try:
-                    runs, recorded = postgres.claim(
-                        using, owner, now, self.lease, self.queues, limit, finish
-                    )
-                except UNSTORABLE as exc:
-                    if pending is None:
-                        raise
-                    # The next iteration writes the outcome in short, with the claim.
-                    self.pending = refused(pending, exc)
-                    return []
+            fused_outcome = self._fused(pending, owner, now, limit, using)
+            if fused_outcome is None:
+                return []  # the outcome was refused: written in short next time
+            runs, recorded, pending = fused_outcome
         elif limit == 0:  # only the outcome (``execution.execute``)
             runs, recorded = [], False
         else:
@@ -116,6 +83,70 @@ class Outbox:
             self.settled = settle(pending, recorded, previous)
             log_outcome(pending.run, self.settled)
         return runs
+
+    def _fused(
+        self, pending: Pending | None, owner: str, now: datetime, limit: int, using: str
+    ) -> tuple[list[JobRun], bool, Pending | None] | None:
+        """PostgreSQL: claim (and record ``pending``) in as few calls as can be. Runs
+        under a limit are asked for only when the last claim saw some due
+        (``limited_waiting``) or ``pending`` frees a concurrency slot (then that call
+        records it); otherwise one statement claims and records. Returns the runs,
+        whether ``pending`` was recorded by the claim, and ``pending`` if still to be
+        settled; None if the database refused the outcome (kept in short form)."""
+        finish = None
+        if pending is not None:
+            finish = postgres.Finish(pending.run.pk, self.owner, pending.outcome_values())
+        runs: list[JobRun] = []
+        recorded = False
+        frees = pending is not None and pending.frees_slot
+        if frees or (limit and self.limited_waiting):
+            try:
+                runs, recorded = self._claim_limited(owner, now, limit, finish if frees else None)
+            except UNSTORABLE as exc:
+                if pending is None or not frees:
+                    raise
+                self.pending = refused(pending, exc)
+                return None
+            if pending is not None and frees:
+                # Recorded (or refused) with the limited claim: settle it now, a later
+                # statement may raise.
+                faults.hit("outcome.after", using)
+                self.settled = settle(pending, recorded, self.owner)
+                log_outcome(pending.run, self.settled)
+                pending = self.pending = None
+        if runs and pending is not None:
+            try:
+                self.settled = record(pending, self.owner)
+            except BaseException:
+                # The runs just claimed would wait for their lease and lose an attempt:
+                # give them back while the outcome stays pending.
+                _give_back(runs, owner, now)
+                raise
+            pending = self.pending = None
+            faults.hit("outcome.after", using)
+        if not runs and (limit or pending is not None):
+            looking = flow.has_limits()
+            try:
+                claimed = postgres.claim(
+                    using,
+                    owner,
+                    now,
+                    self.lease,
+                    self.queues,
+                    limit,
+                    finish if pending is not None else None,
+                    look_for_limited=looking,
+                )
+            except UNSTORABLE as exc:
+                if pending is None:
+                    raise
+                self.pending = refused(pending, exc)  # written in short, with the next claim
+                return None
+            runs, recorded = claimed.runs, claimed.recorded
+            self.limited_waiting = bool(claimed.limited_waiting)
+            if not runs and limit and self.limited_waiting and pending is None:
+                runs = self._claim_limited(owner, now, limit, None)[0]  # due since the last look
+        return runs, recorded, pending
 
     def write(self, pending: Pending, now: datetime) -> Executed | None:
         """Write ``pending`` now, the way the worker does, without claiming another run

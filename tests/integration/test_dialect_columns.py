@@ -71,14 +71,15 @@ def test_the_claim_returns_every_run_column_and_records_an_outcome() -> None:
     first, second = jobs.add.enqueue(1, 2), jobs.add.enqueue(3, 4)
     assert first.wake_at is not None and second.wake_at is not None
     now = max(first.wake_at, second.wake_at) + timedelta(seconds=1)
-    [taken], _ = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1)
+    [taken] = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1).runs
     fresh = JobRun.objects.get(pk=taken.pk)
     for column in concrete(JobRun):
         assert getattr(taken, column) == getattr(fresh, column), column
     values = {name: getattr(fresh, name) for name in postgres.OUTCOME_COLUMNS}
     values.update(status=RunStatus.SUCCEEDED, result={"sum": [3]}, finished_at=now)
     finish = postgres.Finish(taken.pk, "w", values)
-    [other], done = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1, finish)
+    claimed = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1, finish)
+    [other], done = claimed.runs, claimed.recorded
     assert done and {taken.pk, other.pk} == {first.pk, second.pk}
     taken.refresh_from_db()
     assert taken.status == RunStatus.SUCCEEDED and taken.result == {"sum": [3]}

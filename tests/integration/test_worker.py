@@ -168,8 +168,10 @@ def test_claim_loop_query_count_is_pinned(clock: FakeClock, django_assert_num_qu
     # claims.lock_shortlisted) in a transaction, which inside the test's own
     # transaction shows as a savepoint and its release.
     # Once any registered job has a limit (the test jobs do), every claim first looks
-    # for runnable runs under a limit: one more query (flow.claim_limited).
-    flow_look = 1 if flow.has_limits() else 0
+    # for runnable runs under a limit: one more query (flow.claim_limited); on
+    # PostgreSQL the claim's statement probes for them and the flow claim is asked only
+    # when some are due (none are here).
+    flow_look = 1 if flow.has_limits() and connection.vendor != "postgresql" else 0
     savepoints = 2 if connection.vendor == "mysql" else 0
     shortlist = 1 if connection.vendor == "mysql" else 0
     per_run = 1 if connection.vendor == "postgresql" else 4 + shortlist + savepoints
