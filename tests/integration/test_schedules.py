@@ -171,6 +171,22 @@ def test_sync_keeps_an_operators_pause_of_a_code_schedule(clock: FakeClock) -> N
     assert not row.enabled
 
 
+@pytest.mark.django_db
+@pytest.mark.usefixtures("declared")
+def test_migrate_adds_the_schedules_declared_in_code(clock: FakeClock) -> None:
+    """``migrate`` syncs (the app's post_migrate handler): a deploy's new schedule has
+    its row, and shows in the admin, before any worker starts."""
+    from django.core.management import call_command
+
+    clock.set(T0)
+    job(name="tests.weekly", cron="0 9 * * 1")(lambda ctx: None)
+    assert not Schedule.objects.filter(job_name="tests.weekly").exists()
+    call_command("migrate", verbosity=0, interactive=False)
+    row = Schedule.objects.get(job_name="tests.weekly")
+    assert (row.cron, row.enabled) == ("0 9 * * 1", True)
+    assert row.next_run_at == datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
 @pytest.fixture
 def cased() -> Iterator[None]:
     yield
