@@ -37,7 +37,8 @@ from tests.testapp import fault_jobs
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 #: The nth hit of a point that is its first, middle and last in one run of the job
-#: (trio: 4 claims and 4 outcomes, 3 steps, 3 sleeps; relay: 3 invokes, 3 waits).
+#: (trio: 4 claims and 4 outcomes, 3 steps, 3 sleeps; relay: 3 invokes, 3 waits; fan: 3
+#: fan-outs).
 POSITIONS = {
     "claim.after": (1, 2, 4),
     "step.before_record": (1, 2, 3),
@@ -48,8 +49,10 @@ POSITIONS = {
     "outcome.after": (1, 2, 4),
     "heartbeat": (1, 2, 3),
     "invoke.start": (1, 2, 3),
+    "fanout.start": (1, 2, 3),
 }
 RELAY_POINTS = {"event.matched", "invoke.start"}
+FAN_POINTS = {"fanout.start"}
 #: The slice CI runs (middle hits): every point once, every action at least three times,
 #: and all three at the one window where a side effect repeats.
 CI_SLICE = {
@@ -64,6 +67,7 @@ CI_SLICE = {
     ("outcome.after", "dberror"),
     ("heartbeat", "pause"),
     ("invoke.start", "kill"),
+    ("fanout.start", "kill"),
 }
 
 
@@ -83,7 +87,8 @@ def _cases() -> list[Any]:
 @pytest.mark.parametrize(("point", "action", "nth"), _cases())
 def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> None:  # noqa: F811
     relay = point in RELAY_POINTS
-    run = (fault_jobs.relay if relay else fault_jobs.trio).enqueue()
+    job = fault_jobs.relay if relay else fault_jobs.fan if point in FAN_POINTS else fault_jobs.trio
+    run = job.enqueue()
     first = workers.start("first", env={faults.ENV: f"{point}:{action}:{nth}"})
     pump = _EventPump(run) if relay else None
 
@@ -143,6 +148,17 @@ def _assert_outcome(run: JobRun, point: str, action: str, nth: int, relay: bool)
     records = list(StepRecord.objects.filter(run=run).values_list("name", "status", "attempts"))
     assert {status for _, status, _ in records} == {StepStatus.COMPLETED}, records
     counts = effects(run)
+    if point in FAN_POINTS:
+        assert run.result == [[11, 12, 13], [21, 22, 23], [31, 32, 33]], run.result
+        children = JobRun.objects.filter(parent=run)
+        # Each child started exactly once, however often its fan-out step replayed.
+        assert sorted(children.values_list("args", flat=True)) == [
+            [10 * i + k] for i in (1, 2, 3) for k in (1, 2, 3)
+        ]
+        assert set(children.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+        child_effects = Counter(name for child in children for name in effects(child).elements())
+        assert child_effects == {f"child{10 * i + k}": 1 for i in (1, 2, 3) for k in (1, 2, 3)}
+        return
     if relay:
         assert _pinged(run.result), run.result
         children = JobRun.objects.filter(parent=run)
