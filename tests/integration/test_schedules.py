@@ -12,7 +12,7 @@ from django_durable_jobs import Cron, job
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.exceptions import InvalidSchedule, UnknownJob
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
-from django_durable_jobs.registry import unregister
+from django_durable_jobs.registry import get_job, unregister
 from django_durable_jobs.schedules import Synced, Ticker, reschedule, start_due, sync
 from tests.conftest import Driver
 
@@ -51,6 +51,18 @@ def test_a_due_slot_starts_exactly_one_run_with_ctx_scheduled_at(
     run = JobRun.objects.get(pk=started[0].pk)
     assert run.status == RunStatus.SUCCEEDED
     assert run.result == "2026-01-05T09:00:00+00:00"
+
+
+@pytest.mark.django_db
+def test_ctx_scheduled_at_is_none_in_a_run_no_schedule_started(
+    clock: FakeClock, driver: Driver
+) -> None:
+    clock.set(T0)
+    run = get_job("tests.slot").enqueue(label="by hand ")  # the job a schedule starts
+    driver.drain()
+    run.refresh_from_db()
+    assert (run.status, run.schedule_id, run.scheduled_at) == (RunStatus.SUCCEEDED, None, None)
+    assert run.result is None  # tests.slot returns None when ctx.scheduled_at is None
 
 
 @pytest.mark.django_db
