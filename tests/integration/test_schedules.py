@@ -12,9 +12,10 @@ from django_durable_jobs import Cron, job
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.exceptions import InvalidSchedule, UnknownJob
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
-from django_durable_jobs.registry import get_job, unregister
+from django_durable_jobs.registry import unregister
 from django_durable_jobs.schedules import Synced, Ticker, reschedule, start_due, sync
 from tests.conftest import Driver
+from tests.testapp import schedule_jobs
 
 T0 = datetime(2026, 1, 5, 8, 59, 30, tzinfo=UTC)  # a Monday
 
@@ -58,7 +59,7 @@ def test_ctx_scheduled_at_is_none_in_a_run_no_schedule_started(
     clock: FakeClock, driver: Driver
 ) -> None:
     clock.set(T0)
-    run = get_job("tests.slot").enqueue(label="by hand ")  # the job a schedule starts
+    run = schedule_jobs.slot.enqueue(label="by hand ")  # the job a schedule starts
     driver.drain()
     run.refresh_from_db()
     assert (run.status, run.schedule_id, run.scheduled_at) == (RunStatus.SUCCEEDED, None, None)
