@@ -36,6 +36,7 @@ POINTS = (
     "outcome.after",  # an attempt's outcome committed (with the next claim on PostgreSQL)
     "heartbeat",  # the heartbeat thread is about to renew the lease
     "invoke.start",  # a child run was written; the parent's step record was not
+    "fanout.start",  # a fan-out's children were written (one insert); the parent's step was not
 )
 ACTIONS = ("kill", "dberror", "pause")
 #: The exit code of a process killed by a fault (tests tell it from a crash).

@@ -68,6 +68,7 @@ class OrmChildBatches:
             JobRun.objects.using(self.using).bulk_create(runs, ignore_conflicts=True)
             ids = dict(self._children(parent_run_id, step).values_list("idempotency_key", "id"))
             self._add_cancel_keys(runs, ids)
+        faults.hit("fanout.start", self.using)
         for run in runs:
             signals.run_enqueued.send(sender=JobRun, run=run)
         return [str(ids[run.idempotency_key]) for run in runs]

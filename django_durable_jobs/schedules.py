@@ -189,7 +189,7 @@ def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
         _disable(schedule, f"cannot start: {exc}")
         return None
     # Missed slots (no worker ran): only the latest one starts, once.
-    slot = max(schedule.next_run_at, latest_slot(expr, tz, now))
+    slot = max(schedule.next_run_at, latest_slot(expr, tz, now), key=datetime.timestamp)
     run = enqueue_job(
         job,
         schedule.args,

@@ -95,14 +95,18 @@ class ScheduleAdmin(_ModelAdmin):
 
     @admin.action(description="Resume the selected schedules (from now on)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        now = clock.current().now()
+        now, resumed = clock.current().now(), 0
         for schedule in queryset.filter(enabled=False):
             schedule.enabled = True
             try:
                 schedules.reschedule(schedule, now).save()
             except (InvalidSchedule, UnknownJob) as exc:
                 messages.error(request, f"schedule {schedule.pk}: {exc}")
-        messages.success(request, "Resumed; missed slots do not start.")
+            else:
+                resumed += 1
+        messages.success(
+            request, f"{resumed} schedule(s) resumed; the slots missed while paused do not start."
+        )
 
     @staticmethod
     def _upcoming(schedule: Schedule) -> list[Any]:

@@ -103,9 +103,15 @@ def latest_slot(expr: str, tz: ZoneInfo, now: datetime) -> datetime:
     # cronsim steps one second back before it looks: start a second after ``now``.
     start = now.astimezone(tz).replace(microsecond=0) + timedelta(seconds=1)
     try:
-        return next(CronSim(expr, start, reverse=True))
+        found = next(CronSim(expr, start, reverse=True))
     except StopIteration:
         raise InvalidSchedule(f"cron expression {expr!r} has no slot before {now}") from None
+    # In the repeated hour of a fall-back night the reverse walk lands on the first pass
+    # (02:10 CEST at 02:12 CET): step forward while the next slot is not after ``now``.
+    # Compared as instants: aware datetimes in one zone compare by wall time.
+    while (following := next_slot(expr, tz, found)).timestamp() <= now.timestamp():
+        found = following
+    return found
 
 
 def slots(expr: str, tz: ZoneInfo, after: datetime, count: int) -> list[datetime]:

@@ -93,3 +93,44 @@ def test_pause_edit_and_the_runs_list_filtered_by_schedule(
     admin_client.post(change, form(cron="0 9 * * *", timezone="Asia/Tokyo"))
     every.refresh_from_db()
     assert every.enabled and every.next_run_at == datetime(2026, 3, 28, 0, 0, tzinfo=UTC)
+
+
+def test_the_pause_and_resume_actions_act_on_the_selected_schedules(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    """Pause stops the selected schedules; resume starts them again from now on: the
+    slots missed while paused do not start, and a row it cannot resume says why."""
+    clock.set(T0)
+    for cron in ("* * * * *", "*/2 * * * *", "0 * * * *"):
+        admin_client.post(reverse(ADD), form(cron=cron, timezone="UTC"))
+    every, other, hourly = Schedule.objects.order_by("id")
+    changelist = reverse("admin:django_durable_jobs_schedule_changelist")
+    paused = admin_client.post(
+        changelist, {"action": "pause", "_selected_action": [every.pk, other.pk]}, follow=True
+    )
+    assert "2 schedule(s) paused." in paused.content.decode()
+    rows = {row.pk: row for row in Schedule.objects.all()}
+    assert [(rows[s.pk].enabled, rows[s.pk].next_run_at) for s in (every, other)] == [
+        (False, None),
+        (False, None),
+    ]
+    assert rows[hourly.pk].enabled and rows[hourly.pk].next_run_at is not None  # not selected
+
+    clock.advance("30m")
+    assert [run.schedule_id for run in start_due(clock.now()).started] == []  # 12:30
+    Schedule.objects.filter(pk=other.pk).update(job_name="tests.gone")  # cannot resume
+    resumed = admin_client.post(
+        changelist, {"action": "resume", "_selected_action": [every.pk, other.pk]}, follow=True
+    )
+    text = resumed.content.decode()
+    assert "1 schedule(s) resumed; the slots missed while paused do not start." in text
+    assert f"Schedule {other.pk}: no job is registered as &#x27;tests.gone&#x27;" in text
+    every.refresh_from_db()
+    other.refresh_from_db()
+    assert every.enabled and every.next_run_at == datetime(2026, 3, 27, 12, 31, tzinfo=UTC)
+    assert not other.enabled and other.next_run_at is None
+    assert start_due(clock.now()).started == []  # the 29 slots missed while paused
+    clock.advance("1m")
+    assert [run.scheduled_at for run in start_due(clock.now()).started] == [
+        datetime(2026, 3, 27, 12, 31, tzinfo=UTC)
+    ]

@@ -9,7 +9,9 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_durable_jobs.db.claims import claim
@@ -46,6 +48,24 @@ def test_children_start_in_one_step_and_results_come_back_in_order(
     parent.refresh_from_db()
     assert parent.status == RunStatus.SUCCEEDED
     assert parent.result == {"results": [0, 1, 4, 9, 16], "total": "total-30"}
+
+
+@pytest.mark.postgres(reason="SQLite may split a bulk insert by its limit on parameters")
+@pytest.mark.mariadb
+def test_the_children_start_in_one_insert(clock: FakeClock, driver: Driver) -> None:
+    """SPEC §12: one round trip for N children (a bulk insert), not one per child."""
+    parent = fanout_jobs.squares.enqueue(40)
+    table = connection.ops.quote_name(JobRun._meta.db_table)
+    with CaptureQueriesContext(connection) as queries:
+        driver.step(parent)
+    # INSERT INTO (PostgreSQL: ON CONFLICT DO NOTHING) or INSERT IGNORE INTO (MariaDB)
+    inserts = [
+        query["sql"]
+        for query in queries
+        if query["sql"].startswith("INSERT ") and f" INTO {table} (" in query["sql"][:80]
+    ]
+    assert len(inserts) == 1, inserts
+    assert JobRun.objects.filter(parent=parent).count() == 40
 
 
 def test_the_parent_is_woken_once_by_the_last_child(clock: FakeClock, driver: Driver) -> None:

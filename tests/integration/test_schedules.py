@@ -15,6 +15,7 @@ from django_durable_jobs.models import JobRun, RunStatus, Schedule
 from django_durable_jobs.registry import unregister
 from django_durable_jobs.schedules import Synced, Ticker, reschedule, start_due, sync
 from tests.conftest import Driver
+from tests.testapp import schedule_jobs
 
 T0 = datetime(2026, 1, 5, 8, 59, 30, tzinfo=UTC)  # a Monday
 
@@ -51,6 +52,18 @@ def test_a_due_slot_starts_exactly_one_run_with_ctx_scheduled_at(
     run = JobRun.objects.get(pk=started[0].pk)
     assert run.status == RunStatus.SUCCEEDED
     assert run.result == "2026-01-05T09:00:00+00:00"
+
+
+@pytest.mark.django_db
+def test_ctx_scheduled_at_is_none_in_a_run_no_schedule_started(
+    clock: FakeClock, driver: Driver
+) -> None:
+    clock.set(T0)
+    run = schedule_jobs.slot.enqueue(label="by hand ")  # the job a schedule starts
+    driver.drain()
+    run.refresh_from_db()
+    assert (run.status, run.schedule_id, run.scheduled_at) == (RunStatus.SUCCEEDED, None, None)
+    assert run.result is None  # tests.slot returns None when ctx.scheduled_at is None
 
 
 @pytest.mark.django_db
@@ -169,6 +182,22 @@ def test_sync_keeps_an_operators_pause_of_a_code_schedule(clock: FakeClock) -> N
     sync(clock.now())
     row.refresh_from_db()
     assert not row.enabled
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("declared")
+def test_migrate_adds_the_schedules_declared_in_code(clock: FakeClock) -> None:
+    """``migrate`` syncs (the app's post_migrate handler): a deploy's new schedule has
+    its row, and shows in the admin, before any worker starts."""
+    from django.core.management import call_command
+
+    clock.set(T0)
+    job(name="tests.weekly", cron="0 9 * * 1")(lambda ctx: None)
+    assert not Schedule.objects.filter(job_name="tests.weekly").exists()
+    call_command("migrate", verbosity=0, interactive=False)
+    row = Schedule.objects.get(job_name="tests.weekly")
+    assert (row.cron, row.enabled) == ("0 9 * * 1", True)
+    assert row.next_run_at == datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture

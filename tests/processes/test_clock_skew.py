@@ -3,14 +3,14 @@
 Real ``runjobs`` processes run with their wall clock shifted by two minutes
 (``tests/skewed.py``) beside a worker with a correct clock. A process that trusted its
 own clock would take over live leases (ahead), write leases that have already expired
-and ignore new runs (behind), wake sleeping runs early, and, as an enqueuer or a
-publisher ahead, delay the runs it starts or wakes. Every deadline below is far under
-the two minutes of skew, so each test fails where a process's own clock decides.
+and ignore new runs (behind), wake sleeping runs early or late, and, as an enqueuer or
+a publisher, start or wake runs early (behind) or late (ahead). Every bound below is
+about the poll interval plus a few seconds of margin (a loaded 2-core machine), far
+under the two minutes of skew, so each test fails where a process's own clock decides.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -20,7 +20,7 @@ import pytest
 from django_durable_jobs.engine import clock
 from django_durable_jobs.models import JobRun, RunStatus
 from tests.processes.test_worker_processes import (
-    LOG_DIR,
+    POLL,
     REPO_DIR,
     Worker,
     Workers,
@@ -29,21 +29,25 @@ from tests.processes.test_worker_processes import (
     wait_until,
     workers,  # noqa: F401
 )
-from tests.testapp import worker_jobs
+from tests.testapp import flow_jobs, worker_jobs
 from tests.testapp.event_jobs import waiter
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 SKEW = 120.0  # seconds
-#: Far under the skew: a run that waited for a wrong clock would miss it.
+#: For the start-up of a process: far under the skew.
 DEADLINE = 45.0
+#: How late a due run may start or a woken one resume: the workers' poll interval,
+#: plus a margin for a query, a step and a loaded machine.
+LATE = float(POLL.removesuffix("s")) + 4.0
+#: How early: the clocks' measured offsets are within a second.
+EARLY = 1.0
 NAP = 8  # seconds
 
 
 def start_skewed(workers: Workers, name: str, seconds: float, *args: str) -> Worker:  # noqa: F811
     """``runjobs`` in a process whose clock is ``seconds`` off."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / f"{workers.test_name}-{name}.log"
+    log_path = workers.log_path(name)
     log_file = log_path.open("wb")
     cmd = [sys.executable, "-m", "tests.skewed", str(seconds), "runjobs", "--worker-id", name]
     proc = subprocess.Popen(
@@ -108,7 +112,7 @@ def test_a_worker_whose_clock_is_behind_takes_new_runs_and_holds_their_leases(
     run = worker_jobs.sleeper.enqueue(6)
     wait_until(
         lambda: effects(run)["sleeper-started"] >= 1,
-        timeout=DEADLINE,
+        timeout=LATE,
         what="the worker behind to take a new run",
         workers=[behind],
     )
@@ -135,45 +139,89 @@ def test_a_sleep_written_by_a_skewed_worker_ends_on_time(
 ) -> None:
     # One worker starts the sleep, another resumes it: each must mean the same instant.
     writer = start_skewed(workers, "writer", writer_skew)
-    began = time.monotonic()
     run = worker_jobs.napper.enqueue(NAP)
     wait_until(
         lambda: status_of(run) == RunStatus.SLEEPING,
-        timeout=DEADLINE,
+        timeout=LATE,
         what="the run to start its sleep",
         workers=[writer],
     )
+    slept = time.monotonic()  # the sleep began a poll of wait_until before, at most
     assert writer.terminate() == 0
     assert status_of(run) == RunStatus.SLEEPING  # the writer did not resume it itself
     resumer = workers.start("resumer")
+    workers.wait_started(resumer)
+    ready = time.monotonic()
     wait_until(
         lambda: status_of(run) in {RunStatus.SUCCEEDED, RunStatus.FAILED},
         timeout=DEADLINE,
         what="the sleep to end and the run to finish",
         workers=[resumer],
     )
-    took = time.monotonic() - began
+    took = time.monotonic() - slept
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, (run.error_code, run.error)
     assert effects(run) == {"nap-before": 1, "nap-after": 1}
-    # A second of slack for the measured clock offsets; a wrong clock is two minutes off.
-    assert took >= NAP - 1, f"the {NAP} s sleep ended after {took:.2f}s"
+    # Not early (a clock behind), and not late (a clock ahead) once the resumer is up.
+    late = slept + took - max(slept + NAP, ready)
+    assert took >= NAP - EARLY, f"the {NAP} s sleep ended after {took:.2f}s"
+    assert late <= LATE, (
+        f"the {NAP} s sleep ended {late:.2f}s late (resumer up after {ready - slept:.2f}s)"
+    )
 
 
-def test_an_enqueuer_or_publisher_whose_clock_is_ahead_does_not_delay_runs(
+def skewed_shell(workers: Workers, seconds: float, code: str) -> list[str]:  # noqa: F811
+    """Run ``code`` in ``manage.py shell`` in a process ``seconds`` off; its printed
+    last line's words (log lines may come before it). ``time.monotonic()`` is the
+    machine's, not shifted: the test compares it with its own."""
+    return skewed_command(workers, seconds, "shell", "-c", code).strip().splitlines()[-1].split()
+
+
+@pytest.mark.parametrize("enqueuer_skew", [SKEW, -SKEW], ids=["ahead", "behind"])
+def test_a_run_enqueued_by_a_skewed_process_starts_when_due(
     workers: Workers,  # noqa: F811
+    enqueuer_skew: float,
 ) -> None:
+    """A run enqueued now starts at once (not two minutes later: ahead), one enqueued
+    ``run_after`` NAP seconds starts then (not at once: behind; not late: ahead)."""
     on_time = workers.start("on-time")
     workers.wait_started(on_time)
-    enqueue = "from tests.testapp.worker_jobs import logged; print(logged.enqueue(5).pk)"
-    run_id = skewed_command(workers, SKEW, "shell", "-c", enqueue).strip().splitlines()[-1]
+    code = (
+        "import time; from tests.testapp.worker_jobs import logged; t = time.monotonic(); "
+        f"print(logged.enqueue(1).pk, logged.using(run_after='{NAP}s').enqueue(2).pk, t)"
+    )
+    now_id, later_id, sent = skewed_shell(workers, enqueuer_skew, code)
+    now, later = JobRun(pk=now_id), JobRun(pk=later_id)
     wait_until(
-        lambda: status_of(JobRun(pk=run_id)) == RunStatus.SUCCEEDED,
+        lambda: status_of(now) == RunStatus.SUCCEEDED,
         timeout=DEADLINE,
-        what="the run enqueued by a process ahead to run",
+        what="the run enqueued for now to finish",
+        workers=[on_time],
+    )
+    ran = time.monotonic() - float(sent)
+    wait_until(
+        lambda: status_of(later) != RunStatus.QUEUED,
+        timeout=DEADLINE,
+        what=f"the run enqueued for {NAP}s later to start",
+        workers=[on_time],
+    )
+    started = time.monotonic() - float(sent)
+    assert ran <= LATE, f"the run enqueued for now ran after {ran:.2f}s"
+    assert NAP - EARLY <= started <= NAP + LATE, f"the {NAP} s delay ended after {started:.2f}s"
+    wait_until(
+        lambda: status_of(later) == RunStatus.SUCCEEDED,
+        timeout=DEADLINE,
+        what="the delayed run to finish",
         workers=[on_time],
     )
 
+
+@pytest.mark.parametrize("publisher_skew", [SKEW, -SKEW], ids=["ahead", "behind"])
+def test_an_event_published_by_a_skewed_process_wakes_and_cancels_at_once(
+    workers: Workers,  # noqa: F811
+    publisher_skew: float,
+) -> None:
+    on_time = workers.start("on-time")
     waiting = waiter.enqueue("k")
     wait_until(
         lambda: status_of(waiting) == RunStatus.WAITING,
@@ -181,14 +229,24 @@ def test_an_enqueuer_or_publisher_whose_clock_is_ahead_does_not_delay_runs(
         what="the run to wait for its event",
         workers=[on_time],
     )
-    payload = json.dumps({"n": 1})
-    skewed_command(workers, SKEW, "jobs", "publish", "keyed", "--key", "k", "--payload", payload)
+    dunning = flow_jobs.dunning.enqueue(7)  # cancel_on invoice.paid (its invoice_id)
+    code = (
+        "import time; from django_durable_jobs.events import publish_event; "
+        "t = time.monotonic(); publish_event('keyed', {'n': 1}, key='k'); "
+        "publish_event('invoice.paid', key='7'); print(t)"
+    )
+    (sent,) = skewed_shell(workers, publisher_skew, code)
+    # A run enqueued a moment before is older than the event, whatever the publisher's
+    # clock says: it is cancelled (not only runs older than the publisher's "now").
+    assert status_of(dunning) == RunStatus.CANCELLED
     # Well inside the 30 s event poll: the publish woke it, and did not postpone it.
     wait_until(
         lambda: status_of(waiting) == RunStatus.SUCCEEDED,
-        timeout=20,
-        what="the event published by a process ahead to wake the run",
+        timeout=DEADLINE,
+        what="the event published by a skewed process to wake the run",
         workers=[on_time],
     )
+    woke = time.monotonic() - float(sent)
     waiting.refresh_from_db()
     assert waiting.result == {"n": 1}
+    assert woke <= LATE, f"the run resumed {woke:.2f}s after the event was published"

@@ -37,7 +37,8 @@ from tests.testapp import fault_jobs
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 #: The nth hit of a point that is its first, middle and last in one run of the job
-#: (trio: 4 claims and 4 outcomes, 3 steps, 3 sleeps; relay: 3 invokes, 3 waits).
+#: (trio: 4 claims and 4 outcomes, 3 steps, 3 sleeps; relay: 3 invokes, 3 waits; fan: 3
+#: fan-outs).
 POSITIONS = {
     "claim.after": (1, 2, 4),
     "step.before_record": (1, 2, 3),
@@ -48,8 +49,10 @@ POSITIONS = {
     "outcome.after": (1, 2, 4),
     "heartbeat": (1, 2, 3),
     "invoke.start": (1, 2, 3),
+    "fanout.start": (1, 2, 3),
 }
 RELAY_POINTS = {"event.matched", "invoke.start"}
+FAN_POINTS = {"fanout.start"}
 #: The slice CI runs (middle hits): every point once, every action at least three times,
 #: and all three at the one window where a side effect repeats.
 CI_SLICE = {
@@ -64,6 +67,7 @@ CI_SLICE = {
     ("outcome.after", "dberror"),
     ("heartbeat", "pause"),
     ("invoke.start", "kill"),
+    ("fanout.start", "kill"),
 }
 
 
@@ -83,7 +87,8 @@ def _cases() -> list[Any]:
 @pytest.mark.parametrize(("point", "action", "nth"), _cases())
 def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> None:  # noqa: F811
     relay = point in RELAY_POINTS
-    run = (fault_jobs.relay if relay else fault_jobs.trio).enqueue()
+    job = fault_jobs.relay if relay else fault_jobs.fan if point in FAN_POINTS else fault_jobs.trio
+    run = job.enqueue()
     first = workers.start("first", env={faults.ENV: f"{point}:{action}:{nth}"})
     pump = _EventPump(run) if relay else None
 
@@ -101,6 +106,12 @@ def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> No
         what=f"the fault {point}:{action}:{nth} to fire",
         workers=[first] if action != "kill" else [],
     )
+    in_flight: set[str] = set()
+    if point == "heartbeat" and action == "kill":
+        # Dead: the database holds what it committed. The step whose side effect
+        # committed without its record is the one the takeover executes again.
+        assert first.proc.wait(timeout=30) == faults.KILLED
+        in_flight = _in_flight(run)
     second = workers.start("second")
     workers.wait_started(second)
     wait_until(
@@ -110,8 +121,14 @@ def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> No
         workers=[second],
     )
     _settle_first(first, action)
-    _assert_outcome(run, point, action, nth, relay)
+    _assert_outcome(run, point, action, nth, relay, in_flight)
     assert second.terminate() == 0
+
+
+def _in_flight(run: JobRun) -> set[str]:
+    """The trio steps whose side effect happened but whose record was not completed."""
+    completed = StepRecord.objects.filter(run=run, status=StepStatus.COMPLETED)
+    return set(effects(run)) - set(completed.values_list("name", flat=True))
 
 
 def _finished(run: JobRun) -> bool:
@@ -136,13 +153,26 @@ def _settle_first(first: Worker, action: str) -> None:
     assert first.terminate(timeout=60) == 0
 
 
-def _assert_outcome(run: JobRun, point: str, action: str, nth: int, relay: bool) -> None:
+def _assert_outcome(
+    run: JobRun, point: str, action: str, nth: int, relay: bool, in_flight: set[str]
+) -> None:
     run.refresh_from_db()
     assert (run.status, run.error_code) == (RunStatus.SUCCEEDED, ""), (run.error_code, run.error)
     assert run.attempt <= 4 and run.lease_owner == ""
     records = list(StepRecord.objects.filter(run=run).values_list("name", "status", "attempts"))
     assert {status for _, status, _ in records} == {StepStatus.COMPLETED}, records
     counts = effects(run)
+    if point in FAN_POINTS:
+        assert run.result == [[11, 12, 13], [21, 22, 23], [31, 32, 33]], run.result
+        children = JobRun.objects.filter(parent=run)
+        # Each child started exactly once, however often its fan-out step replayed.
+        assert sorted(children.values_list("args", flat=True)) == [
+            [10 * i + k] for i in (1, 2, 3) for k in (1, 2, 3)
+        ]
+        assert set(children.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+        child_effects = Counter(name for child in children for name in effects(child).elements())
+        assert child_effects == {f"child{10 * i + k}": 1 for i in (1, 2, 3) for k in (1, 2, 3)}
+        return
     if relay:
         assert _pinged(run.result), run.result
         children = JobRun.objects.filter(parent=run)
@@ -157,8 +187,13 @@ def _assert_outcome(run: JobRun, point: str, action: str, nth: int, relay: bool)
     if point == "step.before_record":
         # Between the effect and its record: that one step, and only it, ran twice.
         assert repeated == {f"s{nth}": 2}, counts
-    elif point == "heartbeat" and action != "dberror":
-        # The process died (or froze) inside whichever step was executing.
+    elif point == "heartbeat" and action == "kill":
+        # Killed inside a step (its effect committed, its record not): that one, twice;
+        # killed between steps: none.
+        assert len(in_flight) <= 1 and repeated == dict.fromkeys(in_flight, 2), (counts, in_flight)
+    elif point == "heartbeat" and action == "pause":
+        # Frozen inside whichever step was executing, it finishes that function when it
+        # wakes (the effect may not have been written yet when it froze): at most one.
         assert len(repeated) <= 1 and set(repeated.values()) <= {2}, counts
     else:
         assert repeated == {}, counts

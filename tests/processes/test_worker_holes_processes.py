@@ -123,6 +123,10 @@ def _gone(pid: int) -> bool:
         return False
 
 
+#: The README says "within a second": a second, plus a margin for a loaded machine.
+ORPHANS_EXIT_WITHIN = 3.0
+
+
 def test_children_of_a_killed_supervisor_give_their_runs_back_and_exit(
     workers: Workers,  # noqa: F811 - the fixture imported above
 ) -> None:
@@ -151,7 +155,10 @@ def test_children_of_a_killed_supervisor_give_their_runs_back_and_exit(
         for pid in children:  # the fixture cannot reach them once their supervisor is gone
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    print(f"\n[orphans] children gone {time.monotonic() - killed_at:.2f}s after the supervisor")
+    gone_after = time.monotonic() - killed_at
+    print(f"\n[orphans] children gone {gone_after:.2f}s after the supervisor")
+    # The README promises about a second (PR_SET_PDEATHSIG, or the check every second).
+    assert gone_after <= ORPHANS_EXIT_WITHIN, f"the children exited {gone_after:.2f}s after"
     run.refresh_from_db()
     # Given back as claimed: runnable again at once, no attempt used.
     assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")

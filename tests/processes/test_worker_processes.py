@@ -96,11 +96,15 @@ class Workers:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Worker:
+    def log_path(self, name: str) -> Path:
+        """The log file of this test's worker ``name``; per database server, as the
+        suites of several servers run side by side."""
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        # Per database server: the suite may run on several at once.
         server = f"{connection.vendor}{connection.settings_dict.get('PORT') or ''}"
-        log_path = LOG_DIR / f"{server}-{self.test_name}-{name}.log"
+        return LOG_DIR / f"{server}-{self.test_name}-{name}.log"
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Worker:
+        log_path = self.log_path(name)
         log_file = log_path.open("wb")
         cmd = [sys.executable, "-m", "django", "runjobs", "--worker-id", name, *args]
         proc = subprocess.Popen(

@@ -51,6 +51,16 @@ def relay(ctx: Any) -> list[Any]:
     return got
 
 
+@job(name="tests.faults.fan", retries=3, backoff=0)
+def fan(ctx: Any) -> list[Any]:
+    """Three fan-outs (``invoke_all``) of three children each: ``fanout.start`` is hit
+    first, in the middle and last; child ``10 * round + k`` returns its number."""
+    return [
+        ctx.step.invoke_all(f"fan{i}", [child.call(10 * i + k) for k in (1, 2, 3)], timeout="5m")
+        for i in (1, 2, 3)
+    ]
+
+
 @job(name="tests.faults.once", retries=0)
 def once(ctx: Any) -> str:
     """No retries: an attempt counted for nothing would fail it."""
