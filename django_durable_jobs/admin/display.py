@@ -38,8 +38,12 @@ def badge(status: str) -> SafeString:
 
 
 def json_block(value: Any) -> SafeString:
-    """``value`` as indented JSON in a ``<pre>``, escaped (a ``<script>`` stays text)."""
-    return format_html('<pre class="djdj-json">{}</pre>', pretty_json(value))
+    """``value`` as JSON, escaped (a ``<script>`` stays text): short JSON inline in a
+    ``<code>``, longer JSON indented in a ``<pre>``."""
+    text = pretty_json(value)
+    if "\n" not in text:
+        return format_html('<code class="djdj-json djdj-json--inline">{}</code>', text)
+    return format_html('<pre class="djdj-json">{}</pre>', text)
 
 
 def text_block(text: str) -> SafeString | str:

@@ -249,7 +249,7 @@ def test_run_page_and_list_in_a_browser(
         rows = browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")
         assert len(rows) == 201
         timeline = browser.find_element(By.ID, "timeline")
-        fields = browser.find_element(By.CSS_SELECTOR, "fieldset.module")
+        fields = browser.find_element(By.CSS_SELECTOR, "dl.djdj-fields")
         assert timeline.location["y"] < fields.location["y"]  # the timeline first
         for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
             assert bar.size["width"] > 0
