@@ -6,8 +6,8 @@ from functools import cache
 from typing import Any
 
 from django.template.loader import get_template
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from ..models import RunStatus, StepStatus, WorkerStatus
 from ..observe.trace import pretty_json
@@ -35,6 +35,12 @@ def badge(status: str) -> SafeString:
     return format_html(
         '<span class="djdj-badge {}">{}</span>', BADGES.get(status, "djdj-badge--other"), status
     )
+
+
+def dotted(name: str) -> SafeString:
+    """A dotted name (a job's) that a narrow column may break after a dot, and nowhere
+    else: ``shop.<wbr>sync_order``, never ``shop.sync_o`` / ``rder``."""
+    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
 
 
 def json_block(value: Any) -> SafeString:

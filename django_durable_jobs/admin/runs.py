@@ -30,7 +30,7 @@ from ..exceptions import DurableJobsError
 from ..models import JobRun
 from ..observe import trace
 from . import confirm, details
-from .display import badge, json_block, text_block, tools_beside_title
+from .display import badge, dotted, json_block, text_block, tools_beside_title
 from .family import RunFamily
 from .times import EMPTY, RunTimes, with_wait_deadlines
 
@@ -80,7 +80,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     list_display = (
         "short_id",
         "status_badge",
-        "job_name",
+        "job",
         "queue",
         "attempts",
         "created",
@@ -156,6 +156,10 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: JobRun) -> SafeString:
         return badge(run.status)
+
+    @admin.display(description="job name", ordering="job_name")
+    def job(self, run: JobRun) -> SafeString:
+        return dotted(run.job_name)
 
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:

@@ -28,11 +28,16 @@ def when(value: datetime | None, now: datetime) -> SafeString | str:
         if delta.total_seconds() > 0
         else f"{trace.short_duration(-delta)} ago"
     )
+    # The day in a span of its own: a narrow list column wraps between the day and the
+    # time, never at a hyphen inside the day ("2026-01-" / "01").
+    day, time_of_day = trace.stamp(value).split(" ")
     return format_html(
-        '<time datetime="{}" title="{}">{}</time> <span class="djdj-ago">({})</span>',
+        '<time datetime="{}" title="{}"><span class="djdj-day">{}</span> {}</time> '
+        '<span class="djdj-ago">({})</span>',
         value.isoformat(),
         value.isoformat(),
-        trace.stamp(value),
+        day,
+        time_of_day,
         relative,
     )
 
