@@ -193,6 +193,16 @@ def test_admin_lists_workers_with_their_runs_in_hand(
     assert "default, mail" in html
 
 
+def test_a_heartbeat_just_written_reads_just_now(admin_client: Client, clock: FakeClock) -> None:
+    presence("fresh").register(clock.now())
+    presence("quiet").register(clock.now() - timedelta(seconds=90))
+    html = admin_client.get(WORKERS).content.decode()
+    # Each row shows two times, started and last heartbeat.
+    assert html.count('<span class="djdj-ago">(just now)</span>') == 2
+    assert html.count('<span class="djdj-ago">(1m30s ago)</span>') == 2
+    assert "0ms" not in html
+
+
 def test_admin_workers_page_is_read_only(admin_client: Client, clock: FakeClock) -> None:
     presence().register(clock.now())
     assert admin_client.get(reverse("admin:django_durable_jobs_worker_add")).status_code == 403
