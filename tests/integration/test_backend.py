@@ -310,7 +310,7 @@ def test_a_value_json_cannot_hold_is_named_as_job_enqueue_names_it() -> None:
         tasks.add.enqueue([1, {2}], 3)  # type: ignore[arg-type]
     assert str(positional.value).startswith(f"{add}argument 0[1] cannot be stored as JSON")
     with pytest.raises(InvalidPayload) as keyword:
-        tasks.add.enqueue(1, b={"items": [float("nan")]})
+        tasks.add.enqueue(1, b={"items": [float("nan")]})  # type: ignore[arg-type]
     assert str(keyword.value).startswith(f"{add}argument 'b'['items'][0] cannot be stored")
     assert not JobRun.objects.exists()
 
