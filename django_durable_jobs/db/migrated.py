@@ -25,11 +25,12 @@ from ..exceptions import DurableJobsError
 
 APP = "django_durable_jobs"
 MIGRATE = "run `python manage.py migrate`"
-# SQLite "no such table: x", PostgreSQL 'relation "x" does not exist',
+# SQLite "no such table: x", PostgreSQL 'relation "x" does not exist' (not 'column "c"
+# of relation "x" does not exist': the table is there, a column is missing),
 # MariaDB/MySQL "Table 'db.x' doesn't exist".
 _MISSING = re.compile(
     r"no such table: (?P<a>django_durable_jobs_\w+)"
-    r"|relation \"(?P<b>django_durable_jobs_\w+)\" does not exist"
+    r"|(?<!of )relation \"(?P<b>django_durable_jobs_\w+)\" does not exist"
     r"|Table '(?:[^'.]+\.)?(?P<c>django_durable_jobs_\w+)' doesn't exist"
 )
 
