@@ -115,6 +115,8 @@ def test_the_last_hour_card_counts_what_the_per_minute_chart_counts(
     legend = re.findall(r'<li class="djdj-key djdj-key--\w+">(\w+) (\d+)</li>', html)[:3]
     assert legend == [("started", "2"), ("succeeded", "1"), ("failed", "1")]
     assert "Last hour, per minute since 11:01" in html
+    # The per-hour chart's 24 buckets start at 13:00 yesterday (not a rolling day).
+    assert "Last day, per hour since 13:00" in html
 
 
 def test_dashboard_is_in_the_app_index(admin_client: Client) -> None:
