@@ -1,6 +1,6 @@
 """The run page's details under its timeline: one aligned block (a ``<dl>`` grid,
-``django_durable_jobs/run_details.html``) instead of Django's fieldset rows, where each
-row's values start at a different x."""
+``django_durable_jobs/run_details.html``, styled by ``run.css``) instead of Django's
+fieldset rows, where each row's values start at a different x."""
 
 from __future__ import annotations
 

@@ -277,6 +277,14 @@ def test_run_page_and_list_in_a_browser(
         timeline = browser.find_element(By.ID, "timeline")
         fields = browser.find_element(By.CSS_SELECTOR, "dl.djdj-fields")
         assert timeline.location["y"] < fields.location["y"]  # the timeline first
+        # One aligned block: two pairs a row, the values of each column at one x.
+        starts = browser.execute_script(
+            "return [...document.querySelectorAll('dl.djdj-fields > dd')].map("
+            "d => [d.classList.contains('djdj-field--first'), d.getBoundingClientRect().left])"
+        )
+        lefts = {first: {round(x) for f, x in starts if f == first} for first in (True, False)}
+        assert len(starts) == 19 and len(lefts[True]) == 1 and len(lefts[False]) == 1, lefts
+        assert min(lefts[True]) < min(lefts[False]), lefts
         for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
             assert bar.size["width"] > 0
         save(browser, width, f"run-{size}-{theme}.png")
