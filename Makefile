@@ -105,11 +105,12 @@ venv-leg: .venv/$(LEG)/.installed
 	@:
 
 # Idempotent: the venv is created once; the install re-runs whenever pyproject.toml changes.
-# First the system packages (scripts/system-packages installs them, or says what to run)
+# First the system packages (scripts/system-packages installs them, or says what to run;
+# given the interpreter, it checks that it has the headers a C extension is built with)
 # and the leg's interpreter, each with a one-line message instead of a build failure.
 .venv/%/.installed: pyproject.toml
 	@test -n "$(PYENV_$*)" || { echo "unknown leg '$*' (known: py311-dj52 py312-dj61)" >&2; exit 2; }
-	@scripts/system-packages
+	@PYENV_VERSION=$(PYENV_$*) scripts/system-packages $(PYBIN_$*)
 	@PYENV_VERSION=$(PYENV_$*) $(PYBIN_$*) -c 'import venv, ensurepip' 2>/dev/null || { echo \
 		"make test needs $(PYBIN_$*) with venv: pyenv install $(PYENV_$*)" \
 		"(or sudo apt-get install -y $(PYBIN_$*)-venv), or LEGS=... for the other leg" >&2; exit 2; }

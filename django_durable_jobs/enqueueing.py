@@ -19,12 +19,10 @@ from .db import dialect, flow
 from .db.migrated import needs_tables
 from .engine import clock, otel
 from .engine.durations import Duration, after, parse_duration
-from .engine.serialization import MAX_DEPTH, NotStorable, check_payload, roundtrip, unstorable
+from .engine.serialization import check_arguments_payload, unstorable
 from .exceptions import (
     InvalidDuration,
     InvalidName,
-    InvalidPayload,
-    PayloadTooLarge,
 )
 from .models import JobRun
 from .registry import JobDefinition, JobOptions, check_arguments, get_job
@@ -151,29 +149,10 @@ def enqueue_many_job(
 def _checked_arguments(
     job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], *, where: str = ""
 ) -> tuple[list[Any], dict[str, Any]]:
-    job_name = job.name
     limit = int(conf.get("MAX_PAYLOAD_BYTES"))
-    try:  # the common case in one encoding; the slow path only names the culprit
-        # Two levels of wrapping: each argument may still nest MAX_DEPTH levels.
-        clean_args, clean_kwargs = roundtrip(
-            [list(args), dict(kwargs)], limit=limit, max_depth=MAX_DEPTH + 2
-        )
-    except NotStorable:
-        pass
-    else:
-        check_arguments(job, args, kwargs, where)
-        return clean_args, clean_kwargs
-    for index, value in enumerate(args):
-        check_payload(value, what=f"job {job_name!r}: {where}argument {index}", limit=limit)
-    for name, value in kwargs.items():
-        check_payload(value, what=f"job {job_name!r}: {where}argument {name!r}", limit=limit)
-    what = f"job {job_name!r}: {where}the arguments"
-    try:
-        roundtrip([list(args), dict(kwargs)], limit=limit, max_depth=MAX_DEPTH + 2)
-    except NotStorable as exc:
-        error = PayloadTooLarge if exc.too_large else InvalidPayload
-        raise error(f"{what} cannot be stored as JSON: {exc}") from None
-    raise AssertionError("unreachable: the arguments failed to encode once")  # pragma: no cover
+    clean = check_arguments_payload(f"job {job.name!r}: {where}", args, kwargs, limit=limit)
+    check_arguments(job, args, kwargs, where)
+    return clean
 
 
 def _key(value: object) -> str | None:

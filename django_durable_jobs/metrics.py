@@ -26,7 +26,7 @@ try:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from prometheus_client.core import GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector, CollectorRegistry
-except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+except ImportError as exc:  # without the extra (tests/unit/test_optional_extras.py)
     raise ImproperlyConfigured(
         "django_durable_jobs.metrics needs prometheus-client: "
         "pip install 'django-durable-jobs[metrics]'"

@@ -178,8 +178,10 @@ def get_job(name: str) -> JobDefinition:
     except KeyError:
         close = difflib.get_close_matches(name, _registry, n=3)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        skipped = not_imported()
         raise UnknownJob(
             f"no job is registered as {name!r}{hint}; {where_jobs_come_from()}"
+            + (f"; {skipped}" if skipped else "")
         ) from None
 
 
@@ -232,17 +234,42 @@ def autodiscover() -> list[str]:
     return found
 
 
-def where_jobs_come_from() -> str:
-    """Where this process looked for jobs, for people: the start-up banner, UnknownJob."""
+def where_jobs_come_from(*, advice: bool = True) -> str:
+    """Where this process looked for jobs, for people: the start-up banner, UnknownJob;
+    with ``advice``, what to do when a job is not there (not for a banner that lists
+    the jobs it found)."""
     from . import conf
 
     if _discovered is None:
         return 'jobs were not autodiscovered (DURABLE_JOBS["AUTODISCOVER"] is off)'
     names = " or ".join(f"{module}.py" for module in conf.get("JOB_MODULES"))
     found = ", ".join(_discovered) or "none"
+    where = f"jobs are imported from each installed app's {names} (found: {found})"
+    if not advice:
+        return where
+    return f'{where}; define it there, or add its module name to DURABLE_JOBS["JOB_MODULES"]'
+
+
+def not_imported() -> str:
+    """The installed apps' ``tasks`` modules (the Celery habit) that autodiscovery does
+    not import, as a hint; empty when there is none or ``JOB_MODULES`` has ``tasks``."""
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    from . import conf
+
+    if "tasks" in conf.get("JOB_MODULES"):
+        return ""
+    skipped = [
+        f"{app.name}.tasks"
+        for app in apps.get_app_configs()
+        if module_has_submodule(app.module, "tasks")
+    ]
+    if not skipped:
+        return ""
     return (
-        f"jobs are imported from each installed app's {names} (found: {found}); "
-        'define it there, or add its module name to DURABLE_JOBS["JOB_MODULES"]'
+        f"not imported: {', '.join(skipped)} "
+        '(add "tasks" to DURABLE_JOBS["JOB_MODULES"] if jobs are there)'
     )
 
 

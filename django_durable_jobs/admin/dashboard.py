@@ -67,6 +67,11 @@ def figures(now: datetime) -> dict[str, Any]:
     age = snapshot.oldest_runnable_age_seconds
     return {
         "stats": snapshot,
+        # The card counts the per-minute chart's 60 buckets, not the rolling hour of
+        # ``stats.throughput``: a run 59m30s ago must not be in one and not the other.
+        "hour_totals": {key: sum(counts) for key, counts in minutes.counts.items()},
+        "hour_since": _labels(minutes.starts[:1])[0],
+        "day_since": _labels(hours.starts[:1])[0],
         "last_hour": charts.line_chart(minutes.counts, _labels(minutes.starts), tick_every=10),
         "last_day": charts.line_chart(hours.counts, _labels(hours.starts), tick_every=4),
         "queues": charts.stacked_bars(snapshot.queue_depth),

@@ -6,8 +6,8 @@ from functools import cache
 from typing import Any
 
 from django.template.loader import get_template
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from ..models import RunStatus, StepStatus, WorkerStatus
 from ..observe.trace import pretty_json
@@ -37,9 +37,19 @@ def badge(status: str) -> SafeString:
     )
 
 
+def dotted(name: str) -> SafeString:
+    """A dotted name (a job's) that a narrow column may break after a dot, and nowhere
+    else: ``shop.<wbr>sync_order``, never ``shop.sync_o`` / ``rder``."""
+    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
+
+
 def json_block(value: Any) -> SafeString:
-    """``value`` as indented JSON in a ``<pre>``, escaped (a ``<script>`` stays text)."""
-    return format_html('<pre class="djdj-json">{}</pre>', pretty_json(value))
+    """``value`` as JSON, escaped (a ``<script>`` stays text): short JSON inline in a
+    ``<code>``, longer JSON indented in a ``<pre>``."""
+    text = pretty_json(value)
+    if "\n" not in text:
+        return format_html('<code class="djdj-json djdj-json--inline">{}</code>', text)
+    return format_html('<pre class="djdj-json">{}</pre>', text)
 
 
 def text_block(text: str) -> SafeString | str:

@@ -27,10 +27,10 @@ from ..db import flow
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
 from ..exceptions import DurableJobsError
-from ..models import JobRun, RunStatus
+from ..models import JobRun
 from ..observe import trace
-from . import confirm
-from .display import badge, json_block, text_block, tools_beside_title
+from . import confirm, details
+from .display import badge, dotted, json_block, text_block, tools_beside_title
 from .family import RunFamily
 from .times import EMPTY, RunTimes, with_wait_deadlines
 
@@ -80,7 +80,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     list_display = (
         "short_id",
         "status_badge",
-        "job_name",
+        "job",
         "queue",
         "attempts",
         "created",
@@ -97,32 +97,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     # "12 results (34,567,890 total)" costs a second COUNT over every run.
     show_full_result_count = False
     actions = ("retry_runs", "cancel_runs", "wake_runs")
-    readonly_fields = (
-        "id",
-        "job_name",
-        "status_badge",
-        "queue",
-        "priority",
-        "attempts",
-        "idempotency_key",
-        "parent_link",
-        "children_links",
-        "created",
-        "started",
-        "finished",
-        "duration",
-        "wakes",
-        "held",
-        "lease_owner",
-        "lease_expires",
-        "args_json",
-        "kwargs_json",
-        "result_json",
-        "error_code",
-        "error_type",
-        "error_text",
-        "traceback_text",
-    )
+    # What the run page shows, in the order of its details block (admin/details.py).
+    readonly_fields = details.FIELDS
 
     # -- permissions: read-only; operating needs the change permission ---------------
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -181,6 +157,10 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def status_badge(self, run: JobRun) -> SafeString:
         return badge(run.status)
 
+    @admin.display(description="job name", ordering="job_name")
+    def job(self, run: JobRun) -> SafeString:
+        return dotted(run.job_name)
+
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:
         return trace.attempts_text(run.attempt, trace.max_attempts(run.job_name))
@@ -197,40 +177,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     # -- the run page ----------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:
-        sets: list[tuple[str | None, dict[str, Any]]] = [
-            (
-                None,
-                {
-                    "fields": (
-                        ("id", "status_badge"),
-                        ("job_name", "queue", "priority"),
-                        ("attempts", "idempotency_key", "parent_link"),
-                        "children_links",
-                    )
-                },
-            ),
-            (
-                "Times",
-                {
-                    "fields": (
-                        ("created", "started", "finished", "duration"),
-                        ("wakes", "lease_owner", "lease_expires"),
-                        "held",
-                    )
-                },
-            ),
-            ("Arguments", {"fields": ("args_json", "kwargs_json")}),
-        ]
-        if obj is not None and obj.status == RunStatus.SUCCEEDED:
-            sets.append(("Result", {"fields": ("result_json",)}))
-        if obj is not None and (obj.error or obj.error_code):
-            sets.append(
-                (
-                    "Error",
-                    {"fields": (("error_code", "error_type"), "error_text", "traceback_text")},
-                )
-            )
-        return sets
+        # The page draws these as one aligned block (run_details.html), not as rows.
+        return [(None, {"fields": self.readonly_fields})]
 
     @admin.display(description="args")
     def args_json(self, run: JobRun) -> SafeString:
@@ -271,6 +219,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
             can_operate = self.has_operate_permission(request, obj)
             context.update(
                 trace=trace.load(obj),
+                details=details.run_details(self, obj),
                 tools_beside_title=tools_beside_title(),
                 can_operate=can_operate,
                 run_verbs=[

@@ -4,7 +4,7 @@ admin's time zone, to the second) with how long ago (or how far ahead) it is."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib import admin
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -16,6 +16,8 @@ from ..models import RUNNABLE, JobRun, RunStatus, StepRecord, StepStatus
 from ..observe import trace
 
 EMPTY = "—"
+#: Closer to now than this, a time is "just now".
+JUST_NOW = timedelta(seconds=1)
 
 
 def when(value: datetime | None, now: datetime) -> SafeString | str:
@@ -23,18 +25,29 @@ def when(value: datetime | None, now: datetime) -> SafeString | str:
     if value is None:
         return EMPTY
     delta = value - now
-    relative = (
-        f"in {trace.short_duration(delta)}"
-        if delta.total_seconds() > 0
-        else f"{trace.short_duration(-delta)} ago"
-    )
+    relative = relative_to_now(delta)
+    # The day in a span of its own: a narrow list column wraps between the day and the
+    # time, never at a hyphen inside the day ("2026-01-" / "01").
+    day, time_of_day = trace.stamp(value).split(" ")
     return format_html(
-        '<time datetime="{}" title="{}">{}</time> <span class="djdj-ago">({})</span>',
+        '<time datetime="{}" title="{}"><span class="djdj-day">{}</span> {}</time> '
+        '<span class="djdj-ago">({})</span>',
         value.isoformat(),
         value.isoformat(),
-        trace.stamp(value),
+        day,
+        time_of_day,
         relative,
     )
+
+
+def relative_to_now(delta: timedelta) -> str:
+    """``3m ago``, ``in 6d23h``; within a second either way (a heartbeat just written,
+    a run due now) ``just now`` rather than ``0ms ago``."""
+    if abs(delta) < JUST_NOW:
+        return "just now"
+    if delta > timedelta(0):
+        return f"in {trace.short_duration(delta)}"
+    return f"{trace.short_duration(-delta)} ago"
 
 
 class RunTimes:

@@ -16,7 +16,7 @@ from .. import conf
 from ..engine import clock
 from ..models import Worker
 from ..worker import rows as workers
-from .display import badge
+from .display import badge, dotted
 from .times import when
 
 RUN_PAGE = "django_durable_jobs_jobrun_change"
@@ -106,7 +106,7 @@ class WorkerAdmin(_ModelAdmin):
                     reverse(
                         f"{self.admin_site.name}:django_durable_jobs_jobrun_change", args=[run.id]
                     ),
-                    run.job_name,
+                    dotted(run.job_name),
                     str(run.id)[:8],
                 )
                 for run in held

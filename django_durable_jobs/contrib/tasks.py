@@ -48,7 +48,7 @@ from ..db.leases import LeaseOwner
 from ..declare import Job, job
 from ..engine.async_steps import AsyncSteps
 from ..engine.attempt import JobContext
-from ..engine.serialization import check_payload
+from ..engine.serialization import check_arguments_payload
 from ..engine.sync_steps import Steps
 from ..exceptions import UnknownJob
 from ..models import JobRun, RunStatus, StepRecord
@@ -138,9 +138,9 @@ class DurableJobsBackend(BaseTaskBackend):
         self.validate_task(task)
         path = _importable(task)
         limit = int(conf.get("MAX_PAYLOAD_BYTES"))
-        clean_args = check_payload(list(args), what=f"task {path!r}: the arguments", limit=limit)
-        clean_kwargs = check_payload(
-            dict(kwargs), what=f"task {path!r}: the keyword arguments", limit=limit
+        # "argument 0['items']", as job.enqueue names it (not "the arguments[0]").
+        clean_args, clean_kwargs = check_arguments_payload(
+            f"task {path!r}: ", args, kwargs, limit=limit
         )
         run_after = _aware(task.run_after)
         run = self.job.using(

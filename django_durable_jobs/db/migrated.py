@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
 from django.core.checks import CheckMessage, Tags, register
 from django.core.checks import Warning as CheckWarning
+from django.core.management.commands.migrate import Command as MigrateCommand
 from django.db import DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
@@ -22,11 +25,12 @@ from ..exceptions import DurableJobsError
 
 APP = "django_durable_jobs"
 MIGRATE = "run `python manage.py migrate`"
-# SQLite "no such table: x", PostgreSQL 'relation "x" does not exist',
+# SQLite "no such table: x", PostgreSQL 'relation "x" does not exist' (not 'column "c"
+# of relation "x" does not exist': the table is there, a column is missing),
 # MariaDB/MySQL "Table 'db.x' doesn't exist".
 _MISSING = re.compile(
     r"no such table: (?P<a>django_durable_jobs_\w+)"
-    r"|relation \"(?P<b>django_durable_jobs_\w+)\" does not exist"
+    r"|(?<!of )relation \"(?P<b>django_durable_jobs_\w+)\" does not exist"
     r"|Table '(?:[^'.]+\.)?(?P<c>django_durable_jobs_\w+)' doesn't exist"
 )
 
@@ -76,11 +80,28 @@ def needs_tables(function: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def running_migrate() -> bool:
+    """Whether these checks run as ``migrate``'s own pre-checks.
+
+    ``migrate`` runs every system check with ``databases=[its alias]``, and Django tells
+    a check nothing else about who asked (no tag or flag excludes one check from one
+    command). Telling a user who is running ``migrate`` to run ``migrate`` is noise, so
+    look up the stack for the command itself (subclasses included; ``call_command`` too).
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), MigrateCommand):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @register(Tags.database)
 def check_migrated(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W030 when the jobs database lacks this app's migrations (``check --database``)."""
+    """W030 when the jobs database lacks this app's migrations (``check --database``;
+    not from ``migrate``'s own pre-checks, which would tell it to run itself)."""
     using = conf.database()
-    if not databases or using not in databases:
+    if not databases or using not in databases or running_migrate():
         return []
     try:
         missing = unapplied_migrations(using)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import traceback as tb
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,35 @@ def check_payload(value: Any, *, what: str, limit: int) -> Any:
             raise PayloadTooLarge(f"{what} cannot be stored as JSON: {exc}") from None
         inside = culprit(value) or ""
         raise InvalidPayload(f"{what}{inside} cannot be stored as JSON: {exc}") from None
+
+
+def check_arguments_payload(
+    prefix: str, args: Sequence[Any], kwargs: Mapping[str, Any], *, limit: int
+) -> tuple[list[Any], dict[str, Any]]:
+    """Positional and keyword arguments in their stored form, in one encoding when they
+    are storable; otherwise the first one that is not is named with the path inside it
+    (``job 'x': argument 0['items'][2] cannot be stored as JSON``, ``argument 'user'``).
+
+    ``prefix`` starts each message: ``"job 'shop.sync': "``, ``"task 'shop.tasks.x': "``.
+    """
+    # Two levels of wrapping: each argument may still nest MAX_DEPTH levels.
+    both = [list(args), dict(kwargs)]
+    try:  # the common case in one encoding; the slow path only names the culprit
+        clean_args, clean_kwargs = roundtrip(both, limit=limit, max_depth=MAX_DEPTH + 2)
+    except NotStorable:
+        pass
+    else:
+        return clean_args, clean_kwargs
+    for index, value in enumerate(args):
+        check_payload(value, what=f"{prefix}argument {index}", limit=limit)
+    for name, value in kwargs.items():
+        check_payload(value, what=f"{prefix}argument {name!r}", limit=limit)
+    try:  # each is storable on its own: together they are too large
+        roundtrip(both, limit=limit, max_depth=MAX_DEPTH + 2)
+    except NotStorable as exc:
+        error = PayloadTooLarge if exc.too_large else InvalidPayload
+        raise error(f"{prefix}the arguments cannot be stored as JSON: {exc}") from None
+    raise AssertionError("unreachable: the arguments failed to encode once")  # pragma: no cover
 
 
 _SCALARS = (str, int, float, bool, type(None))

@@ -10,6 +10,8 @@ from django.utils import timezone
 
 #: Outputs longer than this (as pretty JSON) are cut in the admin and the terminal.
 JSON_LIMIT = 20_000
+#: JSON up to this long on one line stays on one line (``[1]``, ``{"user_id": 42}``).
+JSON_INLINE = 60
 
 
 def short_duration(value: timedelta) -> str:
@@ -43,7 +45,11 @@ def stamp(when: datetime | None) -> str:
 
 
 def pretty_json(value: Any, *, limit: int = JSON_LIMIT) -> str:
-    """Indented JSON, cut after ``limit`` characters (the caller escapes it)."""
+    """JSON on one line when that is short (``[1]``), else indented; cut after ``limit``
+    characters (the caller escapes it)."""
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) <= JSON_INLINE:
+        return text
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
     if len(text) > limit:
         text = f"{text[:limit]}\n… ({len(text) - limit} more characters)"

@@ -6,15 +6,13 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.apps import apps
 from django.core.management.base import CommandError
 from django.db import DatabaseError
-from django.utils.module_loading import module_has_submodule
 
 from .. import conf
 from ..db.migrated import unapplied_migrations
 from ..engine.durations import format_duration
-from ..registry import JobDefinition, all_jobs, where_jobs_come_from
+from ..registry import JobDefinition, all_jobs, not_imported, where_jobs_come_from
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -39,20 +37,11 @@ def log_jobs() -> None:
     no jobs (they live in tasks.py, or there is no jobs.py) says so before any run fails."""
     jobs = sorted(all_jobs().values(), key=lambda definition: definition.name)
     level = logging.INFO if jobs else logging.WARNING
-    log.log(level, "%d job(s) registered; %s", len(jobs), where_jobs_come_from())
+    log.log(level, "%d job(s) registered; %s", len(jobs), where_jobs_come_from(advice=not jobs))
     for definition in jobs:
         log.info("  job %s", _describe(definition))
-    modules = conf.get("JOB_MODULES")
-    if "tasks" not in modules and (
-        elsewhere := [
-            a.name for a in apps.get_app_configs() if module_has_submodule(a.module, "tasks")
-        ]
-    ):
-        log.log(
-            level,
-            'not imported: %s (add "tasks" to DURABLE_JOBS["JOB_MODULES"] if jobs are there)',
-            ", ".join(f"{name}.tasks" for name in elsewhere),
-        )
+    if skipped := not_imported():
+        log.log(level, "%s", skipped)
 
 
 def _describe(definition: JobDefinition) -> str:

@@ -1,6 +1,7 @@
 """The dashboard and the workers page in real headless Chromium, at 1400 px with the
 admin's sidebar open and at 800 px with it folded, light and dark: the charts are
-drawn (every line and bar has a size) and the page never scrolls sideways.
+drawn (every line and bar has a size), the page never scrolls sideways, no list column
+is cut behind the table's scrollbar and no job name breaks inside a word.
 
 Screenshots go to ``.tmp/artifacts/``; with ``DURABLE_JOBS_UPDATE_DOCS=1`` the light
 1400 px ones are also copied to ``docs/`` (the README's pictures).
@@ -96,6 +97,31 @@ def assert_not_cut(browser: Any) -> None:
     assert cut <= 0, f"the table is cut by {cut}px"
 
 
+def assert_names_whole(browser: Any, selector: str) -> None:
+    """Job names wrap after a dot only: every word of every dotted part of every name in
+    ``selector`` is on one line (``shop.`` / ``sync_order``, never ``shop.sync_o`` / ``rder``)."""
+    split = browser.execute_script(
+        r"""
+        const split = [];
+        for (const cell of document.querySelectorAll(arguments[0])) {
+            const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+            for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+                for (const word of node.textContent.matchAll(/\S+/g)) {
+                    const range = document.createRange();
+                    range.setStart(node, word.index);
+                    range.setEnd(node, word.index + word[0].length);
+                    const tops = [...range.getClientRects()].map(r => Math.round(r.top));
+                    if (new Set(tops).size > 1) split.push(word[0]);
+                }
+            }
+        }
+        return split;
+        """,
+        selector,
+    )
+    assert not split, f"broken inside a word: {split}"
+
+
 def show(browser: Any, url: str, width: int, theme: str, sidebar: bool) -> None:
     browser.set_window_size(width, 1000)
     browser.execute_script(
@@ -170,8 +196,8 @@ def test_dashboard_and_workers_in_a_browser(
         [in_hand] = browser.find_elements(By.CSS_SELECTOR, "td.field-in_hand a")
         assert "/jobrun/" in (in_hand.get_attribute("href") or "")
         no_sideways_scroll(browser)
-        if width >= 1400:
-            assert_not_cut(browser)
+        assert_not_cut(browser)
+        assert_names_whole(browser, "td.field-in_hand a")
         save(browser, width, f"workers-{size}-{theme}.png")
     assert len(backgrounds) == 2  # the admin's theme did switch
 
@@ -234,8 +260,8 @@ def test_run_page_and_list_in_a_browser(
     for theme in ("light", "dark"):
         show(browser, f"{live_server.url}/admin/django_durable_jobs/jobrun/", width, theme, sidebar)
         no_sideways_scroll(browser)
-        if width >= 1400:
-            assert_not_cut(browser)
+        assert_not_cut(browser)
+        assert_names_whole(browser, "td.field-job")
         save(browser, width, f"runs-{size}-{theme}.png")
 
         show(
@@ -249,8 +275,16 @@ def test_run_page_and_list_in_a_browser(
         rows = browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")
         assert len(rows) == 201
         timeline = browser.find_element(By.ID, "timeline")
-        fields = browser.find_element(By.CSS_SELECTOR, "fieldset.module")
+        fields = browser.find_element(By.CSS_SELECTOR, "dl.djdj-fields")
         assert timeline.location["y"] < fields.location["y"]  # the timeline first
+        # One aligned block: two pairs a row, the values of each column at one x.
+        starts = browser.execute_script(
+            "return [...document.querySelectorAll('dl.djdj-fields > dd')].map("
+            "d => [d.classList.contains('djdj-field--first'), d.getBoundingClientRect().left])"
+        )
+        lefts = {first: {round(x) for f, x in starts if f == first} for first in (True, False)}
+        assert len(starts) == 19 and len(lefts[True]) == 1 and len(lefts[False]) == 1, lefts
+        assert min(lefts[True]) < min(lefts[False]), lefts
         for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
             assert bar.size["width"] > 0
         save(browser, width, f"run-{size}-{theme}.png")

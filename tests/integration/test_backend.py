@@ -304,6 +304,19 @@ def test_arguments_must_be_json_and_nothing_is_written() -> None:
 
 @needs_tasks
 @pytest.mark.django_db
+def test_a_value_json_cannot_hold_is_named_as_job_enqueue_names_it() -> None:
+    add = "task 'tests.testapp.tasks.add': "
+    with pytest.raises(InvalidPayload) as positional:
+        tasks.add.enqueue([1, {2}], 3)  # type: ignore[arg-type]
+    assert str(positional.value).startswith(f"{add}argument 0[1] cannot be stored as JSON")
+    with pytest.raises(InvalidPayload) as keyword:
+        tasks.add.enqueue(1, b={"items": [float("nan")]})  # type: ignore[arg-type]
+    assert str(keyword.value).startswith(f"{add}argument 'b'['items'][0] cannot be stored")
+    assert not JobRun.objects.exists()
+
+
+@needs_tasks
+@pytest.mark.django_db
 def test_a_task_that_cannot_be_imported_by_its_path_is_refused() -> None:
     from tests.testapp.jobs import effect
 

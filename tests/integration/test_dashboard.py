@@ -97,6 +97,28 @@ def test_dashboard_page(
     assert "<script>" not in html.split('id="djdj-dashboard"')[1]  # no inline script
 
 
+def test_the_last_hour_card_counts_what_the_per_minute_chart_counts(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    clock.advance("12h45s")  # 12:00:45: the chart's first minute is 11:01
+    ran(clock, 59.8)  # 11:00:57, in the rolling hour but before the chart's first minute
+    ran(clock, 59.1)  # 11:01:39
+    ran(clock, 2, RunStatus.FAILED)
+    html = admin_client.get(DASHBOARD).content.decode()
+    card = re.search(
+        r"started / succeeded / failed since (\d\d:\d\d)</span>\s*"
+        r'<span class="djdj-card__value">(\d+) / (\d+) / (\d+)</span>',
+        html,
+    )
+    assert card is not None
+    assert card.groups() == ("11:01", "2", "1", "1")
+    legend = re.findall(r'<li class="djdj-key djdj-key--\w+">(\w+) (\d+)</li>', html)[:3]
+    assert legend == [("started", "2"), ("succeeded", "1"), ("failed", "1")]
+    assert "Last hour, per minute since 11:01" in html
+    # The per-hour chart's 24 buckets start at 13:00 yesterday (not a rolling day).
+    assert "Last day, per hour since 13:00" in html
+
+
 def test_dashboard_is_in_the_app_index(admin_client: Client) -> None:
     page = admin_client.get(reverse("admin:app_list", args=["django_durable_jobs"]))
     assert f'href="{DASHBOARD}"' in page.content.decode()

@@ -51,14 +51,85 @@ def waiting_run(clock: FakeClock) -> JobRun:
 
 def test_timeline_comes_before_the_fields(admin_client: Client, clock: FakeClock) -> None:
     html = page(admin_client, waiting_run(clock))
-    assert html.index('id="timeline"') < html.index('class="form-row')
+    assert html.index('id="timeline"') < html.index('class="djdj-fields"')
+
+
+def details(html: str) -> list[tuple[str, str, str]]:
+    """The details block's (classes, label, value HTML), in order."""
+    block = re.search(r'<dl class="djdj-fields">\n(.*?)\n</dl>', html, re.S)
+    assert block is not None, "no details block"
+    pairs = re.findall(
+        r'  <dt((?: class="[^"]*")?)>([^<]*)</dt><dd\1>(.*?)</dd>\n', block.group(1) + "\n", re.S
+    )
+    assert len(pairs) == block.group(1).count("<dt")  # every pair parsed
+    return [(classes[8:-1], label, value) for classes, label, value in pairs]
+
+
+RUN_LABELS = [
+    "id", "status", "job name", "queue", "attempt", "priority", "idempotency key",
+    "parent run", "child runs", "created", "first started", "finished", "took", "wakes",
+    "not starting", "lease owner", "lease expires", "args", "kwargs",
+]  # fmt: skip
+
+
+def test_details_are_one_aligned_block_not_fieldset_rows(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    html = page(admin_client, waiting_run(clock))
+    shown = details(html)
+    assert [label for _, label, _ in shown] == RUN_LABELS  # every field of the old rows
+    assert "form-row" not in html and "<fieldset" not in html
+    classes = {label: set(found.split()) for found, label, _ in shown}
+    # Pairs share a row (the second without "first"), a list or JSON spans it, and each
+    # group after the first starts with a hairline.
+    assert classes["id"] == {"djdj-field--first"} and classes["status"] == set()
+    assert classes["child runs"] == {"djdj-field--first", "djdj-field--wide"}
+    assert classes["created"] == {"djdj-field--first", "djdj-field--group"}
+    assert classes["first started"] == {"djdj-field--group"}
+    assert classes["args"] == {"djdj-field--first", "djdj-field--wide", "djdj-field--group"}
+    values = {label: value for _, label, value in shown}
+    assert values["idempotency key"] == "—" and values["queue"] == "default"
+
+
+def test_a_finished_runs_details_add_its_result_or_its_error(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    done = JobRunFactory.create(status=RunStatus.SUCCEEDED, result={"sent": 3}, finished_at=T0)
+    assert [label for _, label, _ in details(page(admin_client, done))] == [*RUN_LABELS, "result"]
+    failed = JobRunFactory.create(
+        status=RunStatus.FAILED,
+        error_code="X_JOB_TIMEOUT",
+        error_type="JobTimeout",
+        error="took too long",
+        traceback="Traceback (most recent call last): ...",
+    )
+    shown = details(page(admin_client, failed))
+    assert [label for _, label, _ in shown] == [
+        *RUN_LABELS, "error code", "error type", "error", "traceback",
+    ]  # fmt: skip
+    assert ("djdj-field--first djdj-field--group", "error code", "X_JOB_TIMEOUT") in shown
+
+
+def test_short_json_is_one_line_long_json_is_pretty_printed(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    # One key: PostgreSQL's jsonb keeps keys in an order of its own.
+    run = JobRunFactory.create(args=[1], kwargs={"note": "x" * 80})
+    values = {label: value for _, label, value in details(page(admin_client, run))}
+    assert values["args"] == '<code class="djdj-json djdj-json--inline">[1]</code>'
+    note = "x" * 80
+    assert values["kwargs"] == (
+        f'<pre class="djdj-json">{{\n  &quot;note&quot;: &quot;{note}&quot;\n}}</pre>'
+    )
 
 
 def test_one_date_format_with_relative_times(admin_client: Client, clock: FakeClock) -> None:
     html = page(admin_client, waiting_run(clock))
-    assert '2026-01-01 00:00:00</time> <span class="djdj-ago">(5m ago)</span>' in html
+    stamp = '<span class="djdj-day">2026-01-01</span> 00:00:00</time>'
+    assert f'{stamp} <span class="djdj-ago">(5m ago)</span>' in html
     # "wakes" of a waiting run is its wait's deadline, not its next poll (00:05:30).
-    assert '2026-01-08 00:00:02</time> <span class="djdj-ago">(in 6d23h)</span>' in html
+    deadline = '<span class="djdj-day">2026-01-08</span> 00:00:02</time>'
+    assert f'{deadline} <span class="djdj-ago">(in 6d23h)</span>' in html
     assert "midnight" not in html and "a.m." not in html  # Django's own format is gone
     assert ">-<" not in html  # one mark for "nothing": —
 

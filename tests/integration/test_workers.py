@@ -187,9 +187,20 @@ def test_admin_lists_workers_with_their_runs_in_hand(
     html = page.content.decode()
     assert page.status_code == 200
     run_url = reverse("admin:django_durable_jobs_jobrun_change", args=[run.id])
-    assert f'<a href="{run_url}">tests.noop {str(run.id)[:8]}</a>' in html
+    # The job name may wrap after its dot only (admin/display.dotted).
+    assert f'<a href="{run_url}">tests.<wbr>noop {str(run.id)[:8]}</a>' in html
     assert html.count("djdj-badge--live") == 5
     assert "default, mail" in html
+
+
+def test_a_heartbeat_just_written_reads_just_now(admin_client: Client, clock: FakeClock) -> None:
+    presence("fresh").register(clock.now())
+    presence("quiet").register(clock.now() - timedelta(seconds=90))
+    html = admin_client.get(WORKERS).content.decode()
+    # Each row shows two times, started and last heartbeat.
+    assert html.count('<span class="djdj-ago">(just now)</span>') == 2
+    assert html.count('<span class="djdj-ago">(1m30s ago)</span>') == 2
+    assert "0ms" not in html
 
 
 def test_admin_workers_page_is_read_only(admin_client: Client, clock: FakeClock) -> None:

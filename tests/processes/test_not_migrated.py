@@ -72,6 +72,17 @@ def test_the_database_system_check_warns_until_migrate_runs(tmp_path):
     assert clean.returncode == 0, clean.stderr
 
 
+def test_migrate_itself_does_not_warn_to_run_migrate(tmp_path):
+    db = tmp_path / "fresh.sqlite3"
+    before = manage(db, "check", "--database", "default")
+    assert "django_durable_jobs.W030" in before.stderr  # the check is live on this file
+    migrated = manage(db, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "Applying django_durable_jobs.0001_initial... OK" in migrated.stdout
+    assert "W030" not in migrated.stderr + migrated.stdout
+    assert "System check identified" not in migrated.stderr
+
+
 def test_enqueue_and_publish_on_say_run_migrate_on_an_unmigrated_database(tmp_path):
     db = tmp_path / "shop.sqlite3"
     # The project's own app is migrated, this one is not (the usual slip).

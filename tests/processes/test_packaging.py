@@ -41,7 +41,9 @@ package = django_durable_jobs.__file__
 assert Path(package).resolve().is_relative_to(target), package
 template = get_template("django_durable_jobs/timeline.html").origin.name
 assert Path(template).resolve().is_relative_to(target), template
-assert Path(finders.find("django_durable_jobs/timeline.css")).resolve().is_relative_to(target)
+for static in ("timeline.css", "refresh.js"):
+    found = finders.find(f"django_durable_jobs/{static}")
+    assert found and Path(found).resolve().is_relative_to(target), static
 migrations = MigrationLoader(None, ignore_no_migrations=True).disk_migrations
 ours = sorted(name for app, name in migrations if app == "django_durable_jobs")
 print("migrations", len(ours), ours[0])
@@ -72,10 +74,13 @@ def test_the_wheel_carries_templates_static_files_migrations_and_the_licence(whe
     for path in [
         *migrations,
         *ROOT.glob("django_durable_jobs/templates/**/*.html"),
-        *ROOT.glob("django_durable_jobs/static/**/*.css"),
+        *(path for path in ROOT.glob("django_durable_jobs/static/**/*") if path.is_file()),
         ROOT / "django_durable_jobs/py.typed",
     ]:
         assert path.relative_to(ROOT).as_posix() in names
+    # The stylesheets and the script that refreshes a live run page and the dashboard.
+    assert "django_durable_jobs/static/django_durable_jobs/refresh.js" in names
+    assert "django_durable_jobs/static/django_durable_jobs/runs.css" in names
     assert any(name.endswith("licenses/LICENSE") for name in names)
     metadata = next(
         zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("METADATA")

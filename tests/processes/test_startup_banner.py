@@ -81,7 +81,9 @@ def test_jobs_in_tasks_py_are_not_found_and_every_message_says_where_to_look(pro
     assert banner.returncode == 0
     assert "WARNING django_durable_jobs.worker 0 job(s) registered" in banner.stderr
     assert "each installed app's jobs.py (found: none)" in banner.stderr
-    assert 'not imported: mini.tasks (add "tasks" to DURABLE_JOBS["JOB_MODULES"]' in (banner.stderr)
+    not_imported = 'not imported: mini.tasks (add "tasks" to DURABLE_JOBS["JOB_MODULES"]'
+    assert not_imported in banner.stderr
+    assert "define it there" in banner.stderr  # no job found: what to do about it
 
     # Enqueued by a process that knows the job, executed by one that does not.
     assert project("shell", "--no-imports", "-c", ENQUEUE, modules="tasks").returncode == 0
@@ -90,6 +92,7 @@ def test_jobs_in_tasks_py_are_not_found_and_every_message_says_where_to_look(pro
     assert status == "failed X_JOB_UNKNOWN"
     assert "no job is registered as 'mini.welcome'" in error
     assert 'add its module name to DURABLE_JOBS["JOB_MODULES"]' in error
+    assert not_imported in error  # the module it most likely is in, as the banner says
 
 
 def test_job_modules_discovers_tasks_py_and_the_banner_lists_each_job(project):
@@ -101,6 +104,7 @@ def test_job_modules_discovers_tasks_py_and_the_banner_lists_each_job(project):
     assert "tasks.py (found: mini.tasks)" in banner.stderr
     assert "  job mini.welcome queue=default retries=2 backoff=0 timeout=1m" in banner.stderr
     assert "not imported" not in banner.stderr
+    assert "define it there" not in banner.stderr  # jobs were found: nothing to define
 
     assert project("shell", "--no-imports", "-c", ENQUEUE, modules="tasks").returncode == 0
     assert project("runjobs", "--burst", modules="tasks").returncode == 0

@@ -96,3 +96,22 @@ def test_a_goal_against_a_peer_not_run_is_na_and_the_table_has_both_our_rows() -
     assert no_op.endswith("tuned n/a, plain n/a")
     assert next(line for line in out if "I/O workload >= 2x" in line).endswith("-> n/a")
     assert next(line for line in out if "10-step >= 2x Absurd" in line).endswith("-> n/a")
+
+
+def test_the_dashboard_benchmarks_table_says_how_many_passes_a_default_run_makes() -> None:
+    source = (BENCHMARKS / "dashboard.py").read_text()
+    tree = ast.parse(source)
+    (repeat,) = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["REPEAT"]
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, int)
+    ]
+    assert 'add_argument("--repeat", type=int, default=REPEAT)' in source
+    readme = (BENCHMARKS / "README.md").read_text()
+    section = readme.split("## The dashboard's queries")[1].split("\n## ")[0]
+    assert f"median / worst of {repeat}, ms" in section
+    assert f"[--repeat {repeat}]" in section
+    assert "--repeat" in source.split('"""')[1] and f"[--repeat {repeat}]" in source

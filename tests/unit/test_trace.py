@@ -156,6 +156,18 @@ def test_short_duration(seconds: float, text: str) -> None:
     assert trace.short_duration(timedelta(seconds=seconds)) == text
 
 
+def test_short_json_stays_on_one_line_long_json_is_indented() -> None:
+    assert trace.pretty_json([1]) == "[1]"
+    assert trace.pretty_json({"user_id": 42}) == '{"user_id": 42}'
+    long = {"email": "ada@example.com", "note": "a note long enough to wrap a line"}
+    assert trace.pretty_json(long).splitlines() == [
+        "{",
+        '  "email": "ada@example.com",',
+        '  "note": "a note long enough to wrap a line"',
+        "}",
+    ]
+
+
 def test_pretty_json_is_cut_at_the_limit() -> None:
     text = trace.pretty_json({"big": "x" * 100}, limit=20)
     assert text.startswith('{\n  "big": "xxxx') and text.endswith("more characters)")
