@@ -15,6 +15,7 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the test database exists, migrated, for the process
 @pytest.mark.parametrize(
     "args",
     [
