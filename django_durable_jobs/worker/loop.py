@@ -137,9 +137,12 @@ class Worker:
         self.stop()
         if self._lane is not None:
             self._lane.abandon()
-        if self._in_hand is not None and self._guard is not None:
+        guard, self._guard = self._guard, None
+        if self._in_hand is not None and guard is not None:
+            # Once per run: a second stop (the supervisor's death is signalled both by
+            # PR_SET_PDEATHSIG and by the watcher) must not tear the release it starts.
             # Not in the middle of a step's write: that would leave the connection torn.
-            self._guard.interrupt(StopNow())
+            guard.interrupt(StopNow())
 
     def stop(self) -> None:
         self.stopping.set()
@@ -378,6 +381,10 @@ class Worker:
         try:
             return release(run, self._owner, now=self.clock.now())
         except DatabaseError:  # the stop or the fault cut the connection: once more, afresh
+            # A query torn by the stop can leave a connection that answers a ping but not
+            # a query (MySQL: "Commands out of sync"): drop it whatever it says.
+            with contextlib.suppress(DatabaseError):
+                connections[conf.database()].close()
             close_broken_connections()
             return release(run, self._owner, now=self.clock.now())
 

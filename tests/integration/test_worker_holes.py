@@ -5,6 +5,8 @@ CONN_MAX_AGE says (item 17)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from dataclasses import replace
 from typing import Any
@@ -206,3 +208,41 @@ def test_with_conn_max_age_0_the_worker_keeps_its_connection_between_runs(
 
 
 # -- item 7: a retry records each step's start before its function runs ------------------
+
+
+# -- item 6: a supervisor's death is signalled twice ------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_stop_signal_does_not_tear_the_release_of_the_run_in_hand(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child learns of its supervisor's death twice (PR_SET_PDEATHSIG, then the
+    watcher a second later): the second SIGUSR2 arrives while the first one's release is
+    being written. Before: it raised StopNow inside that write (on MariaDB the torn
+    query left the connection "out of sync"), the worker died and the run stayed
+    running until its lease ran out."""
+    from django_durable_jobs.db.claims import release as real_release
+    from django_durable_jobs.worker import loop
+
+    def release_signalled_again(*args: Any, **kwargs: Any) -> bool:
+        os.kill(os.getpid(), signal.SIGUSR2)  # the watcher's signal, mid-release
+        return real_release(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "release", release_signalled_again)
+    run = hole_jobs.abandoned.enqueue()
+    subject = worker(clock)
+    saved = {signum: signal.getsignal(signum) for signum in _WORKER_SIGNALS}
+    subject.install_signal_handlers()
+    try:
+        assert subject.run() == 0
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    run.refresh_from_db()
+    # Given back as claimed: runnable again at once, no attempt used.
+    assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
+    assert Effect.objects.filter(name="stopping").count() == 1
+
+
+_WORKER_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)

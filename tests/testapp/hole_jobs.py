@@ -119,3 +119,16 @@ def poison(ctx: Any, how: str) -> str:
     ctx.step.run("before", _effect, "before", ctx.run_id)
     ctx.step.run("swallow-poison", _die, ctx.run_id, how)
     return "unreachable"
+
+
+def _stop_me(run_id: str) -> None:
+    """The worker is told to stop at once (SIGUSR2, as the supervisor's death is), then
+    the step goes on as a slow step would."""
+    Effect.objects.create(name="stopping", run_id=run_id)
+    os.kill(os.getpid(), signal.SIGUSR2)
+    time.sleep(5)
+
+
+@job(name="tests.abandoned", retries=0)
+def abandoned(ctx: Any) -> None:
+    ctx.step.run("stop", _stop_me, ctx.run_id)
