@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..exceptions import ChildRunFailed, JobTimeoutError, Suspension
-from .core import Io, Plan
+from .core import Io, Plan, _executions
 from .durations import Duration, format_duration, parse_duration
 from .records import Call, ChildBatches, ChildOutcome, RecordedStep
 from .steps import StepEngine
@@ -61,12 +61,14 @@ def _plan(
         return list(steps._replay(existing))
     with steps._span(name, StepKind.FANOUT, existing):
         now = steps._clock.now()
+        # Like a wait: each look (the safety poll, the last child's wake-up) is the same
+        # execution; only a run that failed here and retries counts another.
+        attempts = _executions(existing) if existing is not None else 1
         if existing is None or not isinstance(existing.output, dict):
             ids = yield Io(lambda: batches.start_all(steps.run_id, name, calls), write=True)
-            started_at, attempts = now, 1
+            started_at = now
         else:
             ids, started_at = list(existing.output["children"]), existing.started_at
-            attempts = existing.attempts + 1
         record = RecordedStep(
             run_id=steps.run_id,
             name=name,

@@ -82,7 +82,29 @@ def test_the_parent_is_woken_once_by_the_last_child(clock: FakeClock, driver: Dr
     parent.refresh_from_db()
     assert parent.wake_at == clock.now()  # woken by the last
     driver.drain()
-    assert fan_step(parent).attempts == 2  # looked at twice: when it started, when woken
+    assert fan_step(parent).attempts == 1  # looked at twice (started, woken), run once
+
+
+def test_a_fanout_counts_executions_not_looks(clock: FakeClock, driver: Driver) -> None:
+    """As a wait does (unit/test_steps.py): the safety poll looks at the children every
+    EVENT_POLL, and a fan-out of an hour showed 120 attempts. Only a retry runs it again."""
+    from django_durable_jobs import runs
+
+    parent = fanout_jobs.squares.enqueue(2, failing=[1])
+    driver.step(parent)
+    for _ in range(5):  # no child has finished: the parent wakes on its poll and parks
+        clock.advance("30s")
+        assert driver.step(parent) is not None
+    assert fan_step(parent).attempts == 1  # before: 6
+    for kid in children(parent):
+        driver.step(kid)
+    driver.step(parent)  # woken by the last child: child 1 failed, so the step fails
+    step = fan_step(parent)
+    assert (step.status, step.attempts) == (StepStatus.FAILED, 1)
+    runs.retry(parent.pk)
+    driver.drain()
+    step = fan_step(parent)
+    assert (step.status, step.attempts) == (StepStatus.FAILED, 2)  # the retry ran it again
 
 
 def test_map_calls_the_job_with_each_item(clock: FakeClock, driver: Driver) -> None:
