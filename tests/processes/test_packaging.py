@@ -1,10 +1,12 @@
 """What a user installs: the built wheel carries templates, static files, migrations and
-the licence, and works from outside this checkout; the README cites nothing missing."""
+the licence, and works from outside this checkout, as does the README's install from a
+clone; the README cites nothing missing."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -111,5 +113,61 @@ def test_the_installed_wheel_finds_its_templates_static_files_and_migrations(whe
         timeout=120,
     )
     assert probe.returncode == 0, probe.stderr
+    count = len(list(ROOT.glob("django_durable_jobs/migrations/0*.py")))
+    assert probe.stdout.startswith(f"migrations {count} 0001_initial")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@own_sqlite_file
+def test_the_readme_install_from_a_clone_finds_templates_static_files_and_migrations(
+    tmp_path: Path,
+) -> None:
+    """README "Install": ``git clone`` this repository, then ``pip install
+    "./django-durable-jobs[postgres]"`` into a fresh virtualenv, which gets a copy of the
+    app (not a link to the clone) with its templates, static files and migrations.
+
+    The command is the README's with three flags, so that it needs no network and takes
+    seconds: ``--no-build-isolation`` builds with the hatchling of this test's own
+    environment, where the README's pip would fetch it for the build; ``--no-deps`` leaves
+    Django, cronsim and psycopg to that environment too (a ``.pth`` file puts its
+    site-packages on the new virtualenv's path, as ``--system-site-packages`` does for a
+    system Python's: the venv is made from this interpreter, often a venv itself, whose
+    "system" would be the bare base Python); ``--ignore-installed`` keeps pip from even
+    attempting to uninstall the editable copy that environment holds. The clone is of
+    the last commit, as a user's would be: a file missing from git fails here.
+    """
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone = tmp_path / "django-durable-jobs"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=60)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    paths = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    target = subprocess.run([python, "-c", paths], check=True, capture_output=True, text=True)
+    site = Path(target.stdout.strip())
+    (site / "test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    offline = ["--no-build-isolation", "--no-deps", "--ignore-installed"]
+    subprocess.run(
+        [*pip, *offline, "./django-durable-jobs[postgres]"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    probe = subprocess.run(
+        [python, "-c", PROBE, str(site)],
+        cwd=tmp_path,  # neither this checkout nor the clone: only the installed copy
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert not (site / "_editable_impl_django_durable_jobs.pth").exists()  # a copy, not a link
     count = len(list(ROOT.glob("django_durable_jobs/migrations/0*.py")))
     assert probe.stdout.startswith(f"migrations {count} 0001_initial")
