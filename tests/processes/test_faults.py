@@ -4,7 +4,8 @@ database error, pause past the lease} x {first, middle, last hit}, each in a rea
 
 What every case asserts: the run finishes with its real outcome (succeeded, its real
 result; never X_ATTEMPTS_EXHAUSTED from a phantom owner), nothing is stuck, every step
-is recorded once and completed, and each side effect happened exactly once except
+is recorded once and completed, each event published from a step exists exactly once,
+and each side effect happened exactly once except
 where the fault sits between a step's effect and its record (``step.before_record``,
 and a heartbeat that kills or stops the process inside a step): there, exactly that
 one step's effect happened twice.
@@ -23,7 +24,7 @@ import pytest
 
 from django_durable_jobs import faults
 from django_durable_jobs.events import publish_event
-from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
 from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
     Worker,
     Workers,
@@ -182,6 +183,9 @@ def _assert_outcome(
         assert child_effects == {"child1": 1, "child2": 1, "child3": 1}
         return
     assert run.result == ["s1", "s2", "s3"]
+    # Published from a step: exactly one event per publish step, whatever the fault.
+    published = Event.objects.filter(name=fault_jobs.TRIO_EVENT, key__startswith=f"{run.pk}:")
+    assert sorted(published.values_list("key", flat=True)) == [f"{run.pk}:{i}" for i in (1, 2, 3)]
     repeated = {name: n for name, n in counts.items() if n != 1}
     assert set(counts) == {"s1", "s2", "s3"}
     if point == "step.before_record":

@@ -23,13 +23,21 @@ def _effect(name: str, run_id: str) -> str:
     return name
 
 
+#: The event each ``trio`` round publishes from a step, keyed ``<run id>:<round>``.
+TRIO_EVENT = "tests.faults.trio.done"
+
+
 @job(name="tests.faults.trio", retries=3, backoff=0)
 def trio(ctx: Any) -> list[str]:
-    """Three steps, each followed by a short sleep: the run is claimed four times and
-    parks three times, so every worker point is hit first, in the middle and last."""
+    """Three steps, each followed by a published event and a short sleep: the run is
+    claimed four times and parks three times, so every worker point is hit first, in the
+    middle and last. The publish steps pass no fault point of their own (the event and
+    the step record commit together): the faults around them must never publish one
+    twice or lose it."""
     done = []
     for i in (1, 2, 3):
         done.append(ctx.step.run(f"s{i}", _effect, f"s{i}", ctx.run_id))
+        ctx.step.publish(f"pub{i}", TRIO_EVENT, {"round": i}, key=f"{ctx.run_id}:{i}")
         ctx.step.sleep(f"nap{i}", "50ms")
     return done
 
