@@ -9,6 +9,7 @@ Screenshots go to ``.tmp/artifacts/``; with ``DURABLE_JOBS_UPDATE_DOCS=1`` the l
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -120,6 +121,35 @@ def assert_names_whole(browser: Any, selector: str) -> None:
         selector,
     )
     assert not split, f"broken inside a word: {split}"
+
+
+def assert_timeline_readable(browser: Any, width: int) -> None:
+    """The timeline's wake / event / output column is shown at every width (below
+    1024 px under each step's status and bar, wrapped: a wait's event, key and deadline
+    whole) and the axis labels stand side by side, none over another."""
+    from selenium.webdriver.common.by import By
+
+    head = browser.find_element(By.CSS_SELECTOR, ".djdj-axis .djdj-info")
+    assert head.is_displayed() and head.text.lower() == "wake / event / output"
+    wait = browser.find_element(By.CSS_SELECTOR, '[data-step="wait-approval"] .djdj-info')
+    assert wait.is_displayed(), "the wait's event column is hidden"
+    assert wait.text.startswith("import.approved key=batch-7, until "), wait.text
+    if width < 1024:
+        bar = browser.find_element(By.CSS_SELECTOR, '[data-step="wait-approval"] .djdj-track')
+        assert wait.rect["y"] >= bar.rect["y"] + bar.rect["height"], (wait.rect, bar.rect)
+        cut = browser.execute_script(
+            "const e = arguments[0]; return [e.scrollWidth - e.clientWidth, "
+            "e.getBoundingClientRect().right - document.documentElement.clientWidth]",
+            wait,
+        )
+        assert max(cut) <= 0, f"the wait's text is cut by {cut}px"
+    ticks = browser.execute_script(
+        "return [...document.querySelectorAll('.djdj-axis .djdj-tick')].map("
+        "t => [t.textContent, t.getBoundingClientRect().left, t.getBoundingClientRect().right])"
+    )
+    assert len(ticks) == 5, ticks
+    for (_, _, right), (_, left, _) in itertools.pairwise(ticks):
+        assert right <= left, f"axis labels overlap: {ticks}"
 
 
 def show(browser: Any, url: str, width: int, theme: str, sidebar: bool) -> None:
@@ -274,6 +304,7 @@ def test_run_page_and_list_in_a_browser(
         no_sideways_scroll(browser)
         rows = browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")
         assert len(rows) == 201
+        assert_timeline_readable(browser, width)
         timeline = browser.find_element(By.ID, "timeline")
         fields = browser.find_element(By.CSS_SELECTOR, "dl.djdj-fields")
         assert timeline.location["y"] < fields.location["y"]  # the timeline first
