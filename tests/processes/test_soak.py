@@ -1,7 +1,7 @@
 """The soak (issue 11): mixed load (sleeps, waits with events, child runs, failures with
 retries) on real workers that are SIGKILLed at random and replaced, for
 ``DURABLE_JOBS_SOAK_SECONDS`` (default 600). ``make soak`` runs it (marked ``soak``; never
-in CI) and it prints runs, kills, duplicates, p99 latencies and worker RSS.
+in CI) and it prints runs, kills, steps executed again, p99 latencies and worker RSS.
 """
 
 from __future__ import annotations
@@ -77,10 +77,13 @@ def test_soak(workers: Workers) -> None:  # noqa: F811
     wait_until(drained, timeout=600, what="the soak's runs to finish", workers=pool)
     rss = max(_rss_kib(worker.pid) for worker in pool)
     statuses = dict(JobRun.objects.values_list("status").annotate(n=Count("id")))
-    twice = StepRecord.objects.values("run_id", "name").annotate(n=Count("id")).filter(n__gt=1)
     effects = Counter(Effect.objects.values_list("run_id", "name"))
     # "flaky" repeats by design (its first attempt fails); any other repeat is a kill's.
     repeated = sum(count - 1 for (_, name), count in effects.items() if name != "flaky")
+    # Steps whose function ran more than once (a kill inside it), the flaky step aside.
+    executed_again = (
+        StepRecord.objects.filter(kind="run", attempts__gt=1).exclude(name="flaky").count()
+    )
     durations, starts = [], []
     completed_steps = StepRecord.objects.filter(status=StepStatus.COMPLETED, kind="run")
     for started, completed in completed_steps.values_list("started_at", "completed_at"):
@@ -92,12 +95,15 @@ def test_soak(workers: Workers) -> None:  # noqa: F811
         starts.append((first_start - run_created).total_seconds())
     print(
         f"\n[soak] {SECONDS:.0f}s: runs={sum(statuses.values())} statuses={statuses} "
-        f"kills={kills} duplicate step records={twice.count()} "
+        f"kills={kills} steps executed again={executed_again} "
         f"side effects repeated by kills={repeated} "
         f"p99 step duration={_p99(durations) * 1000:.0f}ms "
         f"p99 enqueue-to-first-step={_p99(starts) * 1000:.0f}ms worker RSS max={rss // 1024}MiB"
     )
-    assert twice.count() == 0
+    # A kill interrupts at most one step, whose function then runs once more: never more
+    # repeats than kills, and a repeated effect is always a step executed again.
+    assert repeated <= kills, (repeated, kills)
+    assert executed_again <= kills, (executed_again, kills)
     assert set(statuses) == {RunStatus.SUCCEEDED}, statuses
     for worker in pool:
         assert worker.terminate(timeout=60) == 0
