@@ -61,7 +61,7 @@ def _on_run_started(sender: Any, run: JobRun, **kwargs: Any) -> None:
     if not run.job_name.startswith(JOB_PREFIX):
         return
     executing.set(run)
-    if getattr(run, "claimed_from", RunStatus.QUEUED) == RunStatus.QUEUED:  # a new attempt
+    if run.claimed_from == RunStatus.QUEUED:  # a new attempt (the model says QUEUED by default)
         _announce(run, task_started, starting=True)
 
 
