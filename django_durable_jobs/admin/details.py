@@ -11,6 +11,7 @@ from django.contrib.admin.utils import label_for_field, lookup_field
 from django.utils.safestring import SafeString
 
 from ..models import JobRun, RunStatus
+from ..observe import run_keys
 from .times import EMPTY
 
 if TYPE_CHECKING:
@@ -32,13 +33,18 @@ TIMES: tuple[Row, ...] = (
     ("wakes", "held"),
     ("lease_owner", "lease_expires"),
 )
+#: The run's flow-control keys (SPEC §8), two a row: only those it holds (``key_rows``).
+KEYS: tuple[str, ...] = tuple(run_keys.KEYS)
 ARGUMENTS: tuple[Row, ...] = (("args_json",), ("kwargs_json",))
 RESULT: tuple[Row, ...] = (("result_json",),)
 ERROR: tuple[Row, ...] = (("error_code", "error_type"), ("error_text",), ("traceback_text",))
 
 #: Every field the page can show (the admin's ``readonly_fields``).
 FIELDS: tuple[str, ...] = tuple(
-    name for group in (RUN, TIMES, ARGUMENTS, RESULT, ERROR) for row in group for name in row
+    name
+    for group in (RUN, (KEYS,), TIMES, ARGUMENTS, RESULT, ERROR)
+    for row in group
+    for name in row
 )
 
 
@@ -53,9 +59,19 @@ class Detail:
     classes: str
 
 
+def key_rows(run: JobRun) -> tuple[Row, ...]:
+    """The keys ``run`` holds, two a row; none for a run of a job without limits."""
+    names = tuple(run_keys.flow_keys(run))
+    return tuple(names[start : start + 2] for start in range(0, len(names), 2))
+
+
 def groups(run: JobRun) -> list[tuple[Row, ...]]:
-    """The groups ``run`` shows: a result once it succeeded, an error once it has one."""
-    shown = [RUN, TIMES, ARGUMENTS]
+    """The groups ``run`` shows: its keys if it holds any, a result once it succeeded,
+    an error once it has one."""
+    shown = [RUN]
+    if keys := key_rows(run):
+        shown.append(keys)
+    shown += [TIMES, ARGUMENTS]
     if run.status == RunStatus.SUCCEEDED:
         shown.append(RESULT)
     if run.error or run.error_code:
@@ -85,6 +101,8 @@ def run_details(model_admin: BaseModelAdmin[Any], run: JobRun) -> list[Detail]:
 
 
 def shown_value(model_admin: BaseModelAdmin[Any], run: JobRun, name: str) -> SafeString | str:
+    if name in run_keys.KEYS:  # a key of "" is every run of the job, not "nothing"
+        return run_keys.key_text(run_keys.flow_keys(run)[name])
     field, _attr, value = lookup_field(name, run, model_admin)
     if field is None:
         shown: SafeString | str = value  # a display method's text or HTML

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..models import FINISHED, RunStatus, StepStatus
+from .run_keys import flow_keys, key_pairs
 from .trace import StepRow, Trace, clip, short_duration, stamp
 
 Paint = Callable[[str, str], str]
@@ -76,6 +77,8 @@ def summary_lines(trace: Trace) -> list[str]:
         )
         + (f"  took {short_duration(trace.took)}" if trace.took is not None else ""),
     ]
+    if keys := key_pairs(run):  # its job's limits at enqueue (SPEC §8)
+        lines.append("  ".join(f"{label} {text}" for label, text in keys))
     if run.status == RunStatus.SUCCEEDED:
         lines.append("result " + clip(json.dumps(run.result, ensure_ascii=False), 200))
     if run.error_code or run.error:
@@ -100,6 +103,9 @@ def as_json(trace: Trace) -> dict[str, Any]:
         "error_type": run.error_type,
         "error": run.error,
         "idempotency_key": run.idempotency_key,
+        # Flow-control keys, only those the run holds: "concurrency_key", "throttle_key",
+        # "rate_limit_key", "debounce_key" ("": the limit counts every run of the job).
+        **flow_keys(run),
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),

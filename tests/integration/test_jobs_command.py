@@ -19,6 +19,7 @@ from tests.conftest import Driver
 from tests.factories import JobRunFactory
 from tests.testapp import jobs
 from tests.testapp.admin_jobs import fragile, napper, waiter
+from tests.testapp.flow_jobs import digest, per_customer
 
 pytestmark = pytest.mark.django_db
 
@@ -85,6 +86,26 @@ def test_show_json(driver: Driver, clock: FakeClock) -> None:
         ("wait-order", False),
     ]
     assert data["steps"][3]["output"] == {"order": 9}
+
+
+def test_show_prints_the_flow_keys_a_run_holds(clock: FakeClock) -> None:
+    run = per_customer.enqueue(customer_id=42)
+    JobRun.objects.filter(pk=run.pk).update(throttle_key="", throttle_limit=5)
+    lines = jobs_command("show", str(run.pk)).splitlines()
+    assert "concurrency key 42  throttle key (every run of the job)" in lines
+    data = json.loads(jobs_command("show", str(run.pk), "--json"))
+    assert (data["concurrency_key"], data["throttle_key"]) == ("42", "")
+    assert "rate_limit_key" not in data and "debounce_key" not in data  # only those it holds
+    debounced = digest.enqueue(7, ["a"])
+    assert "debounce key 7" in jobs_command("show", str(debounced.pk)).splitlines()
+    assert json.loads(jobs_command("show", str(debounced.pk), "--json"))["debounce_key"] == "7"
+
+
+def test_show_prints_no_keys_for_a_run_without_limits(driver: Driver, clock: FakeClock) -> None:
+    run = onboarded(driver, clock)
+    assert " key " not in jobs_command("show", str(run.pk)).split("\n\n")[0]  # the summary
+    data = json.loads(jobs_command("show", str(run.pk), "--json"))
+    assert not {"concurrency_key", "throttle_key", "rate_limit_key", "debounce_key"} & set(data)
 
 
 def test_show_a_failed_step(driver: Driver) -> None:

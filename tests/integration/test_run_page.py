@@ -13,6 +13,7 @@ from django.urls import reverse
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
 from tests.factories import T0, JobRunFactory, StepRecordFactory
+from tests.testapp.flow_jobs import welcome_once
 
 pytestmark = pytest.mark.django_db
 
@@ -108,6 +109,37 @@ def test_a_finished_runs_details_add_its_result_or_its_error(
         *RUN_LABELS, "error code", "error type", "error", "traceback",
     ]  # fmt: skip
     assert ("djdj-field--first djdj-field--group", "error code", "X_JOB_TIMEOUT") in shown
+
+
+def test_the_flow_keys_a_run_holds_show_two_a_row(admin_client: Client, clock: FakeClock) -> None:
+    run = JobRunFactory.create(
+        concurrency_key="customer-42",
+        concurrency_limit=2,
+        throttle_key="",  # a throttle over every run of the job
+        throttle_limit=5,
+        throttle_period=timedelta(seconds=1),
+        debounce_key="user-<7>",
+    )
+    shown = details(page(admin_client, run))
+    keys = ["concurrency key", "throttle key", "debounce key"]
+    assert [label for _, label, _ in shown] == [*RUN_LABELS[:9], *keys, *RUN_LABELS[9:]]
+    values = {label: value for _, label, value in shown}
+    assert values["concurrency key"] == "customer-42"
+    assert values["throttle key"] == "(every run of the job)"  # not "—": it is a key
+    assert values["debounce key"] == "user-&lt;7&gt;"  # escaped
+    # A group of its own after the run's ids, two keys a row.
+    classes = {label: set(found.split()) for found, label, _ in shown}
+    assert classes["concurrency key"] == {"djdj-field--first", "djdj-field--group"}
+    assert classes["throttle key"] == {"djdj-field--group"}
+    assert classes["debounce key"] == {"djdj-field--first", "djdj-field--wide"}
+    assert classes["created"] == {"djdj-field--first", "djdj-field--group"}
+
+
+def test_a_rate_limited_run_shows_its_key_alone(admin_client: Client, clock: FakeClock) -> None:
+    run = welcome_once.enqueue(user_id=7)
+    shown = details(page(admin_client, run))
+    assert [label for _, label, _ in shown] == [*RUN_LABELS[:9], "rate limit key", *RUN_LABELS[9:]]
+    assert ("djdj-field--first djdj-field--wide djdj-field--group", "rate limit key", "7") in shown
 
 
 def test_short_json_is_one_line_long_json_is_pretty_printed(
