@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.db import connections
+from django.urls import reverse
 
 from django_durable_jobs import Concurrency, Throttle, job, runs
 from django_durable_jobs.db import flow
@@ -214,6 +216,32 @@ def test_throttle_delays_starts_beyond_the_period(clock: FakeClock) -> None:
     assert len(claim("w", now=clock.now(), lease=LEASE, limit=10)) == 2
 
 
+def throttled_run(clock: FakeClock) -> tuple[JobRun, str]:
+    """A run the throttle (5 per second) holds back, and the time it may start."""
+    started = clock.now()
+    for n in range(6):
+        flow_jobs.throttled.enqueue(n)
+    assert len(claim("w", now=clock.now(), lease=LEASE, limit=10)) == 5
+    held = JobRun.objects.get(status=RunStatus.QUEUED)
+    return held, (started + timedelta(seconds=1)).strftime("%H:%M:%S")
+
+
+def test_jobs_show_says_until_when_a_throttled_run_waits(clock: FakeClock) -> None:
+    held, until = throttled_run(clock)
+    out = StringIO()
+    call_command("jobs", "show", str(held.pk), stdout=out)
+    assert f"not starting: throttled until {until}" in out.getvalue().splitlines()
+
+
+def test_the_admin_run_page_says_until_when_a_throttled_run_waits(
+    clock: FakeClock, admin_client: Any
+) -> None:
+    held, until = throttled_run(clock)
+    page = admin_client.get(reverse("admin:django_durable_jobs_jobrun_change", args=[held.pk]))
+    assert page.status_code == 200
+    assert f"<dt>not starting</dt><dd>throttled until {until}</dd>" in page.content.decode()
+
+
 # -- two claimers at once ------------------------------------------------------------------
 
 
@@ -243,8 +271,6 @@ def test_interleaved_claimers_never_exceed_a_limit(clock: FakeClock) -> None:
 
 
 def test_the_admin_run_page_says_why_a_run_is_held(clock: FakeClock, admin_client: Any) -> None:
-    from django.urls import reverse
-
     for _ in range(2):
         flow_jobs.per_customer.enqueue(42)
         clock.advance(timedelta(milliseconds=1))
