@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import transaction
+from django.urls import reverse
 
 from django_durable_jobs import Debounce, RateLimit, job, publish_event, signals
 from django_durable_jobs.db.claims import claim
@@ -79,11 +80,28 @@ def test_rate_limit_skips_the_enqueue_over_the_limit(driver: Driver, clock: Fake
 
 
 def test_skipped_runs_are_listed_by_status(capsys: Any) -> None:
-    flow_jobs.welcome_once.enqueue(7)
+    queued = flow_jobs.welcome_once.enqueue(7)
     skipped = flow_jobs.welcome_once.enqueue(7)
     call_command("jobs", "list", "--status", "skipped")
     out = capsys.readouterr().out
     assert str(skipped.pk)[:8] in out and out.count("skipped") >= 1
+    assert str(queued.pk) not in out  # the run that passed the limit is not skipped
+
+
+def test_the_admin_badges_and_filters_skipped_runs(admin_client: Any) -> None:
+    queued = flow_jobs.welcome_once.enqueue(7)
+    skipped = flow_jobs.welcome_once.enqueue(7)
+    listing = reverse("admin:django_durable_jobs_jobrun_changelist")
+    page = admin_client.get(listing).content.decode()
+    assert '<span class="djdj-badge djdj-badge--skipped">skipped</span>' in page
+    assert 'href="?status__exact=skipped"' in page  # the status filter offers it
+    filtered = admin_client.get(listing, {"status__exact": "skipped"}).content.decode()
+    assert f">{str(skipped.pk)[:8]}</a>" in filtered
+    assert f">{str(queued.pk)[:8]}</a>" not in filtered
+    run_page = admin_client.get(
+        reverse("admin:django_durable_jobs_jobrun_change", args=[skipped.pk])
+    ).content.decode()
+    assert "djdj-badge--skipped" in run_page
 
 
 # -- Debounce ---------------------------------------------------------------------------
@@ -154,6 +172,24 @@ def test_cancel_on_cancels_matching_unfinished_runs(driver: Driver, clock: FakeC
     assert handlers.count() == 2  # on_failure runs for cancelled runs too
     later = flow_jobs.dunning.enqueue(42)  # enqueued after the event: not cancelled
     assert later.status == RunStatus.QUEUED
+
+
+def test_cancel_on_cancels_a_waiting_run(driver: Driver, clock: FakeClock) -> None:
+    waiting = flow_jobs.dunning.enqueue(42, wait=True)
+    driver.drain()
+    assert JobRun.objects.get(pk=waiting.pk).status == RunStatus.WAITING
+    clock.advance(timedelta(seconds=1))
+    publish_event("invoice.paid", key="42")
+    run = JobRun.objects.get(pk=waiting.pk)
+    assert run.status == RunStatus.CANCELLED and run.error_code == "X_RUN_CANCELLED"
+    assert "invoice.paid" in run.error and run.lease_owner == ""
+    # The event it waited for, published now, does not bring it back.
+    publish_event("customer.replied", key="42")
+    clock.advance(timedelta(seconds=1))
+    driver.drain()
+    assert JobRun.objects.get(pk=waiting.pk).status == RunStatus.CANCELLED
+    assert not Effect.objects.filter(name="charged").exists()
+    assert Effect.objects.filter(name=f"handled:{waiting.pk}").count() == 1  # on_failure
 
 
 def test_cancel_on_without_match_cancels_every_run(clock: FakeClock) -> None:

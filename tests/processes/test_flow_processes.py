@@ -18,7 +18,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_durable_jobs import publish_event
-from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from tests.processes.test_worker_processes import LEASE, Worker, Workers, wait_until, workers  # noqa: F401
 from tests.testapp import flow_jobs
 from tests.testapp.models import Effect, Execution
@@ -108,14 +108,19 @@ def test_four_workers_never_run_three_of_one_key(steady: Workers) -> None:
 def test_four_workers_respect_a_global_limit(steady: Workers) -> None:
     pool = start_pool(steady, 4)
     with transaction.atomic():
-        runs = [flow_jobs.global_limit.enqueue(n, 0.02) for n in range(100)]
-    wait_finished(100, pool)
+        runs = [flow_jobs.global_limit.enqueue(n, 0.02) for n in range(200)]
+    wait_finished(200, pool)
     for worker in pool:
         assert worker.terminate() == 0
     by_key = executions_by_key({str(run.pk): "all" for run in runs})
     peak = most_at_once(by_key["all"])
-    print(f"\n[concurrency=2 / {connection.vendor}] 4 workers, 100 runs: most at once={peak}")
-    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 100
+    pids = set(Execution.objects.values_list("pid", flat=True))
+    print(
+        f"\n[concurrency=2 / {connection.vendor}] 4 workers, 200 runs: most at once={peak} "
+        f"executions={Execution.objects.count()} processes={len(pids)}"
+    )
+    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 200
+    assert Execution.objects.count() == 200
     assert peak == 2
 
 
@@ -136,6 +141,10 @@ def test_a_killed_workers_slot_comes_back_after_the_lease(workers: Workers) -> N
     assert JobRun.objects.get(pk=waiting.pk).status == RunStatus.QUEUED
     killed_at = time.monotonic()
     assert first.kill() == -signal.SIGKILL
+    # The last lease the dead worker renewed: nobody may take its slot before it expires.
+    dead = JobRun.objects.get(pk=holder.pk)
+    assert dead.status == RunStatus.RUNNING and dead.lease_owner.startswith("first")
+    assert dead.lease_expires_at is not None
     wait_until(
         lambda: JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 2,
         timeout=60,
@@ -145,12 +154,19 @@ def test_a_killed_workers_slot_comes_back_after_the_lease(workers: Workers) -> N
     took = time.monotonic() - killed_at
     holder.refresh_from_db()
     waiting.refresh_from_db()
+    # The slot came back when one of the two next started (the step's latest start is
+    # the holder's second attempt; its first never recorded the step).
+    retaken = StepRecord.objects.get(run=holder, name="block").last_started_at
+    assert retaken is not None and waiting.started_at is not None
+    back = min(retaken, waiting.started_at)
     print(
         f"\n[slot after kill -9 / {connection.vendor}] "
-        f"kill-to-both-done={took:.2f}s (lease {LEASE})"
+        f"kill-to-both-done={took:.2f}s (lease {LEASE}); slot back "
+        f"{(back - dead.lease_expires_at).total_seconds():.2f}s after the lease expired"
     )
+    assert back >= dead.lease_expires_at  # not a moment before the lease
     assert holder.attempt == 2  # taken over after its lease expired, then the waiting one
-    assert waiting.started_at is not None and holder.started_at is not None
+    assert holder.started_at is not None
     assert second.terminate() == 0
 
 
@@ -204,6 +220,38 @@ def test_a_real_worker_starts_the_failure_handler_once(workers: Workers) -> None
     assert run.status == RunStatus.FAILED and run.attempt == 2
     assert JobRun.objects.filter(job_name="tests.failure_handler").count() == 1
     assert Effect.objects.filter(name=f"handled:{run.pk}").count() == 1
+
+
+def test_retry_after_and_non_retriable_with_a_real_worker(workers: Workers) -> None:  # noqa: F811
+    worker = workers.start("retries")
+    workers.wait_started(worker)
+    enqueued = time.monotonic()
+    # The job's backoff is 1h: only RetryAfter's 1 s lets the second attempt start in time.
+    retried = [flow_jobs.retry_after.enqueue(where, delay=1) for where in ("body", "step")]
+    refused = [flow_jobs.non_retriable.enqueue(where) for where in ("body", "step")]  # 5 left
+    wait_until(
+        lambda: JobRun.objects.filter(status__in=FINISHED).count() == 4,
+        timeout=60,
+        what="the four runs to finish",
+        workers=[worker],
+    )
+    waited = time.monotonic() - enqueued
+    assert worker.terminate() == 0
+    print(f"\n[RetryAfter(1s) / {connection.vendor}] both retried runs done in {waited:.2f}s")
+    for run in retried:
+        run.refresh_from_db()
+        assert run.status == RunStatus.SUCCEEDED and run.attempt == 2 and run.result == 2
+        effects = Effect.objects.filter(run_id=str(run.pk)).order_by("created_at")
+        first, second = (effect.created_at for effect in effects)
+        assert second - first >= timedelta(seconds=1)  # the delay asked for, no sooner
+    assert waited >= 1
+    call_api = StepRecord.objects.get(run=retried[1], name="call-api")
+    assert call_api.status == "failed" and "429" in call_api.error
+    for run in refused:
+        run.refresh_from_db()
+        assert run.status == RunStatus.FAILED and run.attempt == 1
+        assert run.error_code == "X_NON_RETRIABLE" and "customer 42 was deleted" in run.error
+        assert Effect.objects.filter(run_id=str(run.pk)).count() == 1  # never again
 
 
 def test_gates_with_a_real_worker(workers: Workers) -> None:  # noqa: F811

@@ -25,12 +25,13 @@ def _raise(error: Exception) -> None:
 
 
 @job(name="tests.retry_after", retries=2, backoff="1h")
-def retry_after(ctx: Any, where: str) -> int:
+def retry_after(ctx: Any, where: str, delay: int = 30) -> int:
+    """``delay``: the seconds RetryAfter asks for (as a duration text inside the step)."""
     Effect.objects.create(name=f"attempt-{ctx.attempt}", run_id=ctx.run_id)
     if ctx.attempt == 1 or where == "always":
         if where == "step":
-            ctx.step.run("call-api", _raise, RetryAfter("30s", "the API said 429"))
-        raise RetryAfter(30)
+            ctx.step.run("call-api", _raise, RetryAfter(f"{delay}s", "the API said 429"))
+        raise RetryAfter(delay)
     return int(ctx.attempt)
 
 
@@ -153,9 +154,11 @@ def _until_cancelled(run_id: str) -> None:
     cancel_on=[CancelOn("invoice.paid", match="invoice_id"), CancelOn("customer.deleted")],
     on_failure="tests.failure_handler",
 )
-def dunning(ctx: Any, invoice_id: int, block: bool = False) -> None:
+def dunning(ctx: Any, invoice_id: int, block: bool = False, wait: bool = False) -> None:
     if block:
         ctx.step.run("remind", _until_cancelled, ctx.run_id)
+    elif wait:  # for the customer's reply; the paid invoice cancels it first
+        ctx.step.wait_for_event("reply", "customer.replied", match=str(invoice_id), timeout="7d")
     else:
         ctx.step.sleep("3d")
     ctx.step.run("charge", _charge, ctx.run_id)
