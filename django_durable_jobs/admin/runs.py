@@ -1,4 +1,5 @@
-"""The runs admin: a read-only list and run page with the step timeline, and the
+"""The runs admin: a read-only list and run page with the step timeline (and the
+timeline alone, which a live run's page fetches to refresh itself), and the
 operator's verbs (retry, cancel, wake now, replay from a step) as buttons and list
 actions. The verbs are ``runs.py``'s; this module checks permissions, calls them and
 logs each change in the admin's LogEntry."""
@@ -18,6 +19,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Lower
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -218,7 +220,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         if obj is not None:
             can_operate = self.has_operate_permission(request, obj)
             context.update(
-                trace=trace.load(obj),
+                self._timeline_context(request, obj),
                 details=details.run_details(self, obj),
                 tools_beside_title=tools_beside_title(),
                 can_operate=can_operate,
@@ -227,15 +229,42 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
                     for verb in VERBS.values()
                     if can_operate and verb.offered(obj)
                 ],
-                replay_url=self._verb_url(obj, "replay")
-                if can_operate and runs.VERBS["replay"].allows(obj)
-                else None,
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _timeline_context(self, request: HttpRequest, run: JobRun) -> dict[str, Any]:
+        """What timeline.html needs, on the run page and in its fragment alike."""
+        can_replay = self.has_operate_permission(request, run) and runs.VERBS["replay"].allows(run)
+        return {
+            "trace": trace.load(run),
+            "replay_url": self._verb_url(run, "replay") if can_replay else None,
+            "timeline_url": reverse(
+                f"{self.admin_site.name}:{self._url_name('timeline')}", args=[str(run.pk)]
+            ),
+        }
+
+    def timeline_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The run page's timeline alone (timeline.html, no page around it): what a
+        live run's page fetches every few seconds (refresh.js) instead of the whole
+        page with its details block. The same permission as the page: view or change."""
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET"])
+        run = self.get_object(request, unquote(object_id))
+        if run is None:
+            raise Http404("no such run")
+        if not self.has_view_or_change_permission(request, run):
+            raise PermissionDenied
+        context = self._timeline_context(request, run)
+        return TemplateResponse(request, "django_durable_jobs/timeline.html", context)
 
     # -- operating: buttons on the run page ------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         return [
+            path(
+                "<path:object_id>/timeline/",
+                self.admin_site.admin_view(self.timeline_view),
+                name=self._url_name("timeline"),
+            ),
             path(
                 "<path:object_id>/operate/<str:verb>/",
                 self.admin_site.admin_view(self.operate_view),

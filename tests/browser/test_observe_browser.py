@@ -321,13 +321,31 @@ def test_run_page_and_list_in_a_browser(
         save(browser, width, f"run-{size}-{theme}.png")
 
 
-def test_live_run_page_refreshes_itself(
-    browser: Any, live_server: Any, django_user_model: Any, clock: FakeClock
-) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.wait import WebDriverWait
+#: Records the address of every fetch the page makes (refresh.js calls the global fetch).
+FETCH_SPY = """
+window.djdjFetched = [];
+const realFetch = window.fetch;
+window.fetch = function (url) {
+    window.djdjFetched.push(String(url));
+    return realFetch.apply(this, arguments);
+};
+"""
 
-    run = long_run(clock, steps=3)
+
+def set_hidden(browser: Any, hidden: bool) -> None:
+    """What the browser does when the tab goes to the background (or comes back)."""
+    browser.execute_script(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => arguments[0]});"
+        "document.dispatchEvent(new Event('visibilitychange'));",
+        hidden,
+    )
+
+
+def fetched(browser: Any) -> list[str]:
+    return list(browser.execute_script("return window.djdjFetched"))
+
+
+def open_live_run(browser: Any, live_server: Any, django_user_model: Any, run: JobRun) -> None:
     log_in(browser, live_server, django_user_model)
     show(
         browser,
@@ -336,6 +354,17 @@ def test_live_run_page_refreshes_itself(
         "light",
         True,
     )
+    browser.execute_script(FETCH_SPY)
+
+
+def test_live_run_page_refreshes_itself(
+    browser: Any, live_server: Any, django_user_model: Any, clock: FakeClock
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    run = long_run(clock, steps=3)
+    open_live_run(browser, live_server, django_user_model, run)
     browser.find_element(By.CSS_SELECTOR, "#step-1 > summary").click()  # opened by the reader
     assert len(browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")) == 4
     StepRecord.objects.filter(run=run, name="wait-approval").update(
@@ -353,3 +382,34 @@ def test_live_run_page_refreshes_itself(
     assert browser.find_element(By.ID, "step-1").get_attribute("open") is not None
     assert browser.find_element(By.ID, "timeline").get_attribute("data-djdj-refresh") == "5"
     assert "succeeded" in browser.find_element(By.CSS_SELECTOR, ".djdj-run-row").text
+    # It fetched the timeline alone, not the page again.
+    timeline = f"/admin/django_durable_jobs/jobrun/{run.pk}/timeline/"
+    assert fetched(browser) and {url.removeprefix(live_server.url) for url in fetched(browser)} == {
+        timeline
+    }, fetched(browser)
+
+
+def test_a_hidden_run_page_does_not_refresh(
+    browser: Any, live_server: Any, django_user_model: Any, clock: FakeClock
+) -> None:
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    def steps(b: Any) -> int:
+        return len(b.find_elements(By.CSS_SELECTOR, "details.djdj-step"))
+
+    run = long_run(clock, steps=3)
+    open_live_run(browser, live_server, django_user_model, run)
+    set_hidden(browser, True)  # the tab went to the background
+    StepRecord.objects.create(
+        run=run, name="later", status=StepStatus.COMPLETED, started_at=clock.now(),
+        completed_at=clock.now(), attempts=1, output=1,
+    )  # fmt: skip
+    # Two refresh periods (5 s each) and more: no fetch while hidden.
+    with pytest.raises(TimeoutException):
+        WebDriverWait(browser, 12).until(lambda b: fetched(b))
+    assert steps(browser) == 4
+    set_hidden(browser, False)  # back on the tab: fetched at once, not 5 s later
+    WebDriverWait(browser, 4).until(lambda b: steps(b) == 5)
+    assert len(fetched(browser)) == 1, fetched(browser)

@@ -1,6 +1,7 @@
 // django-durable-jobs: refresh an element marked data-djdj-refresh="SECONDS" by
-// fetching this page again and swapping that element's content (the dashboard's
-// figures, a live run's timeline). Paused while the tab is hidden; a failed fetch
+// fetching data-djdj-refresh-url (a live run's timeline alone), or this page again
+// (the dashboard's figures), and swapping that element's content for the element of
+// the same id in the response. Paused while the tab is hidden; a failed fetch
 // keeps what is shown and tries again later; stops once the fresh element no longer
 // asks for it (the run finished). Open <details> stay open.
 (function () {
@@ -8,13 +9,14 @@
   var box = document.querySelector("[data-djdj-refresh]");
   if (!box || !window.fetch) { return; }
   var every = Math.max(5, parseInt(box.getAttribute("data-djdj-refresh"), 10) || 30) * 1000;
+  var url = box.getAttribute("data-djdj-refresh-url") || window.location.href;
   var timer = null;
   var stopped = false;
 
   function refresh() {
     timer = null;
     if (document.hidden) { return; }
-    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+    fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
         if (html === null) { return; }
