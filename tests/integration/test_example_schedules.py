@@ -35,7 +35,8 @@ def test_the_nightly_report_mails_the_sales_of_the_day_before_its_slot(
         if total != "5.50":
             paid_on_april_1st.append(order.pk)
     clock.set(datetime(2026, 4, 1, 12, 0, tzinfo=UTC))
-    # What the example's SHOP_REPORT_CRON = "0 3 * * *" declares, in TIME_ZONE.
+    # What the example's SHOP_REPORT_CRON = "0 3 * * *" declares, in TIME_ZONE (the test
+    # settings declare none; tests/processes/test_example_project.py checks the example's).
     cron = Cron("0 3 * * *", timezone="Europe/Paris")
     schedule = Schedule(job_name="shop.nightly_report", cron=cron.expr, timezone="Europe/Paris")
     reschedule(schedule, clock.now()).save()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.contrib import admin
 from django.db.models import Q
 from django.test import Client
 from django.urls import reverse
@@ -65,6 +66,26 @@ def test_key_prefix_and_bad_rules() -> None:
         RunsAbout("shop.receipt")
     with pytest.raises(ValueError, match="one of them"):
         RunsAbout("shop.receipt", argument="order_id", key_prefix="order-{pk}")
+
+
+def test_key_prefix_lists_runs_on_the_order_page(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RunsAbout(key_prefix=...)`` through the real page: the example's ``OrderAdmin``
+    given a key rule in place of its argument rule."""
+    order_admin = admin.site._registry[Order]
+    rules = (RunsAbout("shop.receipt", key_prefix="order-{pk}-"),)
+    monkeypatch.setattr(order_admin, "related_runs", rules)
+    ada = Customer.objects.create(name="Ada", email="ada@example.com")
+    order = Order.objects.create(customer=ada, total=Decimal("1"))
+    keyed = receipt.using(idempotency_key=f"order-{order.pk}-receipt").enqueue(order.pk + 7)
+    longer = receipt.using(idempotency_key=f"order-{order.pk}0-receipt").enqueue(order.pk)
+    other_job = onboarding.using(idempotency_key=f"order-{order.pk}-welcome").enqueue(ada.pk)
+    html = admin_client.get(reverse("admin:shop_order_change", args=[order.pk])).content.decode()
+    assert run_link(keyed) in html
+    assert run_link(longer) not in html  # order 70's key is not order 7's
+    assert run_link(other_job) not in html  # the rule names its job
+    assert html.count("shop.receipt ") == 1
 
 
 def test_key_prefix_finds_runs(admin_client: Client) -> None:
