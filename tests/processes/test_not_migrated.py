@@ -1,5 +1,6 @@
 """Forgot ``migrate``: runjobs refuses to start saying so, a database system check
-warns, and enqueue / publish_on say what to run instead of "no such table".
+warns, and enqueue / publish_on and every ``jobs`` action say what to run instead of
+"no such table".
 
 Each test runs the real commands against its own fresh SQLite file, as a new user's
 project would be.
@@ -7,6 +8,7 @@ project would be.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from django_durable_jobs.management.commands.jobs import Command as JobsCommand
 from tests.conftest import own_sqlite_file
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -111,3 +114,36 @@ def test_enqueue_and_publish_on_say_run_migrate_on_an_unmigrated_database(tmp_pa
     )
     assert enqueued.returncode == 1
     assert "NotMigrated: the table django_durable_jobs_jobrun does not exist" in enqueued.stderr
+
+
+#: Each ``jobs`` action with arguments it accepts (the run id is never looked up).
+JOBS_ACTIONS = {
+    "show": ["10a727de"],
+    "list": [],
+    "retry": ["10a727de"],
+    "cancel": ["10a727de"],
+    "wake": ["10a727de"],
+    "replay": ["10a727de", "charge-card"],
+    "publish": ["order.paid", "--key", "1"],
+    "schedules": [],
+    "workers": [],
+    "stats": [],
+    "purge": ["--older-than", "30d"],
+}
+
+
+def test_the_cases_cover_every_jobs_action():
+    parser = JobsCommand().create_parser("manage.py", "jobs")
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert sorted(sub.choices) == sorted(JOBS_ACTIONS)
+
+
+@pytest.mark.parametrize("action", JOBS_ACTIONS)
+def test_every_jobs_action_says_run_migrate_on_an_unmigrated_database(tmp_path, action):
+    refused = manage(tmp_path / "fresh.sqlite3", "jobs", action, *JOBS_ACTIONS[action])
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("CommandError: the table django_durable_jobs_"), refused.stderr
+    assert "does not exist on database 'default': run `python manage.py migrate`" in (
+        refused.stderr
+    )
+    assert "Traceback" not in refused.stderr and refused.stderr.count("\n") == 1

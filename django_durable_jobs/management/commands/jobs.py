@@ -2,7 +2,7 @@
 
 Argument parsing and printing only: the verbs live in ``runs.py``, the trace in
 ``observe/trace.py``. Every expected failure (an unknown run, a run in the wrong status,
-malformed JSON, a bad duration) is one line on stderr and a non-zero exit.
+malformed JSON, a bad duration, tables not migrated) is one line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from django.db import transaction
 
 from ... import conf, runs
 from ...db import flow
+from ...db.migrated import needs_tables
 from ...engine import clock
 from ...events import publish_event
 from ...exceptions import DurableJobsError
@@ -142,8 +143,10 @@ class Command(BaseCommand):
             "workers": self.workers,
             "stats": self.stats,
         }
+        # needs_tables: before `migrate`, every action says to run it (NotMigrated), not
+        # a traceback ending in "no such table".
         try:
-            actions[options["action"]](options)
+            needs_tables(actions[options["action"]])(options)
         except (DurableJobsError, ValueError) as exc:
             raise CommandError(str(exc)) from None
 
