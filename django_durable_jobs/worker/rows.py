@@ -22,9 +22,10 @@ from importlib import metadata
 from typing import Any
 from uuid import UUID
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from .. import conf
+from ..db import dialect
 from ..db.leases import LeaseOwner
 from ..models import JobRun, RunStatus, Worker, WorkerStatus
 
@@ -41,21 +42,29 @@ def _version() -> str:
 def register(
     worker_id: str, *, queues: Sequence[str] | None, concurrency: int, now: datetime
 ) -> Worker:
-    """Insert or take over the row named ``worker_id`` as a live worker started ``now``."""
-    row, _ = Worker.objects.using(conf.database()).update_or_create(
-        worker_id=worker_id,
-        defaults={
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "version": _version(),
-            "queues": list(queues or []),
-            "concurrency": concurrency,
-            "status": WorkerStatus.LIVE,
-            "started_at": now,
-            "last_heartbeat": now,
-            "executed": 0,
-        },
-    )
+    """Insert or take over the row named ``worker_id`` as a live worker started ``now``.
+
+    ``update_or_create`` reads the row before it writes: on SQLite, a read transaction
+    cannot become a write one once another process wrote meanwhile ("database is
+    locked" at once, whatever the busy timeout; the children of ``--concurrency N``
+    register at the same moment), so the write lock is taken first."""
+    using = conf.database()
+    defaults = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "version": _version(),
+        "queues": list(queues or []),
+        "concurrency": concurrency,
+        "status": WorkerStatus.LIVE,
+        "started_at": now,
+        "last_heartbeat": now,
+        "executed": 0,
+    }
+    with transaction.atomic(using=using):
+        dialect.of(using).write_first()
+        row, _ = Worker.objects.using(using).update_or_create(
+            worker_id=worker_id, defaults=defaults
+        )
     return row
 
 

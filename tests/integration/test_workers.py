@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -209,3 +210,39 @@ def test_admin_workers_page_is_read_only(admin_client: Client, clock: FakeClock)
     page = admin_client.get(reverse("admin:django_durable_jobs_worker_change", args=[row().pk]))
     assert page.status_code == 200
     assert b"_save" not in page.content
+
+
+@pytest.mark.sqlite(reason="SQLite: a read cannot become a write once another process wrote")
+@pytest.mark.django_db(transaction=True)
+def test_registering_while_another_process_writes_does_not_fail_on_sqlite(clock: FakeClock) -> None:
+    """The children of ``runjobs --concurrency 2`` register at the same moment: one read
+    the worker table, the other wrote, and the first one's write failed at once with
+    "database is locked" (a warning at nearly every start, then a retry). Here another
+    connection writes right after the registration's first read, without waiting (a
+    process would wait): before, the registration then raised."""
+    from django.db import connection
+
+    other = sqlite3.connect(connection.settings_dict["NAME"], timeout=0)
+    other.execute("CREATE TABLE race_probe (x INTEGER)")
+    other.commit()
+    written: list[bool] = []
+
+    def write_between(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        if not written and sql.lstrip().upper().startswith("SELECT") and "worker" in sql:
+            try:
+                other.execute("INSERT INTO race_probe VALUES (1)")  # a real change
+                other.commit()
+                written.append(True)
+            except sqlite3.OperationalError:  # the registration holds the write lock
+                written.append(False)
+        return result
+
+    try:
+        with connection.execute_wrapper(write_between):
+            workers.register("w-race", queues=None, concurrency=2, now=clock.now())
+    finally:
+        other.execute("DROP TABLE race_probe")
+        other.close()
+    assert written == [False]  # the write lock was the registration's before it read
+    assert row("w-race").status == WorkerStatus.LIVE
