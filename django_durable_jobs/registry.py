@@ -177,7 +177,9 @@ def get_job(name: str) -> JobDefinition:
         return _registry[name]
     except KeyError:
         close = difflib.get_close_matches(name, _registry, n=3)
-        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        # The question in parentheses: the clauses are joined by "; ", and "?;" reads as
+        # a slip ("… 'onboardng' (did you mean 'onboarding'?); jobs are imported …").
+        hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
         skipped = not_imported()
         raise UnknownJob(
             f"no job is registered as {name!r}{hint}; {where_jobs_come_from()}"

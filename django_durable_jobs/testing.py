@@ -40,6 +40,7 @@ from .declare import Job, JobCall
 from .engine import clock as clocks
 from .engine.clock import FakeClock
 from .engine.durations import Duration, parse_duration
+from .engine.serialization import error_line
 from .engine.timeouts import TimeGuard
 from .enqueueing import enqueue
 from .events import publish_event
@@ -211,7 +212,8 @@ class InlineJobs:
         """The result of a succeeded run; ``RunNotSucceeded`` (with its error) otherwise."""
         run.refresh_from_db()
         if run.status != RunStatus.SUCCEEDED:
-            detail = f": {run.error_code or run.error_type} {run.error}" if run.error else ""
+            error = error_line(run.error_type, run.error, code=run.error_code)
+            detail = f": {error}" if error else ""
             trace = f"\n{run.traceback}" if run.traceback else ""
             raise RunNotSucceeded(f"run {run.id} ({run.job_name}) is {run.status}{detail}{trace}")
         return run.result

@@ -192,6 +192,27 @@ def ascii_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def shown_type(error_type: str) -> str:
+    """A stored error type as Python's traceback shows it: the bare class name for
+    builtins (``ValueError``), the dotted path otherwise (``shop.errors.CardDeclined``)."""
+    for module in ("builtins.", "__main__."):
+        if error_type.startswith(module):
+            return error_type.removeprefix(module)
+    return error_type
+
+
+def error_line(error_type: str, message: str, *, code: str = "") -> str:
+    """A failure on one line, everywhere it is shown (CLI, admin, testing, logs): our
+    code (``X_JOB_TIMEOUT``) or the exception's type, a colon, the message, as the last
+    line of a traceback reads.
+
+    >>> error_line("builtins.ValueError", "card declined")
+    'ValueError: card declined'
+    """
+    kind = code or shown_type(error_type)
+    return f"{kind}: {message}" if kind and message else kind or message
+
+
 def _message(exc: BaseException) -> str:
     try:
         return str(exc)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..engine import clock
 from ..engine.fanout import key_prefix
+from ..engine.serialization import error_line, shown_type
 from ..engine.vocabulary import StepKind
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from ..registry import all_jobs
@@ -127,7 +128,11 @@ class StepRow:
     @property
     def error_line(self) -> str:
         first = self.error.strip().splitlines()[0] if self.error.strip() else ""
-        return f"{self.error_type}: {first}" if self.error_type else first
+        return error_line(self.error_type, first)
+
+    @property
+    def shown_type(self) -> str:
+        return shown_type(self.error_type)
 
 
 @dataclass(frozen=True, kw_only=True)

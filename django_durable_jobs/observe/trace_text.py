@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..engine.serialization import error_line
 from ..models import FINISHED, RunStatus, StepStatus
 from .run_keys import flow_keys, key_pairs
 from .trace import StepRow, Trace, clip, short_duration, stamp
@@ -82,7 +83,9 @@ def summary_lines(trace: Trace) -> list[str]:
     if run.status == RunStatus.SUCCEEDED:
         lines.append("result " + clip(json.dumps(run.result, ensure_ascii=False), 200))
     if run.error_code or run.error:
-        lines.append(f"error {run.error_code or run.error_type}: {clip(run.error, 200)}")
+        lines.append(
+            "error " + error_line(run.error_type, clip(run.error, 200), code=run.error_code)
+        )
     return lines
 
 

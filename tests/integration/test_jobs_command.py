@@ -113,7 +113,8 @@ def test_show_a_failed_step(driver: Driver) -> None:
     run = fragile.enqueue()
     driver.step()
     out = jobs_command("show", str(run.pk))
-    assert "error builtins.RuntimeError: injected failure in fragile-two" in out
+    assert "error RuntimeError: injected failure in fragile-two" in out
+    assert "builtins." not in out  # the short name for builtins, as a traceback says
     failed = next(line for line in out.splitlines() if line.split()[1:3] == ["two", "failed"])
     assert failed.endswith("RuntimeError: injected failure in fragile-two")
 
@@ -206,5 +207,15 @@ def test_list_shows_the_error_type_and_message_of_a_users_own_exception() -> Non
     out = jobs_command("list")
     assert "ValueError: card declined" in out
     assert "X_JOB_TIMEOUT: run took over 1m: xxx" in out
+    assert "builtins." not in out
     (timed_out,) = [line for line in out.splitlines() if "X_JOB_TIMEOUT" in line]
     assert timed_out.rstrip().endswith("x…")
+
+
+def test_list_and_show_name_an_error_type_the_same_way() -> None:
+    declined = JobRunFactory.create(
+        status=RunStatus.FAILED, error_type="shop.errors.CardDeclined", error="card declined"
+    )
+    expected = "shop.errors.CardDeclined: card declined"
+    assert expected in jobs_command("list")
+    assert f"error {expected}" in jobs_command("show", str(declined.pk)).splitlines()

@@ -224,3 +224,18 @@ def test_a_big_fan_out_lists_the_first_children_and_links_the_rest(
 
 def change_url(run: JobRun) -> str:
     return reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk])
+
+
+def test_a_failed_steps_error_names_its_type_as_a_traceback_does(admin_client: Client) -> None:
+    run = JobRunFactory.create(status=RunStatus.FAILED, finished_at=T0)
+    StepRecordFactory.create(
+        run=run,
+        name="charge-card",
+        status=StepStatus.FAILED,
+        output=None,
+        error_type="builtins.ValueError",
+        error="card declined",
+    )
+    html = page(admin_client, run)
+    assert '<p class="djdj-error">ValueError: card declined</p>' in html
+    assert "builtins." not in html

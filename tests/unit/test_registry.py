@@ -266,8 +266,9 @@ def test_unknown_job_suggests_close_matches() -> None:
         get_job("tests.onboardin")
     error = excinfo.value
     assert error.code == "X_JOB_UNKNOWN"
-    assert "'tests.onboardin'" in str(error)
-    assert "'tests.onboarding'" in str(error)
+    assert "'tests.onboardin' (did you mean 'tests.onboarding' or " in str(error)
+    assert "?); jobs are imported from" in str(error)
+    assert "?;" not in str(error)
 
 
 def test_unknown_job_without_close_matches() -> None:

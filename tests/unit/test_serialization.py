@@ -14,7 +14,9 @@ from django_durable_jobs.engine.serialization import (
     NotStorable,
     check_payload,
     dumps,
+    error_line,
     roundtrip,
+    shown_type,
 )
 from django_durable_jobs.exceptions import (
     DurableJobsError,
@@ -300,3 +302,30 @@ def test_error_info_from_dict_fills_missing_fields() -> None:
     assert ErrorInfo.from_dict({"message": "old row"}) == ErrorInfo(
         type="", message="old row", traceback="", code=""
     )
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        ("builtins.ValueError", "ValueError"),
+        ("__main__.CardDeclined", "CardDeclined"),
+        ("shop.errors.CardDeclined", "shop.errors.CardDeclined"),
+        ("shop.builtins.Odd", "shop.builtins.Odd"),
+        ("", ""),
+    ],
+)
+def test_an_error_type_is_shown_as_pythons_traceback_shows_it(stored: str, shown: str) -> None:
+    assert shown_type(stored) == shown
+
+
+def test_an_error_line_is_the_code_or_the_type_a_colon_and_the_message() -> None:
+    assert error_line("builtins.ValueError", "card declined") == "ValueError: card declined"
+    assert error_line("shop.errors.CardDeclined", "no") == "shop.errors.CardDeclined: no"
+    assert (
+        error_line(
+            "django_durable_jobs.exceptions.JobTimeoutError", "over 1m", code="X_JOB_TIMEOUT"
+        )
+        == "X_JOB_TIMEOUT: over 1m"
+    )
+    assert error_line("", "lost") == "lost"
+    assert error_line("builtins.KeyError", "") == "KeyError"

@@ -102,6 +102,23 @@ def test_a_failed_step_is_a_marker_with_its_error() -> None:
 
 
 @pytest.mark.parametrize(
+    ("error_type", "line"),
+    [
+        ("builtins.ValueError", "ValueError: card declined"),
+        ("shop.errors.CardDeclined", "shop.errors.CardDeclined: card declined"),
+    ],
+)
+def test_a_failed_steps_error_reads_as_a_tracebacks_last_line(error_type: str, line: str) -> None:
+    run = run_of(status=RunStatus.FAILED, finished_at=T0 + timedelta(seconds=9))
+    failed = step(
+        "charge", StepStatus.FAILED, at=3, error="card declined\nmore", error_type=error_type
+    )
+    built = trace.build(run, [failed], now=T0, max_attempts=1)
+    assert built.steps[0].error_line == line
+    assert built.steps[0].shown_type == line.split(":")[0]
+
+
+@pytest.mark.parametrize(
     ("steps", "expected"),
     [
         # One execution, nothing resumed: nothing replayed.

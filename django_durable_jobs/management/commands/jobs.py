@@ -19,6 +19,7 @@ from ... import conf, runs
 from ...db import flow
 from ...db.migrated import needs_tables
 from ...engine import clock
+from ...engine.serialization import error_line
 from ...events import publish_event
 from ...exceptions import DurableJobsError
 from ...models import FINISHED, JobRun, RunStatus
@@ -75,9 +76,7 @@ ERROR_WIDTH = 60
 def error_cell(run: JobRun) -> str:
     """The run's error on one line: its code, or the class of the user's own exception,
     then the message (``ValueError: card declined``)."""
-    kind = run.error_code or run.error_type.rsplit(".", 1)[-1]
-    message = " ".join(run.error.split())
-    text = f"{kind}: {message}" if kind and message else kind or message
+    text = error_line(run.error_type, " ".join(run.error.split()), code=run.error_code)
     return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 1] + "…"
 
 
