@@ -278,7 +278,9 @@ def max_attempts(job_name: str) -> int | None:
 
 
 def attempts_text(attempt: int, most: int | None) -> str:
-    return f"{attempt} / {'?' if most is None else most}"
+    """``"2 / 4"``; only ``"2"`` when this process does not know the job (its module not
+    imported here): the attempt is the run's own, the most its job's."""
+    return str(attempt) if most is None else f"{attempt} / {most}"
 
 
 def run_duration(run: JobRun, now: datetime) -> timedelta | None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from django.db import DatabaseError, transaction
 
 from .. import conf
+from ..engine.serialization import error_line
 from ..models import JobRun
 from .health import close_broken_connections
 from .outcome import UNSTORABLE, Executed, Pending, settle, shorten, write
@@ -125,5 +126,6 @@ def log_outcome(run: JobRun, executed: Executed) -> None:
             run.attempt,
             run.error_code or "-",
             executed.status,
-            run.error,
+            # The user's own exception has no code: its type says what it was.
+            error_line("" if run.error_code else run.error_type, run.error),
         )

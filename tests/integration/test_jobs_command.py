@@ -219,3 +219,11 @@ def test_list_and_show_name_an_error_type_the_same_way() -> None:
     expected = "shop.errors.CardDeclined: card declined"
     assert expected in jobs_command("list")
     assert f"error {expected}" in jobs_command("show", str(declined.pk)).splitlines()
+
+
+def test_attempts_of_a_run_whose_job_is_unknown_here_show_only_the_attempt() -> None:
+    run = JobRunFactory.create(job_name="tests.nowhere", status=RunStatus.FAILED, attempt=1)
+    (row,) = [line for line in jobs_command("list").splitlines() if str(run.pk) in line]
+    assert row.split()[1:4] == ["tests.nowhere", "failed", "1"] and "?" not in row
+    summary = jobs_command("show", str(run.pk)).splitlines()[0]
+    assert "  attempt 1  queue " in summary and "?" not in summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
+from tests.factories import JobRunFactory
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 
@@ -211,3 +213,19 @@ def test_without_prepared_statements_pgbouncer_mode(
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_prepared_statements")
         assert cursor.fetchone() == (0,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_failed_line_names_the_users_exception_or_our_code(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs.always_fails.enqueue()
+    JobRunFactory.create(job_name="tests.nowhere")  # its module is not deployed here
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
+        worker(clock, max_runs=2).run()
+    failed = [r.getMessage() for r in caplog.records if r.msg.startswith("run failed")]
+    (own,) = [line for line in failed if "job=tests.always_fails " in line]
+    assert "attempt=1 code=- " in own and own.endswith("error=ValueError: always fails")
+    # Our own errors carry a code, which says the type already.
+    (unknown,) = [line for line in failed if "job=tests.nowhere " in line]
+    assert "code=X_JOB_UNKNOWN status=failed error=no job is registered as " in unknown
