@@ -1,7 +1,7 @@
 """The soak (issue 11): mixed load (sleeps, waits with events, child runs, failures with
 retries) on real workers that are SIGKILLed at random and replaced, for
 ``DURABLE_JOBS_SOAK_SECONDS`` (default 600). ``make soak`` runs it (marked ``soak``; never
-in CI) and it prints runs, kills, steps executed again, p99 latencies and worker RSS.
+in CI) and it prints runs, kills, repeated side effects, p99 latencies and worker RSS.
 """
 
 from __future__ import annotations
@@ -80,10 +80,6 @@ def test_soak(workers: Workers) -> None:  # noqa: F811
     effects = Counter(Effect.objects.values_list("run_id", "name"))
     # "flaky" repeats by design (its first attempt fails); any other repeat is a kill's.
     repeated = sum(count - 1 for (_, name), count in effects.items() if name != "flaky")
-    # Steps whose function ran more than once (a kill inside it), the flaky step aside.
-    executed_again = (
-        StepRecord.objects.filter(kind="run", attempts__gt=1).exclude(name="flaky").count()
-    )
     durations, starts = [], []
     completed_steps = StepRecord.objects.filter(status=StepStatus.COMPLETED, kind="run")
     for started, completed in completed_steps.values_list("started_at", "completed_at"):
@@ -95,15 +91,15 @@ def test_soak(workers: Workers) -> None:  # noqa: F811
         starts.append((first_start - run_created).total_seconds())
     print(
         f"\n[soak] {SECONDS:.0f}s: runs={sum(statuses.values())} statuses={statuses} "
-        f"kills={kills} steps executed again={executed_again} "
+        f"kills={kills} "
         f"side effects repeated by kills={repeated} "
         f"p99 step duration={_p99(durations) * 1000:.0f}ms "
         f"p99 enqueue-to-first-step={_p99(starts) * 1000:.0f}ms worker RSS max={rss // 1024}MiB"
     )
     # A kill interrupts at most one step, whose function then runs once more: never more
-    # repeats than kills, and a repeated effect is always a step executed again.
+    # repeated side effects than kills. (A step record cannot count it: the killed
+    # execution never wrote its record, so the one that did says attempt 1.)
     assert repeated <= kills, (repeated, kills)
-    assert executed_again <= kills, (executed_again, kills)
     assert set(statuses) == {RunStatus.SUCCEEDED}, statuses
     for worker in pool:
         assert worker.terminate(timeout=60) == 0
