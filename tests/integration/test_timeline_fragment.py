@@ -5,8 +5,6 @@ tests/browser/test_observe_browser.py."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.db import connection
@@ -105,7 +103,11 @@ def test_the_fragment_has_the_pages_permission(
     assert viewer.post(fragment_url(run)).status_code == 405
 
 
-@pytest.mark.parametrize("run_id", [str(uuid.uuid4()), "not-a-run"])
+#: A run id no run has (fixed: pytest-xdist's processes must collect the same test ids).
+NO_SUCH_RUN = "0badc0de-0000-4000-8000-000000000000"
+
+
+@pytest.mark.parametrize("run_id", [NO_SUCH_RUN, "not-a-run"], ids=["no-such-run", "not-a-run"])
 def test_an_unknown_run_is_404(admin_client: Client, run_id: str) -> None:
     url = reverse("admin:django_durable_jobs_jobrun_timeline", args=[run_id])
     assert admin_client.get(url).status_code == 404
