@@ -15,14 +15,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from types import FrameType
 
 from django.db import DatabaseError, connections
 
@@ -43,13 +41,10 @@ from .lane import AsyncLane, any_async
 from .outbox import Outbox
 from .outcome import Pending
 from .rows import Presence
+from .stopping import StopNow, StopSignals
 from .wakeup import Waker, make_waker
 
 log = logging.getLogger("django_durable_jobs.worker")
-
-
-class StopNow(BaseException):
-    """Raised in the main thread by a second stop signal: abandon the run in hand."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +60,10 @@ class WorkerOptions:
     async_concurrency: int | None = None
 
 
-class Worker:
+class Worker(StopSignals):
     """One process's loop. ``run()`` returns the number of runs it executed."""
+
+    options: WorkerOptions
 
     def __init__(self, options: WorkerOptions, *, clock: Clock | None = None) -> None:
         self.options = options
@@ -91,64 +88,6 @@ class Worker:
         self._batch = 1
         self._schedules = Ticker()
         self._presence: Presence | None = None
-
-    # -- signals ---------------------------------------------------------------
-    # SIGTERM/SIGINT: the first drains, the second abandons the run in hand. A
-    # supervisor forwards SIGUSR1 (drain) and SIGUSR2 (abandon) instead, so a child
-    # that also got the signal directly (Ctrl-C reaches the whole process group,
-    # systemd signals the whole cgroup) does not count one stop request twice.
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGUSR1, self._on_drain)
-        signal.signal(signal.SIGUSR2, self._on_abandon)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            self._drain(signal.Signals(signum).name)
-        else:
-            self._abandon()
-
-    def _on_drain(self, signum: int, frame: FrameType | None) -> None:
-        self._drain("SIGUSR1 from the supervisor")
-
-    def _on_abandon(self, signum: int, frame: FrameType | None) -> None:
-        if not self.stopping.is_set():
-            log.warning(
-                "worker %s: stopping at once (SIGUSR2: a second stop, or the supervisor is "
-                "gone): giving back the run in hand",
-                self.options.worker_id,
-            )
-        self._abandon()
-
-    def _drain(self, why: str) -> None:
-        if self.stopping.is_set():
-            return
-        doing = "finishing the run in hand" if self._in_hand is not None else "idle, exiting"
-        log.info("worker %s: stopping (%s): %s", self.options.worker_id, why, doing)
-        self.stop()
-        drain = self.options.drain_timeout.total_seconds()
-        timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGUSR2))
-        timer.daemon = True
-        timer.start()
-
-    def _abandon(self) -> None:
-        self.stop()
-        if self._lane is not None:
-            self._lane.abandon()
-        guard, self._guard = self._guard, None
-        if self._in_hand is not None and guard is not None:
-            # Once per run: a second stop (the supervisor's death is signalled both by
-            # PR_SET_PDEATHSIG and by the watcher) must not tear the release it starts.
-            # Not in the middle of a step's write: that would leave the connection torn.
-            guard.interrupt(StopNow())
-
-    def stop(self) -> None:
-        self.stopping.set()
-        interrupt = getattr(self._waker, "interrupt", None)
-        if interrupt is not None:
-            interrupt()
 
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
