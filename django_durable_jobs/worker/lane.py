@@ -75,7 +75,7 @@ class AsyncLane:
 
     def start(self, run: JobRun, owner: str) -> None:
         """Execute ``run`` (claimed by ``owner``) to its next stop and record it."""
-        log.info("run claimed: run=%s job=%s attempt=%s async", run.id, run.job_name, run.attempt)
+        log.debug("run claimed: run=%s job=%s attempt=%s async", run.id, run.job_name, run.attempt)
         self.leases.hold(owner, run.id)
         with self._changed:
             # Counted at once: the next claim must see this slot taken.

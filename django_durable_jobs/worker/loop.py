@@ -32,7 +32,7 @@ from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..exceptions import UnknownJob
 from ..models import JobRun
-from ..registry import all_jobs, get_job
+from ..registry import all_jobs, get_job, max_attempts
 from ..schedules import Ticker, sync
 from .execution import run_to_stop
 from .health import close_broken_connections, keep_healthy
@@ -84,8 +84,13 @@ class Worker(StopSignals):
         self._lane: AsyncLane | None = None
         #: Sync runs claimed in a batch and not started yet (released if the worker stops).
         self._backlog: list[JobRun] = []
-        #: How many runs the next claim may take (with an async lane): adapts to the backlog.
+        #: How many runs the next claim may take: adapts to the backlog (``_next_batch``).
         self._batch = 1
+        #: Whether the last claim took all it could, whether it brought sync runs, and
+        #: whether a sync run since was slow.
+        self._full = self._sync_claimed = self._slow = False
+        #: Claims still to take one run (after runs on their last attempt came in a batch).
+        self._single = 0
         self._schedules = Ticker()
         self._presence: Presence | None = None
 
@@ -161,7 +166,8 @@ class Worker(StopSignals):
                 log.warning("let %d held run(s) go whose key had free slots", freed)
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         if self._backlog:  # a sync run of the last batch: no claim until it has started
-            self.flush()
+            while not self._outbox.hold():  # the outcome in hand cannot wait for the claim
+                self._record_and_claim(self._pending, self._owner, now, limit=0)
             self._execute(self._backlog.pop(0))
             return True
         lane = self._lane
@@ -171,10 +177,7 @@ class Worker(StopSignals):
             return True
         pending = self._pending
         owner = str(LeaseOwner.new(self.options.worker_id))
-        # Never more than this process can start at once (the lane's free slots, or
-        # the one sync run the free main thread takes), and the batch grows only while
-        # it brings async runs (sync runs of one batch wait for each other).
-        limit = min(self._batch, max(lane.free(), 1)) if lane is not None else 1
+        limit = self._next_batch(lane)
         runs = self._record_and_claim(pending, owner, now, limit)
         self._dispatch(runs, owner, limit)
         return bool(runs) or pending is not None
@@ -190,13 +193,48 @@ class Worker(StopSignals):
                 sync_runs.append(run)
         if len(runs) > 1:
             log.info("runs claimed: %d in one round trip (limit %d)", len(runs), limit)
-        if len(sync_runs) > 1:
-            self._batch = 1
-        elif runs and not sync_runs and len(runs) == limit:
-            self._batch = min(self._batch * 2, MAX_BATCH)
+        self._full = bool(runs) and len(runs) == limit
+        self._sync_claimed = bool(sync_runs)
         if sync_runs:
-            self._backlog.extend(sync_runs[1:])
-            self._execute(sync_runs[0])
+            first, waiting = sync_runs[0], self._keep_waiting(sync_runs[1:], owner)
+            beat = self._heartbeat()
+            for run in waiting:  # their leases are renewed until they start
+                beat.hold(owner, run.id)
+            self._backlog.extend(waiting)
+            self._execute(first)
+
+    def _keep_waiting(self, runs: list[JobRun], owner: str) -> list[JobRun]:
+        """The sync runs of a batch that may wait for the first to finish. A run on its
+        last attempt may not: the claim counted that attempt, and a worker killed
+        before the run started would have used it up without running it. Such runs
+        are given back at once, and the next claim takes one run."""
+        waiting = []
+        for run in runs:
+            if run.attempt < _max_attempts(run):
+                waiting.append(run)
+                continue
+            self._single = MAX_SYNC_BATCH  # claims of one run for a while
+            with contextlib.suppress(DatabaseError):  # else its lease gives it back
+                release(run, owner, now=self.clock.now())
+        return waiting
+
+    def _next_batch(self, lane: AsyncLane | None) -> int:
+        """How many runs the next claim may take: never more than this process can
+        start soon (the lane's free slots, or sync runs that have been quick: the
+        sync runs of one batch wait for each other). The batch doubles while claims
+        come back full and their sync runs quick, and falls back to one run after a
+        slow sync run."""
+        if self._slow or self._single:
+            self._batch = 1
+            self._single = max(self._single - 1, 0)
+        elif self._full:
+            most = MAX_SYNC_BATCH if lane is None or self._sync_claimed else MAX_BATCH
+            self._batch = min(self._batch * 2, most)
+        self._slow = self._full = False
+        batch = min(self._batch, max(lane.free(), 1)) if lane is not None else self._batch
+        if self.options.max_runs is not None:  # no more than it may still execute
+            batch = min(batch, max(self.options.max_runs - self.runs_done(), 1))
+        return batch
 
     def runs_done(self) -> int:
         """Runs executed to their next stop, sync and async."""
@@ -220,6 +258,8 @@ class Worker(StopSignals):
         (until the drain time-out, then cancel and release them)."""
         backlog, self._backlog = self._backlog, []
         for run in backlog:
+            if self._beat is not None:
+                self._beat.drop(run.id)
             with contextlib.suppress(DatabaseError):
                 released = release(run, self._owner, now=self.clock.now())
                 log.info("run released: run=%s claimed but not started (%s)", run.id, released)
@@ -276,7 +316,7 @@ class Worker(StopSignals):
         return self._beat
 
     def _execute(self, run: JobRun) -> None:
-        log.info(
+        log.debug(
             "run claimed: run=%s job=%s attempt=%s from=%s",
             run.id,
             run.job_name,
@@ -284,6 +324,7 @@ class Worker(StopSignals):
             run.claimed_from,
         )
         self._in_hand, self._guard = run, TimeGuard()
+        started = time.monotonic()
         beat = self._heartbeat()
         beat.hold(self._owner, run.id)
         try:
@@ -314,6 +355,8 @@ class Worker(StopSignals):
         finally:
             self._in_hand = self._guard = None
             beat.drop(run.id)
+            if time.monotonic() - started > QUICK_RUN:
+                self._slow = True
         self.executed += 1
 
     def _release(self, run: JobRun) -> bool:
@@ -328,8 +371,18 @@ class Worker(StopSignals):
             return release(run, self._owner, now=self.clock.now())
 
 
-#: The most runs one claim takes.
+#: The most runs one claim takes (with an async lane), and with sync runs only.
 MAX_BATCH = 50
+MAX_SYNC_BATCH = 16
+#: A sync run that takes longer (seconds) makes the next claim take one run.
+QUICK_RUN = 0.02
+
+
+def _max_attempts(run: JobRun) -> int:
+    try:
+        return max_attempts(get_job(run.job_name))
+    except UnknownJob:
+        return run.attempt + 1  # the sync path fails it with X_JOB_UNKNOWN, whenever
 
 
 def _is_async(run: JobRun) -> bool:

@@ -10,7 +10,9 @@ raises, the outcome stays here, under the owner whose lease still covers it.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError
 
@@ -20,53 +22,83 @@ from ..db.claims import claim, release
 from ..engine.clock import Clock
 from ..models import JobRun
 from .outcome import UNSTORABLE, Executed, Pending, settle
-from .recording import log_outcome, record, record_patiently, refused
+from .recording import log_batch, log_outcome, record, record_all, record_together, refused
 
 log = logging.getLogger("django_durable_jobs.worker")
 
 
 class Outbox:
-    """One worker process's unwritten outcome and the lease owner it is fenced by."""
+    """One worker process's unwritten outcomes and the lease owner they are fenced by."""
 
     def __init__(self, lease: timedelta, queues: list[str] | None, clock: Clock) -> None:
         self.lease = lease
         self.queues = queues
         self.clock = clock
         self.owner = ""
+        #: The outcome of the run executed last, not written yet.
         self.pending: Pending | None = None
+        #: Earlier outcomes of the same batch, held to be written with ``pending`` in
+        #: one statement (plain outcomes only, and not for long: see ``hold``).
+        self.held: list[Pending] = []
+        self._held_since = 0.0
         #: What the last outcome written came to (None: not written, or none yet).
         self.settled: Executed | None = None
         #: PostgreSQL: whether the last claim saw runs under a limit due (the next one
         #: then asks the flow claim first); True until a claim said otherwise.
         self.limited_waiting = True
 
+    def hold(self) -> bool:
+        """Keep ``pending`` unwritten while the worker starts the next run of its batch,
+        to write it with the batch's next claim (one statement and one commit for the
+        batch's outcomes instead of one per run); False if it must be written first:
+        it enqueues a handler or frees a concurrency slot (``plain``), too many are
+        held, or the first was held ``HOLD_FOR`` ago (the runs have stopped being
+        quick: the outcomes are not kept from their watchers)."""
+        pending = self.pending
+        if pending is None:
+            return True
+        if not plain(pending) or len(self.held) >= MAX_HELD:
+            return False
+        if self.held and time.monotonic() - self._held_since > HOLD_FOR:
+            return False
+        if not self.held:
+            self._held_since = time.monotonic()
+        self.held.append(pending)
+        self.pending = None
+        return True
+
     def record_and_claim(
         self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
     ) -> list[JobRun]:
-        """Record ``pending`` (fenced by ``self.owner``, whose lease it holds) and claim
-        for ``owner``. ``self.owner`` only becomes ``owner`` once the statement ran: if it
-        raises, the outcome stays pending under the owner that still holds its lease.
+        """Record ``pending`` and the outcomes held before it (fenced by ``self.owner``,
+        whose lease they hold) and claim for ``owner``. ``self.owner`` only becomes
+        ``owner`` once the statement ran: if it raises, the outcomes stay unwritten
+        under the owner that still holds their lease.
 
         Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
         their key); on PostgreSQL the outcome of a run that held a concurrency slot is
-        written by that call, another outcome by the claim's statement, and one that
+        written by that call, other outcomes by the claim's statement, and one that
         starts an ``on_failure`` handler on its own (``Pending.fused``)."""
         using = conf.database()
         self.settled = None
-        if pending is not None:
+        pendings = [*self.held, *([pending] if pending is not None else [])]
+        if pendings:
             faults.hit("outcome.before", using)
         fused = dialect.of(using).fused
-        if pending is not None and not (fused and pending.fused):
-            self.settled = record(pending, self.owner)
-            pending = self.pending = None
+        if len(pendings) > 1 and not plain(pendings[-1]):  # the held ones first, together
+            self._record_apart(pendings[:-1])
+            pendings = pendings[-1:]
+        if pendings and not (fused and all(p.fused for p in pendings)):
+            self._record_apart(pendings)
+            pendings = []
             faults.hit("outcome.after", using)
         if fused:
-            fused_outcome = self._fused(pending, owner, now, limit, using)
+            fused_outcome = self._fused(pendings, owner, now, limit, using)
             if fused_outcome is None:
-                return []  # the outcome was refused: written in short next time
-            runs, recorded, pending = fused_outcome
-        elif limit == 0:  # only the outcome (``execution.execute``)
-            runs, recorded = [], False
+                return []  # an outcome was refused: written in short (next time)
+            runs, recorded, pendings = fused_outcome
+        elif limit == 0:  # only the outcomes (``execution.execute``)
+            runs, recorded = [], frozenset()
         else:
             runs = claim(
                 owner,
@@ -76,55 +108,70 @@ class Outbox:
                 clock=self.clock,
                 limit=limit,
             )
-            recorded = False  # pending was None here: recorded on its own above
-        previous, self.owner, self.pending = self.owner, owner, None
-        if pending is not None:
+            recorded = frozenset()  # no outcome here: recorded on their own above
+        previous, self.owner, self.pending, self.held = self.owner, owner, None, []
+        if pendings:
             faults.hit("outcome.after", using)
-            self.settled = settle(pending, recorded, previous)
-            log_outcome(pending.run, self.settled)
+        batched = len(pendings) > 1
+        settled = [settle(p, p.run.pk in recorded, previous) for p in pendings]
+        for written, executed in zip(pendings, settled, strict=True):
+            log_outcome(written.run, executed, batched=batched)
+            self.settled = executed
+        if batched:
+            log_batch(settled)
         return runs
 
+    def _record_apart(self, pendings: list[Pending]) -> None:
+        """Record ``pendings`` with statements of their own (not the claim's): in one
+        transaction, or one by one if the database refuses one (in short then)."""
+        if len(pendings) == 1:
+            self.settled = record(pendings[0], self.owner)
+        else:
+            self.settled = record_together(pendings, self.owner)
+        self.held = [p for p in self.held if not any(p is q for q in pendings)]
+        if any(self.pending is q for q in pendings):
+            self.pending = None
+
     def _fused(
-        self, pending: Pending | None, owner: str, now: datetime, limit: int, using: str
-    ) -> tuple[list[JobRun], bool, Pending | None] | None:
-        """PostgreSQL: claim (and record ``pending``) in as few calls as can be. Runs
+        self, pendings: list[Pending], owner: str, now: datetime, limit: int, using: str
+    ) -> tuple[list[JobRun], frozenset[Any], list[Pending]] | None:
+        """PostgreSQL: claim (and record ``pendings``) in as few calls as can be. Runs
         under a limit are asked for only when the last claim saw some due
-        (``limited_waiting``) or ``pending`` frees a concurrency slot (then that call
-        records it); otherwise one statement claims and records. Returns the runs,
-        whether ``pending`` was recorded by the claim, and ``pending`` if still to be
-        settled; None if the database refused the outcome (kept in short form)."""
-        finish = None
-        if pending is not None:
-            finish = postgres.Finish(pending.run.pk, self.owner, pending.outcome_values())
+        (``limited_waiting``) or the outcome frees a concurrency slot (then that call
+        records it: such an outcome is never held, so it comes alone); otherwise one
+        statement claims and records. Returns the runs, the ids of the runs the claim
+        recorded, and the outcomes still to be settled; None if the database refused
+        an outcome (then kept in short form, or each recorded on its own)."""
+        finishes = [postgres.Finish(p.run.pk, self.owner, p.outcome_values()) for p in pendings]
         runs: list[JobRun] = []
-        recorded = False
-        frees = pending is not None and pending.frees_slot
+        recorded: frozenset[Any] = frozenset()
+        frees = len(pendings) == 1 and pendings[0].frees_slot
         if frees or (limit and self.limited_waiting):
             try:
-                runs, recorded = self._claim_limited(owner, now, limit, finish if frees else None)
+                runs, done = self._claim_limited(owner, now, limit, finishes[0] if frees else None)
             except UNSTORABLE as exc:
-                if pending is None or not frees:
+                if not frees:
                     raise
-                self.pending = refused(pending, exc)
+                self.pending = refused(pendings[0], exc)
                 return None
-            if pending is not None and frees:
+            if frees:
                 # Recorded (or refused) with the limited claim: settle it now, a later
                 # statement may raise.
                 faults.hit("outcome.after", using)
-                self.settled = settle(pending, recorded, self.owner)
-                log_outcome(pending.run, self.settled)
-                pending = self.pending = None
-        if runs and pending is not None:
+                self.settled = settle(pendings[0], done, self.owner)
+                log_outcome(pendings[0].run, self.settled)
+                pendings, self.pending = [], None
+        if runs and pendings:
             try:
-                self.settled = record(pending, self.owner)
+                self._record_apart(pendings)
             except BaseException:
                 # The runs just claimed would wait for their lease and lose an attempt:
-                # give them back while the outcome stays pending.
+                # give them back while the outcomes stay unwritten.
                 _give_back(runs, owner, now)
                 raise
-            pending = self.pending = None
+            pendings = []
             faults.hit("outcome.after", using)
-        if not runs and (limit or pending is not None):
+        if not runs and (limit or pendings):
             looking = flow.has_limits()
             try:
                 claimed = postgres.claim(
@@ -134,19 +181,22 @@ class Outbox:
                     self.lease,
                     self.queues,
                     limit,
-                    finish if pending is not None else None,
+                    finishes if pendings else (),
                     look_for_limited=looking,
                 )
             except UNSTORABLE as exc:
-                if pending is None:
+                if not pendings:
                     raise
-                self.pending = refused(pending, exc)  # written in short, with the next claim
+                if len(pendings) == 1:  # written in short, with the next claim
+                    self.pending = refused(pendings[0], exc)
+                else:  # which one? each on its own, in short if need be
+                    self._record_apart(pendings)
                 return None
             runs, recorded = claimed.runs, claimed.recorded
             self.limited_waiting = bool(claimed.limited_waiting)
-            if not runs and limit and self.limited_waiting and pending is None:
+            if not runs and limit and self.limited_waiting and not pendings:
                 runs = self._claim_limited(owner, now, limit, None)[0]  # due since the last look
-        return runs, recorded, pending
+        return runs, recorded, pendings
 
     def write(self, pending: Pending, now: datetime) -> Executed | None:
         """Write ``pending`` now, the way the worker does, without claiming another run
@@ -169,11 +219,25 @@ class Outbox:
         )
 
     def flush(self) -> None:
-        """Record the outcome still held (before the worker stops or idles); a database
-        that stays away for a few seconds leaves the run to its lease."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            record_patiently(pending, self.owner)
+        """Record the outcomes still held (before the worker stops or idles); a database
+        that stays away for a few seconds leaves the runs to their lease."""
+        pendings = [*self.held, *([self.pending] if self.pending is not None else [])]
+        self.pending, self.held = None, []
+        if pendings:
+            record_all([(pending, self.owner) for pending in pendings])
+
+
+def plain(pending: Pending) -> bool:
+    """An outcome that may wait for the batch's statement: it changes nothing but the
+    outcome's columns (``Pending.fused``), holds no concurrency slot, and is not the
+    short form of a refused one (which is written on its own)."""
+    return pending.fused and not pending.frees_slot and not pending.short
+
+
+#: The most outcomes held for one statement, and for how long (seconds) the first
+#: of them may wait: a batch of quick runs shares one commit, a slow one does not.
+MAX_HELD = 50
+HOLD_FOR = 0.01
 
 
 def _give_back(runs: list[JobRun], owner: str, now: datetime) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 from django.db import DatabaseError, transaction
@@ -42,6 +43,29 @@ def record(pending: Pending, owner: str) -> Executed | None:
     return None
 
 
+def record_together(pendings: Sequence[Pending], owner: str) -> Executed | None:
+    """Record ``pendings`` (each fenced by ``owner``) in one transaction, then settle
+    each: one commit for a batch of runs. If the database refuses one of them, each is
+    recorded on its own (in short if need be). A lost connection raises, and nothing
+    is written: all are left to be written again. Returns what the last came to."""
+    try:
+        with transaction.atomic(using=conf.database()):
+            written = [write(pending, owner) for pending in pendings]
+    except UNSTORABLE:
+        executed = None
+        for pending in pendings:
+            executed = record(pending, owner)
+        return executed
+    settled = [
+        settle(pending, recorded, owner)
+        for pending, recorded in zip(pendings, written, strict=True)
+    ]
+    for pending, executed in zip(pendings, settled, strict=True):
+        log_outcome(pending.run, executed, batched=True)
+    log_batch(settled)
+    return settled[-1] if settled else None
+
+
 def record_all(outcomes: Sequence[tuple[Pending, str]]) -> None:
     """Record many outcomes (each fenced by its owner) in one transaction: one commit
     instead of one per run, for async runs that stopped together. Each outcome is
@@ -59,8 +83,13 @@ def record_all(outcomes: Sequence[tuple[Pending, str]]) -> None:
         for pending, owner in outcomes:
             record_patiently(pending, owner)
         return
-    for (pending, owner), recorded in zip(outcomes, written, strict=True):
-        log_outcome(pending.run, settle(pending, recorded, owner))
+    settled = [
+        settle(pending, recorded, owner)
+        for (pending, owner), recorded in zip(outcomes, written, strict=True)
+    ]
+    for (pending, _), executed in zip(outcomes, settled, strict=True):
+        log_outcome(pending.run, executed, batched=True)
+    log_batch(settled)
 
 
 def record_patiently(pending: Pending, owner: str, tries: int = 3) -> None:
@@ -102,7 +131,12 @@ def refused(pending: Pending, problem: BaseException) -> Pending | None:
     return shorten(pending, problem)
 
 
-def log_outcome(run: JobRun, executed: Executed) -> None:
+def log_outcome(run: JobRun, executed: Executed, *, batched: bool = False) -> None:
+    """One line per outcome: at INFO for a run written alone; at DEBUG for a success or
+    a suspension written with others (``log_batch`` sums them up at INFO: a line per
+    run costs as much as the run at a few thousand runs a second). Failures and lost
+    leases are WARNINGs either way."""
+    info = log.debug if batched else log.info
     if not executed.recorded:
         log.warning(
             "run not recorded: run=%s lease lost; outcome %s",
@@ -110,14 +144,14 @@ def log_outcome(run: JobRun, executed: Executed) -> None:
             type(executed.outcome).__name__,
         )
     elif executed.status in {"sleeping", "waiting"}:
-        log.info(
+        info(
             "run suspended: run=%s status=%s wake_at=%s",
             run.id,
             executed.status,
             run.wake_at.isoformat() if run.wake_at else None,
         )
     elif executed.status == "succeeded":
-        log.info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
+        info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
     else:
         log.warning(
             "run failed: run=%s job=%s attempt=%s code=%s status=%s error=%s",
@@ -129,3 +163,10 @@ def log_outcome(run: JobRun, executed: Executed) -> None:
             # The user's own exception has no code: its type says what it was.
             error_line("" if run.error_code else run.error_type, run.error),
         )
+
+
+def log_batch(outcomes: Sequence[Executed]) -> None:
+    """The INFO line of outcomes written together: how many, and how they ended."""
+    counts = Counter(executed.status if executed.recorded else "lost" for executed in outcomes)
+    ended = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+    log.info("runs recorded: %d in one write (%s)", len(outcomes), ended)

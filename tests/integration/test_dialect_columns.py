@@ -62,7 +62,7 @@ def test_bulk_inserted_runs_equal_runs_saved_by_the_orm() -> None:
 def test_the_outcome_statement_writes_the_outcome_columns_with_their_types() -> None:
     sql, types = postgres._outcome_sql(connection)
     for name in postgres.OUTCOME_COLUMNS:
-        assert f'"{name}" = $' in sql and name in concrete(JobRun)
+        assert f'"{name}" = o."{name}"' in sql and name in concrete(JobRun)
     assert len(types) == len(postgres.OUTCOME_COLUMNS) + 2
 
 
@@ -78,9 +78,9 @@ def test_the_claim_returns_every_run_column_and_records_an_outcome() -> None:
     values = {name: getattr(fresh, name) for name in postgres.OUTCOME_COLUMNS}
     values.update(status=RunStatus.SUCCEEDED, result={"sum": [3]}, finished_at=now)
     finish = postgres.Finish(taken.pk, "w", values)
-    claimed = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1, finish)
-    [other], done = claimed.runs, claimed.recorded
-    assert done and {taken.pk, other.pk} == {first.pk, second.pk}
+    claimed = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1, [finish])
+    [other] = claimed.runs
+    assert claimed.recorded == {taken.pk} and {taken.pk, other.pk} == {first.pk, second.pk}
     taken.refresh_from_db()
     assert taken.status == RunStatus.SUCCEEDED and taken.result == {"sum": [3]}
     assert taken.lease_owner == "" and taken.finished_at == now

@@ -268,11 +268,14 @@ def test_many_workers_execute_every_run_exactly_once(workers: Workers, layout: s
     for execution in executions:
         per_run.setdefault(execution.run_id, []).append(execution)
     per_pid = Counter(execution.pid for execution in executions)
+    # Quick sync runs are claimed several per round trip: the overlap holds with batching.
+    batches = sum(worker.log().count("runs claimed: ") for worker in pool)
     print(
         f"\n[overlap / {connection.vendor} / {layout}] runs={RUNS} executions={len(executions)} "
         f"worker processes={len(per_pid)} per-process={sorted(per_pid.values(), reverse=True)} "
-        f"elapsed={elapsed:.2f}s ({RUNS / elapsed:.0f} runs/s)"
+        f"elapsed={elapsed:.2f}s ({RUNS / elapsed:.0f} runs/s) claims of several runs={batches}"
     )
+    assert batches > 0
     assert statuses == {(RunStatus.SUCCEEDED, 1): RUNS}, statuses
     assert set(per_run) == ids
     assert all(len(rows) == 1 for rows in per_run.values()), {
