@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import datetime, timedelta
@@ -55,18 +56,24 @@ def _parse(value: object) -> timedelta:
             raise _invalid(value, "it is not a finite number")
         return timedelta(seconds=value)
     if isinstance(value, str):
-        text = value.strip()
-        if text == "0":  # zero needs no unit ("0 retries at once"); "5" stays ambiguous
-            return timedelta(0)
-        if not _WHOLE.fullmatch(text):
-            raise _invalid(
-                value, 'write a number with a unit, e.g. "250ms", "30s", "5m", "1h30m", "3d", "1w"'
-            )
-        total = timedelta(0)
-        for number, unit in _PART.findall(text):
-            total += _UNITS[unit] * float(number)
-        return total
+        return _parse_text(value)
     raise _invalid(value, "expected a timedelta, a number of seconds or a string")
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_text(value: str) -> timedelta:
+    """A duration string: the same few (settings, decorators) come back on every run."""
+    text = value.strip()
+    if text == "0":  # zero needs no unit ("0 retries at once"); "5" stays ambiguous
+        return timedelta(0)
+    if not _WHOLE.fullmatch(text):
+        raise _invalid(
+            value, 'write a number with a unit, e.g. "250ms", "30s", "5m", "1h30m", "3d", "1w"'
+        )
+    total = timedelta(0)
+    for number, unit in _PART.findall(text):
+        total += _UNITS[unit] * float(number)
+    return total
 
 
 def after(start: datetime, duration: timedelta, value: object = None) -> datetime:

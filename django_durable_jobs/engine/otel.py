@@ -36,6 +36,16 @@ def _ignore(outcome: str, code: str) -> None:
     return None
 
 
+def _untraced() -> bool:
+    """No tracer provider is set up (the API's proxy is all there is) and no span is
+    current: a span would record nothing and carry no trace to anything, so none is
+    made (it costs as much as a no-op run's execution)."""
+    return (
+        isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        and not trace.get_current_span().get_span_context().is_valid
+    )
+
+
 def carrier() -> dict[str, str] | None:
     """The current trace context as text headers, or None outside a sampled trace."""
     if trace is None or not trace.get_current_span().get_span_context().is_valid:
@@ -51,7 +61,7 @@ def run_span(
 ) -> Iterator[Done]:
     """A span around one execution of a run, a child of ``parent`` (the enqueuer's
     context); call the yielded ``done(outcome, error_code)`` before it ends."""
-    if trace is None:
+    if trace is None or (not parent and _untraced()):
         yield _ignore
         return
     context = propagate.extract(dict(parent)) if parent else None
@@ -81,7 +91,7 @@ def step_span(name: str, run_id: str, attempt: int, kind: str = "run") -> Iterat
     """A span around one execution of a step (not its replays). A step that suspends
     the run (a sleep, a wait, an invoke) ends its span with the outcome "suspended" and
     the time the run resumes; a suspension is not an error."""
-    if trace is None:
+    if trace is None or _untraced():
         yield None
         return
     with trace.get_tracer(TRACER).start_as_current_span(
