@@ -140,10 +140,13 @@ async def arun_to_stop(
     off the loop (default: Django's ``sync_to_async``, as the async ORM does)."""
     clock = clock or current()
     io = io or django_io
-    # Off the loop: a run whose attempts are used up reads its steps to say where.
-    found: tuple[JobDefinition | None, Pending | None] = await io(
-        lambda: _definition(run, clock, rng)
-    )
+    # Off the loop only for a run whose attempts are used up: it reads its steps to
+    # say where (a hop to a thread per run costs more than a no-op run).
+    found: tuple[JobDefinition | None, Pending | None]
+    if _exhausted_attempts(run):
+        found = await io(lambda: _definition(run, clock, rng))
+    else:
+        found = _definition(run, clock, rng)
     definition, refused = found
     if refused is not None:
         return refused
@@ -157,7 +160,8 @@ async def arun_to_stop(
         logger=run_logger(str(run.id), run.job_name, run.attempt),
         scheduled_at=run.scheduled_at,
     )
-    await io(lambda: signals.run_started.send(sender=JobRun, run=run))
+    if signals.run_started.has_listeners(JobRun):  # receivers may use the ORM: off the loop
+        await io(lambda: signals.run_started.send(sender=JobRun, run=run))
     with otel.run_span(run.job_name, str(run.id), run.attempt, run.trace_context) as done:
         outcome = await arun_attempt(
             definition.fn,
@@ -191,6 +195,14 @@ def _definition(
         # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
         return None, _exhausted(run, definition, clock.now(), rng)
     return definition, None
+
+
+def _exhausted_attempts(run: JobRun) -> bool:
+    """Whether the claim counted one attempt too many (``_definition`` then reads)."""
+    try:
+        return run.attempt > max_attempts(get_job(run.job_name))
+    except UnknownJob:
+        return False
 
 
 def _engine(

@@ -21,7 +21,7 @@ from ..db import dialect, flow, postgres
 from ..db.claims import claim, release
 from ..engine.clock import Clock
 from ..models import JobRun
-from .outcome import UNSTORABLE, Executed, Pending, settle
+from .outcome import UNSTORABLE, Executed, Pending, plain, settle
 from .recording import log_batch, log_outcome, record, record_all, record_together, refused
 
 log = logging.getLogger("django_durable_jobs.worker")
@@ -225,13 +225,6 @@ class Outbox:
         self.pending, self.held = None, []
         if pendings:
             record_all([(pending, self.owner) for pending in pendings])
-
-
-def plain(pending: Pending) -> bool:
-    """An outcome that may wait for the batch's statement: it changes nothing but the
-    outcome's columns (``Pending.fused``), holds no concurrency slot, and is not the
-    short form of a refused one (which is written on its own)."""
-    return pending.fused and not pending.frees_slot and not pending.short
 
 
 #: The most outcomes held for one statement, and for how long (seconds) the first

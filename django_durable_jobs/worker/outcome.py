@@ -74,6 +74,14 @@ class Pending:
         return {name: self.changes.get(name, getattr(self.run, name)) for name in OUTCOME_COLUMNS}
 
 
+def plain(pending: Pending) -> bool:
+    """An outcome that may be written with others in one statement (and wait for the
+    batch's): it changes nothing but the outcome's columns (``Pending.fused``), holds
+    no concurrency slot, and is not the short form of a refused one (which is
+    written on its own)."""
+    return pending.fused and not pending.frees_slot and not pending.short
+
+
 _FUSED = {*OUTCOME_COLUMNS, "lease_owner", "lease_expires_at"}
 #: What a database raises for a value it can never store (a NUL on PostgreSQL, a text
 #: over its column, a lone surrogate the driver cannot encode): retrying cannot help.
