@@ -375,7 +375,7 @@ class Worker(StopSignals):
 
 #: The most runs one claim takes (with an async lane), and with sync runs only.
 MAX_BATCH = 50
-MAX_SYNC_BATCH = 16
+MAX_SYNC_BATCH = 32
 #: A sync run that takes longer (seconds) makes the next claim take one run.
 QUICK_RUN = 0.02
 
