@@ -153,11 +153,7 @@ class OrmStepStore:
             return 1
         # INSERT ... SELECT ... FROM run WHERE lease_owner = me: fenced in one statement.
         connection = connections[self.using]
-        qn = connection.ops.quote_name
-        meta = StepRecord._meta
-        fields = [
-            cast("Field[Any, Any]", meta.get_field(name)) for name in ("run", "name", *values)
-        ]
+        fields, sql, types = _fenced_insert(connection, tuple(values))
         params = [
             field.get_db_prep_save(value, connection)
             for field, value in zip(fields, [run_id, name, *values.values()], strict=True)
@@ -166,16 +162,6 @@ class OrmStepStore:
         assert run_meta.pk is not None
         run_pk = run_meta.pk.get_db_prep_value(run_id, connection)
         params = [*params, run_pk, self.owner, RunStatus.RUNNING.value]
-        placeholders = [f"${number}" for number in range(1, len(params) + 1)]
-        sql = (
-            f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
-            f"SELECT {', '.join(placeholders[: len(fields)])} FROM {qn(run_meta.db_table)} "
-            f"WHERE {qn(str(run_meta.pk.column))} = {placeholders[-3]} "
-            f"AND {qn('lease_owner')} = {placeholders[-2]} AND {qn('status')} = {placeholders[-1]}"
-        )
-        # The parameters' types, from the same fields as the statement.
-        guards = [run_meta.pk, run_meta.get_field("lease_owner"), run_meta.get_field("status")]
-        types = [str(field.db_type(connection)) for field in [*fields, *guards]]
         return dialect.of(self.using).execute_fenced("durable_step_insert", sql, params, types)
 
     def delete(self, run_id: str, name: str) -> None:
@@ -188,6 +174,37 @@ class OrmStepStore:
     def clear(self, run_id: str) -> None:
         self._rows().filter(run_id=run_id).delete()
         self._known = {ident for ident in self._known if ident[0] != run_id}
+
+
+#: (database alias, the columns written) -> ``_fenced_insert``'s answer: built once per process
+#: (building it cost as much as sending it).
+_FENCED_INSERTS: dict[tuple[str, tuple[str, ...]], tuple[list[Any], str, list[str]]] = {}
+
+
+def _fenced_insert(connection: Any, columns: tuple[str, ...]) -> tuple[list[Any], str, list[str]]:
+    """The fields, the SQL and the parameter types of the fenced step INSERT writing
+    ``columns`` (after ``run`` and ``name``), for this connection's database."""
+    key = (connection.alias, columns)
+    if key not in _FENCED_INSERTS:
+        qn = connection.ops.quote_name
+        meta = StepRecord._meta
+        fields = [
+            cast("Field[Any, Any]", meta.get_field(name)) for name in ("run", "name", *columns)
+        ]
+        run_meta = JobRun._meta
+        assert run_meta.pk is not None
+        placeholders = [f"${number}" for number in range(1, len(fields) + 4)]
+        sql = (
+            f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
+            f"SELECT {', '.join(placeholders[: len(fields)])} FROM {qn(run_meta.db_table)} "
+            f"WHERE {qn(str(run_meta.pk.column))} = {placeholders[-3]} "
+            f"AND {qn('lease_owner')} = {placeholders[-2]} AND {qn('status')} = {placeholders[-1]}"
+        )
+        # The parameters' types, from the same fields as the statement.
+        guards = [run_meta.pk, run_meta.get_field("lease_owner"), run_meta.get_field("status")]
+        types = [str(field.db_type(connection)) for field in [*fields, *guards]]
+        _FENCED_INSERTS[key] = (fields, sql, types)
+    return _FENCED_INSERTS[key]
 
 
 #: What a parent reads of a child run to learn how it ended (``child_outcome``).
