@@ -212,6 +212,8 @@ class Outbox:
         held a concurrency slot, in the same call); and whether ``finish`` was recorded."""
         if finish is None and (not limit or not flow.has_limits()):
             return [], False
+        if not limit and finish is not None:  # only the outcome: no candidates to read
+            return [], postgres.finish_concurrency(conf.database(), finish, now)
         chosen = dialect.of(conf.database())
         assert isinstance(chosen, dialect.Postgres)  # only fused dialects come here
         return chosen.claim_limited_finishing(

@@ -160,3 +160,22 @@ def test_a_run_on_its_last_attempt_is_given_back_instead_of_waiting_in_a_batch(
         pass
     w.flush()
     assert {(row.status, row.attempt) for row in rows} == {(RunStatus.SUCCEEDED, 1)}
+
+
+def test_runs_under_a_limit_claimed_together_free_their_slots_one_by_one(
+    clock: FakeClock, quick: None
+) -> None:
+    runs = [flow_jobs.one_per_key.enqueue(f"k{n}") for n in range(4)]
+    w = worker(clock)
+    w._batch = 4
+    assert w.run_once()  # the flow claim takes the four (four keys), executes one
+    assert len(w._backlog) == 3
+    for _ in range(3):  # each outcome frees its slot before the next run starts
+        assert w.run_once()
+        assert w._outbox.held == []
+    w.flush()
+    rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
+    assert {(row.status, row.attempt, row.lease_owner) for row in rows} == {
+        (RunStatus.SUCCEEDED, 1, "")
+    }
+    assert not JobRun.objects.filter(status=RunStatus.RUNNING).exists()
