@@ -217,6 +217,13 @@ def max_attempts(definition: JobDefinition | None) -> int:
     return 1 + int(retries)
 
 
+def attempts_of(name: str) -> int | None:
+    """``max_attempts`` of the job registered as ``name``; None if no job is (the worker
+    fails such a run with ``X_JOB_UNKNOWN``)."""
+    definition = _registry.get(name)
+    return None if definition is None else max_attempts(definition)
+
+
 def autodiscover() -> list[str]:
     """Import every installed app's ``jobs`` module (like ``admin.autodiscover``), or the
     module names ``DURABLE_JOBS["JOB_MODULES"]`` lists; returns the modules imported."""

@@ -41,7 +41,7 @@ from ..events import EventLog
 from ..exceptions import AttemptsExhausted, UnknownJob
 from ..invocations import OrmChildBatches, OrmChildRuns
 from ..models import JobRun, StepRecord, StepStatus
-from ..registry import JobDefinition, get_job, max_attempts
+from ..registry import JobDefinition, attempts_of, get_job, max_attempts
 from . import outcome as outcomes
 from .outbox import Outbox
 from .outcome import Executed, Pending, _pending, settle
@@ -199,10 +199,8 @@ def _definition(
 
 def _exhausted_attempts(run: JobRun) -> bool:
     """Whether the claim counted one attempt too many (``_definition`` then reads)."""
-    try:
-        return run.attempt > max_attempts(get_job(run.job_name))
-    except UnknownJob:
-        return False
+    most = attempts_of(run.job_name)
+    return most is not None and run.attempt > most
 
 
 def _engine(

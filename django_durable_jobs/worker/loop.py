@@ -32,7 +32,7 @@ from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..exceptions import UnknownJob
 from ..models import JobRun
-from ..registry import all_jobs, get_job, max_attempts
+from ..registry import all_jobs, attempts_of, get_job
 from ..schedules import Ticker, sync
 from .execution import run_to_stop
 from .health import close_broken_connections, keep_healthy
@@ -212,7 +212,8 @@ class Worker(StopSignals):
         are given back at once, and the next claim takes one run."""
         waiting = []
         for run in runs:
-            if run.attempt < _max_attempts(run):
+            most = attempts_of(run.job_name)
+            if most is None or run.attempt < most:  # unknown: failed when it starts
                 waiting.append(run)
                 continue
             self._single = MAX_SYNC_BATCH  # claims of one run for a while
@@ -378,13 +379,6 @@ MAX_BATCH = 50
 MAX_SYNC_BATCH = 32
 #: A sync run that takes longer (seconds) makes the next claim take one run.
 QUICK_RUN = 0.02
-
-
-def _max_attempts(run: JobRun) -> int:
-    try:
-        return max_attempts(get_job(run.job_name))
-    except UnknownJob:
-        return run.attempt + 1  # the sync path fails it with X_JOB_UNKNOWN, whenever
 
 
 def _is_async(run: JobRun) -> bool:
