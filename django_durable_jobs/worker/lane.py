@@ -82,23 +82,13 @@ class AsyncLane:
             self._tasks[run.id] = None
         self._loop.call_soon_threadsafe(self._spawn, run, owner)
 
-    def wait(self, seconds: float, *, until_empty: bool = False, room: int = 1) -> bool:
-        """Wait until ``room`` slots are free (or every run finished); False on time-out."""
+    def wait(self, seconds: float, *, until_empty: bool = False) -> bool:
+        """Wait until a slot is free (or every run finished); False on time-out."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: (
-                    not self._tasks if until_empty else len(self._tasks) <= self.capacity - room
-                ),
+                lambda: not self._tasks if until_empty else len(self._tasks) < self.capacity,
                 timeout=seconds,
             )
-
-    def gather_room(self) -> None:
-        """A lane that has just begun to free up: let a few more slots free (a couple of
-        milliseconds at most) so that one claim fills them, instead of one claim, one
-        round trip and one commit per slot as runs finish one after the other."""
-        room = max(self.capacity // 4, 1)
-        if 0 < self.free() < room:
-            self.wait(GATHER, room=room)
 
     def abandon(self) -> None:
         """Cancel every run in flight; each is released without using an attempt."""
@@ -171,10 +161,6 @@ class AsyncLane:
             with self._changed:
                 self._tasks.pop(run.id, None)
                 self._changed.notify_all()
-
-
-#: How long (seconds) a claim waits for more of the lane to free up (``gather_room``).
-GATHER = 0.002
 
 
 def _on_connection(work: Callable[[], T]) -> T:

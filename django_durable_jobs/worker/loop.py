@@ -175,8 +175,6 @@ class Worker(StopSignals):
             self.flush()  # the lane is full: record, claim nothing, wait for a slot
             lane.wait(self.options.poll_interval.total_seconds())
             return True
-        if lane is not None:
-            lane.gather_room()
         pending = self._pending
         owner = str(LeaseOwner.new(self.options.worker_id))
         limit = self._next_batch(lane)
