@@ -12,7 +12,7 @@ import json
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -178,10 +178,9 @@ def claim(
     return Claimed(runs, done, bool(rows[0][1]) if look_for_limited and rows else None)
 
 
-def finish(using: str, finishes: Sequence[Finish]) -> frozenset[Any]:
+def finish(using: str, finishes: Sequence[Finish], now: datetime) -> frozenset[Any]:
     """Record ``finishes`` (each fenced by its owner) in one statement, claiming
     nothing (the claim's statement with a limit of 0); the ids it recorded."""
-    now = datetime.now(UTC)
     return claim(using, "", now, timedelta(0), None, 0, finishes).recorded
 
 

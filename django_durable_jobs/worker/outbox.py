@@ -22,7 +22,7 @@ from ..db.claims import claim, release
 from ..engine.clock import Clock
 from ..models import JobRun
 from .outcome import UNSTORABLE, Executed, Pending, plain, settle
-from .recording import log_batch, log_outcome, record, record_all, record_together, refused
+from .recording import log_outcome, record, record_all, record_together, refused, settle_all
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -112,13 +112,9 @@ class Outbox:
         previous, self.owner, self.pending, self.held = self.owner, owner, None, []
         if pendings:
             faults.hit("outcome.after", using)
-        batched = len(pendings) > 1
-        settled = [settle(p, p.run.pk in recorded, previous) for p in pendings]
-        for written, executed in zip(pendings, settled, strict=True):
-            log_outcome(written.run, executed, batched=batched)
+        written = [(p, previous) for p in pendings]
+        for executed in settle_all(written, [p.run.pk in recorded for p in pendings]):
             self.settled = executed
-        if batched:
-            log_batch(settled)
         return runs
 
     def _record_apart(self, pendings: list[Pending]) -> None:

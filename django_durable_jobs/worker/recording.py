@@ -56,13 +56,7 @@ def record_together(pendings: Sequence[Pending], owner: str) -> Executed | None:
         for pending in pendings:
             executed = record(pending, owner)
         return executed
-    settled = [
-        settle(pending, recorded, owner)
-        for pending, recorded in zip(pendings, written, strict=True)
-    ]
-    for pending, executed in zip(pendings, settled, strict=True):
-        log_outcome(pending.run, executed, batched=True)
-    log_batch(settled)
+    settled = settle_all([(pending, owner) for pending in pendings], written)
     return settled[-1] if settled else None
 
 
@@ -82,13 +76,23 @@ def record_all(outcomes: Sequence[tuple[Pending, str]]) -> None:
         for pending, owner in outcomes:
             record_patiently(pending, owner)
         return
+    settle_all(outcomes, written)
+
+
+def settle_all(outcomes: Sequence[tuple[Pending, str]], written: Sequence[bool]) -> list[Executed]:
+    """Settle outcomes written together (``written``: whether each was recorded, each
+    fenced by its owner) and log them: a line per run, and for several one line for
+    the write (``log_outcome``, ``log_batch``)."""
     settled = [
         settle(pending, recorded, owner)
         for (pending, owner), recorded in zip(outcomes, written, strict=True)
     ]
+    batched = len(settled) > 1
     for (pending, _), executed in zip(outcomes, settled, strict=True):
-        log_outcome(pending.run, executed, batched=True)
-    log_batch(settled)
+        log_outcome(pending.run, executed, batched=batched)
+    if batched:
+        log_batch(settled)
+    return settled
 
 
 def write_all(outcomes: Sequence[tuple[Pending, str]]) -> list[bool]:
@@ -101,7 +105,7 @@ def write_all(outcomes: Sequence[tuple[Pending, str]]) -> list[bool]:
             postgres.Finish(pending.run.pk, owner, pending.outcome_values())
             for pending, owner in outcomes
         ]
-        recorded = postgres.finish(using, finishes)
+        recorded = postgres.finish(using, finishes, outcomes[-1][0].now)
         return [pending.run.pk in recorded for pending, _ in outcomes]
     with transaction.atomic(using=using):
         return [write(pending, owner) for pending, owner in outcomes]
