@@ -27,7 +27,7 @@ from django.db import connections, transaction
 
 from ..engine.clock import Clock
 from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule
-from . import flow, postgres
+from . import flow, postgres, postgres_flow
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
@@ -217,7 +217,7 @@ class Postgres(_Locking):
         """``claim_limited``, recording first ``finish``, the outcome of a run under a
         concurrency limit, in the same call; returns the runs and whether ``finish``
         was recorded."""
-        claimed, finished, throttled = postgres.claim_concurrency(
+        claimed, finished, throttled = postgres_flow.claim_concurrency(
             self.using, owner, now, lease, queues, limit, max(limit, flow.CANDIDATES), finish
         )
         if len(claimed) < limit and throttled:
@@ -235,7 +235,9 @@ class Postgres(_Locking):
     def finish_concurrency(
         self, run_id: Any, owner: str, now: datetime, values: dict[str, Any]
     ) -> bool | None:
-        return postgres.finish_concurrency(self.using, postgres.Finish(run_id, owner, values), now)
+        return postgres_flow.finish_concurrency(
+            self.using, postgres.Finish(run_id, owner, values), now
+        )
 
     def cut_connection(self) -> None:
         with connections[self.using].cursor() as cursor:  # raises: the server ends it

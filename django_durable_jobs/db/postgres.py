@@ -22,9 +22,9 @@ from django.db.models import JSONField
 from ..models import JobRun
 
 #: The columns a claim returns and a JobRun is built from, in model order.
-_FIELDS = [field for field in JobRun._meta.concrete_fields]
-_COLUMNS = ", ".join(f"run.{field.column}" for field in _FIELDS)
-_JSON = {field.attname: field for field in _FIELDS if isinstance(field, JSONField)}
+FIELDS = [field for field in JobRun._meta.concrete_fields]
+_COLUMNS = ", ".join(f"run.{field.column}" for field in FIELDS)
+_JSON = {field.attname: field for field in FIELDS if isinstance(field, JSONField)}
 #: What recording an outcome writes (the rest of the row stays as claimed).
 OUTCOME_COLUMNS = (
     "status",
@@ -173,7 +173,7 @@ def claim(
         execute(cursor, name, sql, params)
         rows = cursor.fetchall()
     done = frozenset(rows[0][0] or ()) if rows and finishes else frozenset()
-    runs = [_run(using, connection, row[2:]) for row in rows if row[2] is not None]
+    runs = [run_from_row(using, connection, row[2:]) for row in rows if row[2] is not None]
     runs.sort(key=lambda run: (-run.priority, run.wake_at or now))
     return Claimed(runs, done, bool(rows[0][1]) if look_for_limited and rows else None)
 
@@ -266,57 +266,6 @@ def execute(cursor: Any, name: str | None, sql: str, params: list[Any]) -> None:
         cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
 
 
-#: The flow claim's statement, built once per process.
-_CONCURRENCY_SQL: str | None = None
-
-
-def claim_concurrency(
-    using: str,
-    owner: str,
-    now: datetime,
-    lease: timedelta,
-    queues: list[str] | None,
-    limit: int,
-    candidates: int,
-    finish: Finish | None,
-) -> tuple[list[JobRun], bool, bool]:
-    """Claim up to ``limit`` runs under a concurrency limit (and record ``finish``, the
-    outcome of one, first) with ``durable_claim_concurrency`` (migration 0014); returns
-    the runs, whether ``finish`` was recorded, and whether runnable runs under a
-    throttle were seen among the candidates (``flow.claim_limited`` takes those)."""
-    connection = connections[using]
-    outcome: list[Any] = [None] * (2 + len(OUTCOME_COLUMNS))
-    if finish is not None:
-        outcome = [finish.run_id, finish.owner, *outcome_params(finish.values, connection)]
-    params = [now, owner, now + lease, queues, limit, candidates, *outcome]
-    global _CONCURRENCY_SQL
-    if _CONCURRENCY_SQL is None:
-        qn = connection.ops.quote_name
-        columns = ", ".join(f"(c.run).{qn(str(field.column))}" for field in _FIELDS)
-        _CONCURRENCY_SQL = (
-            f"SELECT c.finished, c.throttled, {columns}, c.claimed_from, c.fresh "
-            f"FROM durable_claim_concurrency({', '.join(['%s'] * len(params))}) AS c"
-        )
-    with connection.cursor() as cursor:
-        fast_timestamps(connection, cursor)
-        cursor.execute(_CONCURRENCY_SQL, params)
-        rows = cursor.fetchall()
-    *claimed, flags = rows  # the last row is the flags'
-    runs = [_run(using, connection, row[2:]) for row in claimed]
-    return runs, bool(flags[0]), bool(flags[1])
-
-
-def finish_concurrency(using: str, finish: Finish, now: datetime) -> bool:
-    """Record ``finish``, the outcome of a run under a concurrency limit, and free its
-    slot, with ``durable_finish_concurrency`` (migration 0014)."""
-    connection = connections[using]
-    params = [finish.run_id, finish.owner, now, *outcome_params(finish.values, connection)]
-    with connection.cursor() as cursor:
-        marks = ", ".join(["%s"] * len(params))
-        cursor.execute(f"SELECT durable_finish_concurrency({marks})", params)
-        return bool(cursor.fetchone()[0])
-
-
 def fast_timestamps(connection: Any, cursor: Any) -> None:
     """Load ``timestamptz`` columns on this cursor with psycopg's own loader, where it
     gives what Django's gives: a claim returns a row of timestamps per run, and
@@ -329,13 +278,13 @@ def fast_timestamps(connection: Any, cursor: Any) -> None:
         cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
-def _run(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
-    values = list(row[: len(_FIELDS)])
-    for index, field in enumerate(_FIELDS):
+def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
+    values = list(row[: len(FIELDS)])
+    for index, field in enumerate(FIELDS):
         if (json_field := _JSON.get(field.attname)) is not None:
             values[index] = json_field.from_db_value(values[index], None, connection)  # type: ignore[arg-type]
-    run = JobRun.from_db(using, [field.attname for field in _FIELDS], values)
-    run.claimed_from, run.claimed_fresh = row[len(_FIELDS)], bool(row[len(_FIELDS) + 1])
+    run = JobRun.from_db(using, [field.attname for field in FIELDS], values)
+    run.claimed_from, run.claimed_fresh = row[len(FIELDS)], bool(row[len(FIELDS) + 1])
     return run
 
 
@@ -349,13 +298,13 @@ def insert_many_sql(connection: Any) -> tuple[str, list[Any]]:
     for, in order: every concrete field of ``JobRun``, from ``_meta``, so a new column
     takes no edit here (its value is the first run's, usually the field's default)."""
     qn = connection.ops.quote_name
-    shared = [field for field in _FIELDS if field.attname not in PER_RUN]
+    shared = [field for field in FIELDS if field.attname not in PER_RUN]
     per_run = [_field(name) for name in PER_RUN]
     values = {field.column: f"%s::{field.db_type(connection)}" for field in shared}
     values.update({field.column: f"r.{qn(field.column)}{_cast_back(field)}" for field in per_run})
     arrays = ", ".join(f"%s::{_array_type(field, connection)}" for field in per_run)
     aliases = ", ".join(qn(field.column) for field in per_run)
-    columns = [field.column for field in _FIELDS]
+    columns = [field.column for field in FIELDS]
     sql = (
         f"INSERT INTO {qn(JobRun._meta.db_table)} ({', '.join(qn(c) for c in columns)})\n"
         f"SELECT {', '.join(values[c] for c in columns)}\n"

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from .. import conf, faults
-from ..db import dialect, flow, postgres
+from ..db import dialect, flow, postgres, postgres_flow
 from ..db.claims import claim, release
 from ..engine.clock import Clock
 from ..models import JobRun
@@ -209,7 +209,7 @@ class Outbox:
         if finish is None and (not limit or not flow.has_limits()):
             return [], False
         if not limit and finish is not None:  # only the outcome: no candidates to read
-            return [], postgres.finish_concurrency(conf.database(), finish, now)
+            return [], postgres_flow.finish_concurrency(conf.database(), finish, now)
         chosen = dialect.of(conf.database())
         assert isinstance(chosen, dialect.Postgres)  # only fused dialects come here
         return chosen.claim_limited_finishing(
