@@ -18,7 +18,7 @@ or what it offers (``fused``, ``listens``), never the connection's vendor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -119,11 +119,9 @@ class Dialect:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
 
-    def finish_concurrency(
-        self, run_id: Any, owner: str, now: datetime, values: dict[str, Any]
-    ) -> bool | None:
-        """Record the outcome ``values`` (``postgres.OUTCOME_COLUMNS``) of a run under a
-        concurrency limit, fenced by ``owner``, and free its slot, in one call; None
+    def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
+        """Record ``finish``, the outcome of a run under a concurrency limit, and free
+        its slot, in one call; None
         where the dialect has no such call (``outcome.write`` then does it in a
         transaction of its own)."""
         return None
@@ -202,7 +200,7 @@ class Postgres(_Locking):
         """Runs under a concurrency limit in one function call (migration 0014:
         ``flow.claim_limited``'s steps in PL/pgSQL, one round trip instead of a
         transaction of six); throttled runs as elsewhere."""
-        return self.claim_limited_finishing(owner, now, lease, queues, limit, clock, None)[0]
+        return self.claim_limited_finishing(owner, now, lease, queues, limit, clock, ())[0]
 
     def claim_limited_finishing(
         self,
@@ -212,13 +210,13 @@ class Postgres(_Locking):
         queues: list[str] | None,
         limit: int,
         clock: Clock | None,
-        finish: postgres.Finish | None,
-    ) -> tuple[list[JobRun], bool]:
-        """``claim_limited``, recording first ``finish``, the outcome of a run under a
-        concurrency limit, in the same call; returns the runs and whether ``finish``
-        was recorded."""
-        claimed, finished, throttled = postgres_flow.claim_concurrency(
-            self.using, owner, now, lease, queues, limit, max(limit, flow.CANDIDATES), finish
+        finishes: Sequence[postgres.Finish],
+    ) -> tuple[list[JobRun], frozenset[Any]]:
+        """``claim_limited``, recording first ``finishes``, outcomes of runs under a
+        concurrency limit, in the same call; returns the runs and the ids of the
+        outcomes recorded."""
+        claimed, recorded, throttled = postgres_flow.claim_concurrency(
+            self.using, owner, now, lease, queues, limit, max(limit, flow.CANDIDATES), finishes
         )
         if len(claimed) < limit and throttled:
             claimed += flow.claim_limited(
@@ -230,14 +228,10 @@ class Postgres(_Locking):
                 clock=clock,
                 throttled_only=True,
             )
-        return claimed, finished
+        return claimed, recorded
 
-    def finish_concurrency(
-        self, run_id: Any, owner: str, now: datetime, values: dict[str, Any]
-    ) -> bool | None:
-        return postgres_flow.finish_concurrency(
-            self.using, postgres.Finish(run_id, owner, values), now
-        )
+    def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
+        return finish.run_id in postgres_flow.finish_concurrency(self.using, [finish], now)
 
     def cut_connection(self) -> None:
         with connections[self.using].cursor() as cursor:  # raises: the server ends it

@@ -1,9 +1,10 @@
 """Flow control in the database: concurrency limits and throttles (SPEC §8).
 
 Runs under a limit carry their keys (computed at enqueue, ``stamp``) and are taken
-only by ``claim_limited``, one key at a time: the claimer locks the key's ``FlowKey``
-row with an UPDATE, which serialises claimers of one key on every database (a row
-lock on PostgreSQL and MariaDB, the single write lock on SQLite), counts the key's
+only by ``claim_limited``, one key at a time: the claimer locks the key (``lock``),
+which serialises claimers of one key on every database (an advisory lock on
+PostgreSQL, the key's ``FlowKey`` row on MariaDB, the single write lock on
+SQLite), counts the key's
 slots, and only then takes the run. A limit is therefore never exceeded, even for a
 moment, whatever the number of workers.
 
@@ -31,6 +32,7 @@ from ..engine.clock import Clock
 from ..exceptions import UnknownJob
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus
 from ..registry import JobDefinition, all_jobs, get_job
+from . import postgres_flow
 
 #: How many candidates one claim looks at before giving up (each costs a transaction).
 CANDIDATES = 8
@@ -181,13 +183,18 @@ def _try(
 
 
 def lock(using: str, job_name: str, kind: str, key: str) -> None:
-    """Lock the ``FlowKey`` row of one key until the transaction ends, creating it.
+    """Lock one key until the transaction ends.
 
-    One upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY UPDATE``):
-    it takes the row's write lock whether or not the row existed, so the first
-    claimers (or enqueuers) of a new key queue up on it instead of deadlocking as two
-    inserts would on MariaDB, and nothing is read before the lock is held.
+    On PostgreSQL a transaction-level advisory lock (``durable_flow_lock``, migration
+    0017), the lock its flow functions take too. Elsewhere the key's ``FlowKey`` row,
+    in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
+    UPDATE``): it takes the row's write lock whether or not the row existed, so the
+    first claimers (or enqueuers) of a new key queue up on it instead of deadlocking
+    as two inserts would on MariaDB, and nothing is read before the lock is held.
     """
+    if connections[using].vendor == "postgresql":  # an advisory lock: no row to write
+        postgres_flow.lock(using, job_name, kind, key)
+        return
     # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
     target = connections[using].features.supports_update_conflicts_with_target
     FlowKey.objects.using(using).bulk_create(

@@ -127,6 +127,9 @@ class Finish:
     run_id: Any
     owner: str
     values: dict[str, Any]
+    #: The run's job and concurrency key: the flow functions lock the key first.
+    job_name: str = ""
+    concurrency_key: str | None = None
 
 
 def available(using: str) -> bool:

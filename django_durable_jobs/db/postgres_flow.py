@@ -1,13 +1,15 @@
-"""The flow-control functions of migration 0014 on PostgreSQL, called: runs under a
-concurrency limit claimed (with the previous one's outcome) and finished, each in one
-call. The statements of runs under no limit are ``postgres``'s."""
+"""The flow-control functions of migration 0017 on PostgreSQL, called: runs under a
+concurrency limit claimed (with the outcomes of earlier ones) and finished, a batch
+in one call. The statements of runs under no limit are ``postgres``'s."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
+from django.db.models import DateTimeField
 
 from ..models import JobRun
 from .postgres import (
@@ -15,7 +17,7 @@ from .postgres import (
     OUTCOME_COLUMNS,
     Finish,
     fast_timestamps,
-    outcome_params,
+    outcome_arrays,
     run_from_row,
 )
 
@@ -31,24 +33,42 @@ def claim_concurrency(
     queues: list[str] | None,
     limit: int,
     candidates: int,
-    finish: Finish | None,
-) -> tuple[list[JobRun], bool, bool]:
-    """Claim up to ``limit`` runs under a concurrency limit (and record ``finish``, the
-    outcome of one, first) with ``durable_claim_concurrency`` (migration 0014); returns
-    the runs, whether ``finish`` was recorded, and whether runnable runs under a
-    throttle were seen among the candidates (``flow.claim_limited`` takes those)."""
+    finishes: Sequence[Finish],
+) -> tuple[list[JobRun], frozenset[Any], bool]:
+    """Claim up to ``limit`` runs under a concurrency limit (and record ``finishes``, the
+    outcomes of such runs, first) with ``durable_claim_concurrency`` (migration 0017);
+    returns the runs, the ids of the outcomes recorded, and whether runnable runs
+    under a throttle were seen among the candidates (``flow.claim_limited`` takes
+    those)."""
     connection = connections[using]
-    outcome: list[Any] = [None] * (2 + len(OUTCOME_COLUMNS))
-    if finish is not None:
-        outcome = [finish.run_id, finish.owner, *outcome_params(finish.values, connection)]
-    params = [now, owner, now + lease, queues, limit, candidates, *outcome]
+    params = [
+        now,
+        owner,
+        now + lease,
+        queues,
+        limit,
+        candidates,
+        *_finish_arrays(finishes, connection),
+    ]
     global _CONCURRENCY_SQL
     if _CONCURRENCY_SQL is None:
         qn = connection.ops.quote_name
         columns = ", ".join(f"(c.run).{qn(str(field.column))}" for field in FIELDS)
+        marks = ", ".join(
+            f"%s::{kind}"
+            for kind in (
+                "timestamptz",
+                "text",
+                "timestamptz",
+                "text[]",
+                "integer",
+                "integer",
+                *ARRAY_TYPES,
+            )
+        )
         _CONCURRENCY_SQL = (
-            f"SELECT c.finished, c.throttled, {columns}, c.claimed_from, c.fresh "
-            f"FROM durable_claim_concurrency({', '.join(['%s'] * len(params))}) AS c"
+            f"SELECT c.recorded, c.throttled, {columns}, c.claimed_from, c.fresh "
+            f"FROM durable_claim_concurrency({marks}) AS c"
         )
     with connection.cursor() as cursor:
         fast_timestamps(connection, cursor)
@@ -56,15 +76,52 @@ def claim_concurrency(
         rows = cursor.fetchall()
     *claimed, flags = rows  # the last row is the flags'
     runs = [run_from_row(using, connection, row[2:]) for row in claimed]
-    return runs, bool(flags[0]), bool(flags[1])
+    return runs, frozenset(flags[0] or ()), bool(flags[1])
 
 
-def finish_concurrency(using: str, finish: Finish, now: datetime) -> bool:
-    """Record ``finish``, the outcome of a run under a concurrency limit, and free its
-    slot, with ``durable_finish_concurrency`` (migration 0014)."""
+def finish_concurrency(using: str, finishes: Sequence[Finish], now: datetime) -> frozenset[Any]:
+    """Record ``finishes``, outcomes of runs under a concurrency limit, and free their
+    slots, with ``durable_finish_concurrency`` (migration 0017): one call for a batch;
+    the ids it recorded."""
     connection = connections[using]
-    params = [finish.run_id, finish.owner, now, *outcome_params(finish.values, connection)]
+    params: list[Any] = [now, *_finish_arrays(finishes, connection)]
+    marks = ", ".join(f"%s::{kind}" for kind in ("timestamptz", *ARRAY_TYPES))
     with connection.cursor() as cursor:
-        marks = ", ".join(["%s"] * len(params))
         cursor.execute(f"SELECT durable_finish_concurrency({marks})", params)
-        return bool(cursor.fetchone()[0])
+        return frozenset(cursor.fetchone()[0] or ())
+
+
+def lock(using: str, job_name: str, kind: str, key: str) -> None:
+    """``flow.lock`` on PostgreSQL: the key's advisory lock until the transaction ends
+    (``durable_flow_lock``, migration 0017), which the flow functions take too."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT durable_flow_lock(%s, %s, %s)", [job_name, kind, key])
+
+
+def _finish_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any]]:
+    """The functions' outcome parameters: ``outcome_arrays``, then each run's job name
+    and concurrency key ('' for none), whose lock is taken before its outcome is
+    written."""
+    return [
+        *outcome_arrays(finishes, connection),
+        [finish.job_name for finish in finishes],
+        [finish.concurrency_key or "" for finish in finishes],
+    ]
+
+
+def _param_type(name: str) -> str:
+    """The function's parameter type for an outcome column (migration 0017): its times
+    are ``timestamptz[]``, everything else travels as ``text[]`` (JSON too)."""
+    field = JobRun._meta.get_field(name)
+    return "timestamptz[]" if isinstance(field, DateTimeField) else "text[]"
+
+
+#: The types of the outcome arrays, as the functions declare them (``_finish_arrays``'
+#: order: the outcome columns, then the ids, lease owners, job names and keys).
+ARRAY_TYPES = (
+    *(_param_type(name) for name in OUTCOME_COLUMNS),
+    "uuid[]",
+    "text[]",
+    "text[]",
+    "text[]",
+)

@@ -21,8 +21,8 @@ from ..db import dialect, flow, postgres, postgres_flow
 from ..db.claims import claim, release
 from ..engine.clock import Clock
 from ..models import JobRun
-from .outcome import UNSTORABLE, Executed, Pending, plain, settle
-from .recording import log_outcome, record, record_all, record_together, refused, settle_all
+from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of
+from .recording import record, record_all, record_together, refused, settle_all
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -38,7 +38,7 @@ class Outbox:
         #: The outcome of the run executed last, not written yet.
         self.pending: Pending | None = None
         #: Earlier outcomes of the same batch, held to be written with ``pending`` in
-        #: one statement (plain outcomes only, and not for long: see ``hold``).
+        #: one call (``batchable`` outcomes only, and not for long: see ``hold``).
         self.held: list[Pending] = []
         self._held_since = 0.0
         #: What the last outcome written came to (None: not written, or none yet).
@@ -51,13 +51,14 @@ class Outbox:
         """Keep ``pending`` unwritten while the worker starts the next run of its batch,
         to write it with the batch's next claim (one statement and one commit for the
         batch's outcomes instead of one per run); False if it must be written first:
-        it enqueues a handler or frees a concurrency slot (``plain``), too many are
-        held, or the first was held ``HOLD_FOR`` ago (the runs have stopped being
-        quick: the outcomes are not kept from their watchers)."""
+        it enqueues a handler, or frees a concurrency slot where that takes a
+        transaction of its own (``batchable``), too many are held, or the first was
+        held ``HOLD_FOR`` ago (the runs have stopped being quick: the outcomes are not
+        kept from their watchers, nor the slots from the held runs)."""
         pending = self.pending
         if pending is None:
             return True
-        if not plain(pending) or len(self.held) >= MAX_HELD:
+        if not batchable(pending, self._fused_db()) or len(self.held) >= MAX_HELD:
             return False
         if self.held and time.monotonic() - self._held_since > HOLD_FOR:
             return False
@@ -66,6 +67,9 @@ class Outbox:
         self.held.append(pending)
         self.pending = None
         return True
+
+    def _fused_db(self) -> bool:
+        return dialect.of(conf.database()).fused
 
     def record_and_claim(
         self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
@@ -76,16 +80,16 @@ class Outbox:
         under the owner that still holds their lease.
 
         Runs under a flow-control limit are claimed first (``flow.claim_limited`` locks
-        their key); on PostgreSQL the outcome of a run that held a concurrency slot is
-        written by that call, other outcomes by the claim's statement, and one that
-        starts an ``on_failure`` handler on its own (``Pending.fused``)."""
+        their key); on PostgreSQL the outcomes of runs that held a concurrency slot
+        are written by that call, other outcomes by the claim's statement, and one
+        that starts an ``on_failure`` handler on its own (``Pending.fused``)."""
         using = conf.database()
         self.settled = None
         pendings = [*self.held, *([pending] if pending is not None else [])]
         if pendings:
             faults.hit("outcome.before", using)
         fused = dialect.of(using).fused
-        if len(pendings) > 1 and not plain(pendings[-1]):  # the held ones first, together
+        if len(pendings) > 1 and not batchable(pendings[-1], fused):  # the held first, together
             self._record_apart(pendings[:-1])
             pendings = pendings[-1:]
         if pendings and not (fused and all(p.fused for p in pendings)):
@@ -132,31 +136,29 @@ class Outbox:
         self, pendings: list[Pending], owner: str, now: datetime, limit: int, using: str
     ) -> tuple[list[JobRun], frozenset[Any], list[Pending]] | None:
         """PostgreSQL: claim (and record ``pendings``) in as few calls as can be. Runs
-        under a limit are asked for only when the last claim saw some due
-        (``limited_waiting``) or the outcome frees a concurrency slot (then that call
-        records it: such an outcome is never held, so it comes alone); otherwise one
-        statement claims and records. Returns the runs, the ids of the runs the claim
-        recorded, and the outcomes still to be settled; None if the database refused
-        an outcome (then kept in short form, or each recorded on its own)."""
-        finishes = [postgres.Finish(p.run.pk, self.owner, p.outcome_values()) for p in pendings]
+        under a limit are asked for when the last claim saw some due
+        (``limited_waiting``) or outcomes free concurrency slots (that call records
+        them, all in one); otherwise one statement claims and records the rest.
+        Returns the runs, the ids of the runs the claim recorded, and the outcomes
+        still to be settled; None if the database refused an outcome (then kept in
+        short form, or each recorded on its own)."""
+        limited = [p for p in pendings if p.frees_slot]
+        pendings = [p for p in pendings if not p.frees_slot]
         runs: list[JobRun] = []
         recorded: frozenset[Any] = frozenset()
-        frees = len(pendings) == 1 and pendings[0].frees_slot
-        if frees or (limit and self.limited_waiting):
+        if limited or (limit and self.limited_waiting):
             try:
-                runs, done = self._claim_limited(owner, now, limit, finishes[0] if frees else None)
-            except UNSTORABLE as exc:
-                if not frees:
+                runs, done = self._claim_limited(owner, now, limit, self._finishes(limited))
+            except UNSTORABLE:
+                if not limited:
                     raise
-                self.pending = refused(pendings[0], exc)
+                self._record_apart(limited)  # which one? each on its own, in short if need be
                 return None
-            if frees:
-                # Recorded (or refused) with the limited claim: settle it now, a later
-                # statement may raise.
+            if limited:
+                # Recorded (or refused) with the limited claim: settle them now, a
+                # later statement may raise.
                 faults.hit("outcome.after", using)
-                self.settled = settle(pendings[0], done, self.owner)
-                log_outcome(pendings[0].run, self.settled)
-                pendings, self.pending = [], None
+                self._settle(limited, done)
         if runs and pendings:
             try:
                 self._record_apart(pendings)
@@ -177,13 +179,14 @@ class Outbox:
                     self.lease,
                     self.queues,
                     limit,
-                    finishes if pendings else (),
+                    self._finishes(pendings),
                     look_for_limited=looking,
                 )
             except UNSTORABLE as exc:
                 if not pendings:
                     raise
                 if len(pendings) == 1:  # written in short, with the next claim
+                    self.held = [p for p in self.held if p is not pendings[0]]
                     self.pending = refused(pendings[0], exc)
                 else:  # which one? each on its own, in short if need be
                     self._record_apart(pendings)
@@ -191,8 +194,21 @@ class Outbox:
             runs, recorded = claimed.runs, claimed.recorded
             self.limited_waiting = bool(claimed.limited_waiting)
             if not runs and limit and self.limited_waiting and not pendings:
-                runs = self._claim_limited(owner, now, limit, None)[0]  # due since the last look
+                runs = self._claim_limited(owner, now, limit, ())[0]  # due since the last look
         return runs, recorded, pendings
+
+    def _finishes(self, pendings: list[Pending]) -> list[postgres.Finish]:
+        return [finish_of(p, self.owner) for p in pendings]
+
+    def _settle(self, pendings: list[Pending], recorded: frozenset[Any]) -> None:
+        """Settle ``pendings``, written (or refused: not in ``recorded``) under
+        ``self.owner``, and let go of them."""
+        written = [(p, self.owner) for p in pendings]
+        for executed in settle_all(written, [p.run.pk in recorded for p in pendings]):
+            self.settled = executed
+        self.held = [p for p in self.held if not any(p is q for q in pendings)]
+        if any(self.pending is q for q in pendings):
+            self.pending = None
 
     def write(self, pending: Pending, now: datetime) -> Executed | None:
         """Write ``pending`` now, the way the worker does, without claiming another run
@@ -202,18 +218,18 @@ class Outbox:
         return self.settled
 
     def _claim_limited(
-        self, owner: str, now: datetime, limit: int, finish: postgres.Finish | None
-    ) -> tuple[list[JobRun], bool]:
-        """Runs under a limit (PostgreSQL: with ``finish``, the outcome of a run that
-        held a concurrency slot, in the same call); and whether ``finish`` was recorded."""
-        if finish is None and (not limit or not flow.has_limits()):
-            return [], False
-        if not limit and finish is not None:  # only the outcome: no candidates to read
-            return [], postgres_flow.finish_concurrency(conf.database(), finish, now)
+        self, owner: str, now: datetime, limit: int, finishes: list[postgres.Finish] | tuple[()]
+    ) -> tuple[list[JobRun], frozenset[Any]]:
+        """Runs under a limit (PostgreSQL: with ``finishes``, the outcomes of runs that
+        held a concurrency slot, in the same call); and the ids of those recorded."""
+        if not finishes and (not limit or not flow.has_limits()):
+            return [], frozenset()
+        if not limit:  # only the outcomes: no candidates to read
+            return [], postgres_flow.finish_concurrency(conf.database(), finishes, now)
         chosen = dialect.of(conf.database())
         assert isinstance(chosen, dialect.Postgres)  # only fused dialects come here
         return chosen.claim_limited_finishing(
-            owner, now, self.lease, self.queues, limit, self.clock, finish
+            owner, now, self.lease, self.queues, limit, self.clock, finishes
         )
 
     def flush(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DataError, transaction
 
 from .. import conf, signals
-from ..db import dialect, flow
+from ..db import dialect, flow, postgres
 from ..db.postgres import OUTCOME_COLUMNS
 from ..engine.attempt import Failed, Outcome, Succeeded, Suspended
 from ..engine.records import RecordedStep
@@ -80,6 +80,23 @@ def plain(pending: Pending) -> bool:
     no concurrency slot, and is not the short form of a refused one (which is
     written on its own)."""
     return pending.fused and not pending.frees_slot and not pending.short
+
+
+def finish_of(pending: Pending, owner: str) -> postgres.Finish:
+    """``pending`` as PostgreSQL's claim and flow functions write it, fenced by ``owner``."""
+    run = pending.run
+    return postgres.Finish(
+        run.pk, owner, pending.outcome_values(), run.job_name, run.concurrency_key
+    )
+
+
+def batchable(pending: Pending, fused: bool) -> bool:
+    """An outcome that may wait for the rest of its batch, to be written with them:
+    a ``plain`` one; on a database with the flow functions (``fused``: PostgreSQL)
+    also one that frees a concurrency slot, which the batch's limited outcomes then
+    free in one call (``durable_finish_concurrency``). Its slot stays taken until
+    then (``Outbox.HOLD_FOR`` at most): a limit is never exceeded, only freed late."""
+    return plain(pending) or (fused and pending.fused and pending.frees_slot and not pending.short)
 
 
 _FUSED = {*OUTCOME_COLUMNS, "lease_owner", "lease_expires_at"}
@@ -176,9 +193,7 @@ def write(pending: Pending, owner: str | None) -> bool:
         return bool(rows.update(**pending.changes))
     if owner is not None and set(pending.changes) <= _FUSED and not _starts_handler(pending):
         # A slot to free and nothing else: one call where the dialect has one.
-        done = dialect.of(using).finish_concurrency(
-            run.pk, owner, pending.now, pending.outcome_values()
-        )
+        done = dialect.of(using).finish_concurrency(finish_of(pending, owner), pending.now)
         if done is not None:
             return done
     with transaction.atomic(using=using):

@@ -12,15 +12,16 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import DatabaseError, transaction
 
 from .. import conf
-from ..db import dialect, postgres
+from ..db import dialect, postgres, postgres_flow
 from ..engine.serialization import error_line
 from ..models import JobRun
 from .health import close_broken_connections
-from .outcome import UNSTORABLE, Executed, Pending, plain, settle, shorten, write
+from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of, settle, shorten, write
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -97,18 +98,27 @@ def settle_all(outcomes: Sequence[tuple[Pending, str]], written: Sequence[bool])
 
 def write_all(outcomes: Sequence[tuple[Pending, str]]) -> list[bool]:
     """Write ``outcomes`` (each fenced by its owner) and say which were recorded: on
-    PostgreSQL plain outcomes in one statement (the claim's, claiming nothing), else
-    one statement each in one transaction."""
+    PostgreSQL ``batchable`` ones in one statement (the claim's, claiming nothing) and
+    one call of the flow function (the outcomes of runs under a concurrency limit),
+    else one statement each, in one transaction."""
     using = conf.database()
-    if dialect.of(using).fused and all(plain(pending) for pending, _ in outcomes):
-        finishes = [
-            postgres.Finish(pending.run.pk, owner, pending.outcome_values())
-            for pending, owner in outcomes
-        ]
-        recorded = postgres.finish(using, finishes, outcomes[-1][0].now)
+    if dialect.of(using).fused and all(batchable(pending, True) for pending, _ in outcomes):
+        limited = [(p, owner) for p, owner in outcomes if p.frees_slot]
+        others = [(p, owner) for p, owner in outcomes if not p.frees_slot]
+        now = outcomes[-1][0].now
+        recorded: frozenset[Any] = frozenset()
+        with transaction.atomic(using=using):
+            if limited:
+                recorded |= postgres_flow.finish_concurrency(using, _finishes(limited), now)
+            if others:
+                recorded |= postgres.finish(using, _finishes(others), now)
         return [pending.run.pk in recorded for pending, _ in outcomes]
     with transaction.atomic(using=using):
         return [write(pending, owner) for pending, owner in outcomes]
+
+
+def _finishes(outcomes: Sequence[tuple[Pending, str]]) -> list[postgres.Finish]:
+    return [finish_of(p, owner) for p, owner in outcomes]
 
 
 def record_patiently(pending: Pending, owner: str, tries: int = 3) -> None:

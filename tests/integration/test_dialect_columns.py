@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from django_durable_jobs.db import postgres, store
+from django_durable_jobs.db.postgres_flow import ARRAY_TYPES
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep, StepStatus
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
@@ -88,12 +89,16 @@ def test_the_claim_returns_every_run_column_and_records_an_outcome() -> None:
 
 @needs_postgres
 def test_the_finish_function_takes_the_outcome_columns_in_order() -> None:
-    # durable_finish_concurrency (migration 0014) lists the outcome's columns by hand:
-    # a column added to OUTCOME_COLUMNS must be added there too.
+    # durable_finish_concurrency (migration 0017) lists the outcome's columns by hand,
+    # in the order of db.postgres.outcome_arrays: a column added to OUTCOME_COLUMNS
+    # must be added there too, with the type postgres_flow sends it as.
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT proargnames FROM pg_proc WHERE proname = 'durable_finish_concurrency'"
+            "SELECT proargnames, proargtypes::regtype[]::text[] FROM pg_proc"
+            " WHERE proname = 'durable_finish_concurrency'"
         )
-        [(names,)] = cursor.fetchall()
-    assert names[:3] == ["p_id", "p_owner", "p_now"]
-    assert names[3:] == [f"p_{name}" for name in postgres.OUTCOME_COLUMNS]
+        [(names, types)] = cursor.fetchall()
+    columns = [f"p_{name}" for name in postgres.OUTCOME_COLUMNS]
+    assert names == ["p_now", *columns, "p_ids", "p_owners", "p_jobs", "p_keys"]
+    sent = [kind.replace("timestamptz", "timestamp with time zone") for kind in ARRAY_TYPES]
+    assert types == ["timestamp with time zone", *sent]

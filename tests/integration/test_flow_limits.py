@@ -270,6 +270,33 @@ def test_interleaved_claimers_never_exceed_a_limit(clock: FakeClock) -> None:
     assert JobRun.objects.filter(status=RunStatus.RUNNING).count() == 1
 
 
+@pytest.mark.postgres(reason="the advisory locks of migration 0017")
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_leaves_a_key_another_worker_holds_to_it(clock: FakeClock) -> None:
+    """A claimer that waited for a key another transaction holds could wait for a
+    worker that waits for one of its own keys: it moves on to the other keys."""
+    import psycopg
+
+    busy = flow_jobs.one_per_key.enqueue("busy")
+    free = flow_jobs.one_per_key.enqueue("free")
+    connection = connections["default"]
+    with connection.cursor() as cursor:
+        cursor.execute("SET lock_timeout = '5s'")  # a wait for the lock raises
+    params = connection.get_connection_params()
+    other = psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"})
+    try:
+        with other.transaction():
+            other.execute("SELECT durable_flow_lock(%s, 'concurrency', 'busy')", [busy.job_name])
+            taken = claim("w1", now=clock.now(), lease=LEASE, limit=5)
+            assert [run.pk for run in taken] == [free.pk]
+        taken = claim("w2", now=clock.now(), lease=LEASE, limit=5)  # the key is free now
+        assert [run.pk for run in taken] == [busy.pk]
+    finally:
+        other.close()
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+
+
 def test_the_admin_run_page_says_why_a_run_is_held(clock: FakeClock, admin_client: Any) -> None:
     for _ in range(2):
         flow_jobs.per_customer.enqueue(42)

@@ -1,5 +1,5 @@
 """The plans of the statements inside PostgreSQL's limited claim (migrations 0014,
-0016): read with auto_explain, whose nested-statement plans come back as notices."""
+0016, 0017): read with auto_explain, whose nested-statement plans come back as notices."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_durable_jobs.db import dialect
+from django_durable_jobs.db import dialect, postgres, postgres_flow
 from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.models import JobRun
 from tests.testapp import flow_jobs
 
 pytestmark = pytest.mark.postgres(reason="the PL/pgSQL claim of runs under a limit")
@@ -48,12 +49,21 @@ def _nested_plans(call: Any) -> list[str]:
     return plans
 
 
+#: How a key's runs are compared in the functions' statements (migration 0017).
+_BY_KEY = re.compile(r"r\.concurrency_key (= \w+\.concurrency_key|IS NULL)")
+
+
 @pytest.mark.django_db(transaction=True)
-def test_the_limited_claim_finds_a_keys_best_run_through_the_key_index(clock: FakeClock) -> None:
-    """Before 0016 the key was compared with IS NOT DISTINCT FROM, which no index
-    serves: the best run of a key was found by reading every runnable limited run of
-    the job (the flow benchmark's limited claim slowed down as its backlog grew)."""
-    for n in range(KEYS):
+@pytest.mark.parametrize("cache_mode", ["auto", "force_generic_plan"])
+def test_every_statement_on_one_key_reads_it_through_an_index(
+    clock: FakeClock, cache_mode: str
+) -> None:
+    """PL/pgSQL caches a generic plan of each statement after a few calls. Before 0017
+    the key was compared as ``= key OR (key IS NULL AND column IS NULL)``, whose
+    generic plan read every limited run of the job to count one key's slots
+    (``Rows Removed by Filter: 10000`` behind the flow benchmark's 10,000 keys)."""
+    for n in range(KEYS):  # two runs a key: the second is held while the first runs
+        flow_jobs.one_per_key.enqueue(f"k{n}")
         flow_jobs.one_per_key.enqueue(f"k{n}")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE django_durable_jobs_jobrun")
@@ -61,19 +71,48 @@ def test_the_limited_claim_finds_a_keys_best_run_through_the_key_index(clock: Fa
     chosen = dialect.of("default")
     assert isinstance(chosen, dialect.Postgres)
     claimed: list[Any] = []
+    recorded: list[Any] = []
 
-    def claim() -> None:
-        runs, _ = chosen.claim_limited_finishing(
-            "w-plans", clock.now(), timedelta(seconds=30), None, 1, clock, None
-        )
-        claimed.extend(runs)
+    def claim_then_finish() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET plan_cache_mode = {cache_mode}")
+        for _ in range(8):  # more calls than the five PL/pgSQL plans for each call
+            runs, _ = chosen.claim_limited_finishing(
+                "w-plans", clock.now(), timedelta(seconds=30), None, 4, clock, ()
+            )
+            claimed.extend(runs)
+        finishes = [
+            postgres.Finish(
+                run.pk,
+                "w-plans",
+                {**_values(run), "status": "succeeded"},
+                run.job_name,
+                run.concurrency_key,
+            )
+            for run in claimed
+        ]
+        recorded.extend(postgres_flow.finish_concurrency("default", finishes, clock.now()))
 
-    plans = _nested_plans(claim)
-    assert len(claimed) == 1
-    best = [plan for plan in plans if "SKIP LOCKED" in plan and "concurrency_key" in plan]
-    assert best, plans
-    for plan in best:
-        index_conditions = [line for line in plan.splitlines() if "Index Cond" in line]
-        assert any("concurrency_key" in line for line in index_conditions), plan
+    plans = _nested_plans(claim_then_finish)
+    assert len(claimed) == 32 and len({run.concurrency_key for run in claimed}) == 32
+    assert set(recorded) == {run.pk for run in claimed}
+    held = JobRun.objects.filter(wake_at__isnull=True, status="queued").count()
+    assert held == 0  # each finish let its key's held run go
+    on_one_key = [plan for plan in plans if _BY_KEY.search(plan)]
+    kinds = {_BY_KEY.search(plan)[0] for plan in on_one_key}  # type: ignore[index]
+    assert kinds == {
+        "r.concurrency_key = cand.concurrency_key",
+        "r.concurrency_key = done_run.concurrency_key",
+    }
+    assert len(on_one_key) >= 32 * 3, len(on_one_key)  # best run, slots, hold; next held
+    for plan in on_one_key:
+        # Through an index: the key's, or for its slots that of the running runs
+        # (the planner may take it while few runs are running: at most the 32 this
+        # test claimed), never through the backlog of the other keys' 600 runs.
+        assert "Index Cond" in plan, plan
         removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
-        assert sum(removed) < 10, plan  # not the other keys' runs
+        assert sum(removed) < len(claimed) + 5, plan
+
+
+def _values(run: JobRun) -> dict[str, Any]:
+    return {name: getattr(run, name) for name in postgres.OUTCOME_COLUMNS}
