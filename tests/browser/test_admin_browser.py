@@ -109,13 +109,28 @@ def click_and_load(browser: Any, element: Any) -> None:
     """Click something that loads a new page and wait until the old page is gone: a
     find_element straight after a click may otherwise find the old page's element
     (then stale by the time it is read)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.wait import WebDriverWait
 
     old = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(old))
+
+    def gone(_: Any) -> bool:
+        # Selenium's staleness_of, plus chromedriver's other word for it: asked about
+        # a node while the new document replaces the old, it may answer "Node with
+        # given id does not belong to the document" instead of a stale reference.
+        try:
+            old.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    WebDriverWait(browser, 30).until(gone)
 
 
 def log_in(browser: Any, live_server: Any, django_user_model: Any) -> None:
