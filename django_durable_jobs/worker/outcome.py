@@ -96,7 +96,7 @@ def batchable(pending: Pending, fused: bool) -> bool:
     also one that frees a concurrency slot, which the batch's limited outcomes then
     free in one call (``durable_finish_concurrency``). Its slot stays taken until
     then (``Outbox.HOLD_FOR`` at most): a limit is never exceeded, only freed late."""
-    return plain(pending) or (fused and pending.fused and pending.frees_slot and not pending.short)
+    return pending.fused and not pending.short and (fused or not pending.frees_slot)
 
 
 _FUSED = {*OUTCOME_COLUMNS, "lease_owner", "lease_expires_at"}
@@ -191,7 +191,7 @@ def write(pending: Pending, owner: str | None) -> bool:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
     if not writes_alone(pending):
         return bool(rows.update(**pending.changes))
-    if owner is not None and set(pending.changes) <= _FUSED and not _starts_handler(pending):
+    if owner is not None and pending.fused:
         # A slot to free and nothing else: one call where the dialect has one.
         done = dialect.of(using).finish_concurrency(finish_of(pending, owner), pending.now)
         if done is not None:
