@@ -121,9 +121,8 @@ class Dialect:
 
     def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
         """Record ``finish``, the outcome of a run under a concurrency limit, and free
-        its slot, in one call; None
-        where the dialect has no such call (``outcome.write`` then does it in a
-        transaction of its own)."""
+        its slot, in one call; None where the dialect has no such call
+        (``outcome.write`` then does it in a transaction of its own)."""
         return None
 
     def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
@@ -197,7 +196,7 @@ class Postgres(_Locking):
         limit: int,
         clock: Clock | None,
     ) -> list[JobRun]:
-        """Runs under a concurrency limit in one function call (migration 0014:
+        """Runs under a concurrency limit in one function call (migration 0017:
         ``flow.claim_limited``'s steps in PL/pgSQL, one round trip instead of a
         transaction of six); throttled runs as elsewhere."""
         return self.claim_limited_finishing(owner, now, lease, queues, limit, clock, ())[0]

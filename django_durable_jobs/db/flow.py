@@ -117,7 +117,7 @@ def claim_limited(
     return claimed
 
 
-#: (job name, kind, key): one ``FlowKey`` row.
+#: (job name, kind, key): one key, and one lock (``lock``).
 KeyId = tuple[str, str, str]
 
 
@@ -192,6 +192,7 @@ def lock(using: str, job_name: str, kind: str, key: str) -> None:
     first claimers (or enqueuers) of a new key queue up on it instead of deadlocking
     as two inserts would on MariaDB, and nothing is read before the lock is held.
     """
+    # By vendor, not by ``dialect`` (which imports this module: no cycle, test_layers).
     if connections[using].vendor == "postgresql":  # an advisory lock: no row to write
         postgres_flow.lock(using, job_name, kind, key)
         return

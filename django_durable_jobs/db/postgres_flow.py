@@ -54,21 +54,10 @@ def claim_concurrency(
     if _CONCURRENCY_SQL is None:
         qn = connection.ops.quote_name
         columns = ", ".join(f"(c.run).{qn(str(field.column))}" for field in FIELDS)
-        marks = ", ".join(
-            f"%s::{kind}"
-            for kind in (
-                "timestamptz",
-                "text",
-                "timestamptz",
-                "text[]",
-                "integer",
-                "integer",
-                *ARRAY_TYPES,
-            )
-        )
+        heads = ("timestamptz", "text", "timestamptz", "text[]", "integer", "integer")
         _CONCURRENCY_SQL = (
             f"SELECT c.recorded, c.throttled, {columns}, c.claimed_from, c.fresh "
-            f"FROM durable_claim_concurrency({marks}) AS c"
+            f"FROM durable_claim_concurrency({_marks(*heads, *ARRAY_TYPES)}) AS c"
         )
     with connection.cursor() as cursor:
         fast_timestamps(connection, cursor)
@@ -85,9 +74,10 @@ def finish_concurrency(using: str, finishes: Sequence[Finish], now: datetime) ->
     the ids it recorded."""
     connection = connections[using]
     params: list[Any] = [now, *_finish_arrays(finishes, connection)]
-    marks = ", ".join(f"%s::{kind}" for kind in ("timestamptz", *ARRAY_TYPES))
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT durable_finish_concurrency({marks})", params)
+        cursor.execute(
+            f"SELECT durable_finish_concurrency({_marks('timestamptz', *ARRAY_TYPES)})", params
+        )
         return frozenset(cursor.fetchone()[0] or ())
 
 
@@ -107,6 +97,12 @@ def _finish_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any
         [finish.job_name for finish in finishes],
         [finish.concurrency_key or "" for finish in finishes],
     ]
+
+
+def _marks(*types: str) -> str:
+    """Placeholders cast to the functions' parameter types (which then need no
+    guessing from the values: an array of NULLs, say)."""
+    return ", ".join(f"%s::{kind}" for kind in types)
 
 
 def _param_type(name: str) -> str:

@@ -281,21 +281,15 @@ SIGNATURES = (
 )
 
 
-def _tables(apps: Any, schema_editor: Any) -> tuple[str, str]:
-    quote = schema_editor.quote_name
-    runs = quote(apps.get_model("django_durable_jobs", "JobRun")._meta.db_table)
-    keys = quote(apps.get_model("django_durable_jobs", "FlowKey")._meta.db_table)
-    return runs, keys
-
-
 def forwards(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     for signature in first.SIGNATURES:  # 0016's, which took one outcome
         schema_editor.execute(f"DROP FUNCTION IF EXISTS {signature}")
-    runs, keys = _tables(apps, schema_editor)
+    # The key locks are advisory: no table but the runs'.
+    runs = schema_editor.quote_name(apps.get_model("django_durable_jobs", "JobRun")._meta.db_table)
     for function in (LOCKS, FINISH, CLAIM):
-        schema_editor.execute(function.replace("{runs}", runs).replace("{keys}", keys))
+        schema_editor.execute(function.replace("{runs}", runs))
 
 
 def backwards(apps: Any, schema_editor: Any) -> None:
