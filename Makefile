@@ -1,7 +1,8 @@
 # Build and test toolchain. `make test` is what CI runs (via .ci/run).
 #
 #   make test                     lint + Django checks + pytest, every leg: every tier on
-#                                 SQLite, the database tiers on PostgreSQL and MariaDB
+#                                 SQLite (browser: last leg only), the database tiers on
+#                                 PostgreSQL and MariaDB
 #   make test LEGS=py312-dj61     one leg only
 #   make test MARKERS=unit        one tier (unit, integration, processes, browser) or any
 #                                 marker expression: "integration and not slow"
@@ -23,6 +24,12 @@ PYTEST_ARGS ?=
 # queries integration tests cover on every database through the test client.
 ALL_TIERS := unit or integration or processes or browser
 DATABASE_TIERS := integration or processes
+# The browser tier runs on the last leg of LEGS only: its pages are ours (templates,
+# CSS, script), which no Python or Django version changes, and the admin's HTML they
+# sit in is checked on every leg by integration tests through the test client. It is
+# the slowest tier for its size (a Chromium each), and CI has a time limit.
+LAST_LEG := $(lastword $(LEGS))
+SQLITE_TIERS = $(if $(filter $(LEG),$(LAST_LEG)),$(ALL_TIERS),unit or integration or processes)
 # Narrows every suite (a marker expression); a suite it leaves empty passes.
 MARKERS ?=
 # Test processes per suite (pytest-xdist; each gets its own test database). Most of the
@@ -65,7 +72,7 @@ test-leg: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --fail-level WARNING
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django makemigrations --check --dry-run
 	@echo "== $(LEG) / sqlite =="
-	$(CLEAN_ENV) $(call pytest,$(ALL_TIERS))
+	$(CLEAN_ENV) $(call pytest,$(SQLITE_TIERS))
 	@echo "== $(LEG) / mariadb checks =="
 	@# The database checks (W030: unapplied migrations) read the database: migrate it first.
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py migrate --noinput -v 0
