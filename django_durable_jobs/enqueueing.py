@@ -72,11 +72,15 @@ def enqueue_job(
     outcome = "new"
     if gates.gated(job):
         run, outcome = gates.save_gated(run, job, now, db)
-    elif run.idempotency_key is None:
-        run.save(using=db, force_insert=True)
     else:
-        JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
-        run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=run.idempotency_key)
+        held = flow.hold_saturated(db, [run], now)
+        if run.idempotency_key is None:
+            run.save(using=db, force_insert=True)
+        else:
+            JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
+            key = run.idempotency_key
+            run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=key)
+        flow.let_go_after_commit(db, job.name, held, run.concurrency_limit or 0)
     if outcome == "new" and job.cancel_on:
         gates.add_cancel_keys(run, job, clean_args, clean_kwargs, db)
     if outcome == "skipped":
@@ -140,7 +144,10 @@ def enqueue_many_job(
         dialect.of(using).insert_runs(runs, batch_size)
         created = runs
     else:
+        held = flow.hold_saturated(using, runs, now)
         created = JobRun.objects.using(using).bulk_create(runs, batch_size=batch_size)
+        limit = job.concurrency.limit if job.concurrency is not None else 0
+        flow.let_go_after_commit(using, job.name, held, limit)
     for run in created:
         signals.run_enqueued.send(sender=JobRun, run=run)
     return created

@@ -22,13 +22,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import (
-    Q,
-)
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from .. import conf
-from ..engine.clock import Clock
+from ..engine.clock import Clock, current
 from ..exceptions import UnknownJob
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus
 from ..registry import JobDefinition, all_jobs, get_job
@@ -280,6 +278,76 @@ def _unhold(runs: JobRunQuerySet, job_name: str, key: str | None, count: int, no
     return waiting.filter(id__in=ids).update(wake_at=now)
 
 
+#: Keys per slot-count query in ``hold_saturated`` (under SQLite's parameter limit).
+_KEYS_PER_QUERY = 500
+
+
+def hold_saturated(using: str, runs: Sequence[JobRun], now: datetime) -> set[str | None]:
+    """Write as held the new ``runs`` (of one job, not yet saved) whose concurrency key
+    has every slot taken, instead of letting each claim find them due and hold them:
+    a backlog enqueued behind a running run costs the claim nothing, and 10,000 runs
+    held later by one claim were 10,000 row versions more (0.3 s on PostgreSQL).
+
+    Due runs only (not scheduled for later), under a concurrency limit and no
+    throttle, as ``hold`` would hold them. Read without the key's lock (taking it
+    here would hold it until the caller's transaction commits, and a worker that
+    records an outcome of the key waits for that lock): returns the keys it held
+    runs of, for ``let_go_after_commit``, which rechecks them under the lock.
+    """
+    due = [
+        run
+        for run in runs
+        if run.concurrency_limit is not None
+        and run.throttle_limit is None
+        and run.wake_at is not None
+        and run.wake_at <= now
+    ]
+    if not due:
+        return set()
+    job_name, most = due[0].job_name, due[0].concurrency_limit or 0
+    taken = JobRun.objects.using(using).filter(_holds_slot(now), job_name=job_name)
+    if not taken.exists():  # nothing of the job runs: every key is free (one probe)
+        return set()
+    keys = list({run.concurrency_key for run in due})
+    counts: dict[str | None, int] = {}
+    for start in range(0, len(keys), _KEYS_PER_QUERY):
+        chunk = keys[start : start + _KEYS_PER_QUERY]
+        named = [key for key in chunk if key is not None]
+        which = Q(concurrency_key__in=named)
+        if len(named) < len(chunk):
+            which |= Q(concurrency_key__isnull=True)
+        rows = taken.filter(which).values("concurrency_key").annotate(n=Count("id"))
+        counts.update((row["concurrency_key"], row["n"]) for row in rows.order_by())
+    full = {key for key, n in counts.items() if n >= most}
+    for run in due:
+        if run.concurrency_key in full:
+            run.wake_at = None
+    return full
+
+
+def let_go_after_commit(using: str, job_name: str, keys: set[str | None], most: int) -> None:
+    """Once the caller's transaction commits, let held runs of ``keys`` go whose key
+    has free slots: a slot freed between ``hold_saturated``'s count and the commit was
+    freed by a worker that could not see the runs held then."""
+
+    def recheck() -> None:
+        now = current().now()
+        for key in keys:
+            _let_go_free(using, job_name, key, most, now)
+
+    if keys:
+        transaction.on_commit(recheck, using=using)
+
+
+def _let_go_free(using: str, job_name: str, key: str | None, most: int, now: datetime) -> int:
+    """Under the key's lock, let as many held runs of the key go as it has free slots."""
+    runs = JobRun.objects.using(using)
+    with transaction.atomic(using=using):
+        lock(using, job_name, "concurrency", key or "")
+        free = _free(runs, job_name, key, most, now)
+        return _unhold(runs, job_name, key, free, now) if free > 0 else 0
+
+
 def unhold_stranded(*, now: datetime, limit: int = 100) -> int:
     """Let held runs go whose key has free slots though no running run will free one
     (e.g. the run that held the slot was requeued after its worker died, then
@@ -298,13 +366,8 @@ def unhold_stranded(*, now: datetime, limit: int = 100) -> int:
     )
     freed = 0
     for job_name, key, most in list(keys):
-        if _free(runs, job_name, key, most or 0, now) <= 0:
-            continue
-        with transaction.atomic(using=using):
-            lock(using, job_name, "concurrency", key or "")
-            free = _free(runs, job_name, key, most or 0, now)
-            if free > 0:
-                freed += _unhold(runs, job_name, key, free, now)
+        if _free(runs, job_name, key, most or 0, now) > 0:  # before any lock: most have none
+            freed += _let_go_free(using, job_name, key, most or 0, now)
     return freed
 
 

@@ -198,6 +198,60 @@ def test_jobs_show_says_why_a_run_is_held(clock: FakeClock, capsys: Any) -> None
     )
 
 
+# -- held at enqueue ----------------------------------------------------------------------
+
+
+def test_runs_enqueued_behind_taken_slots_are_held_at_enqueue(
+    clock: FakeClock, django_capture_on_commit_callbacks: Any
+) -> None:
+    flow_jobs.one_per_key.enqueue("k")
+    [running] = claim("w", now=clock.now(), lease=LEASE)
+    clock.advance(timedelta(milliseconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        behind = flow_jobs.one_per_key.enqueue("k")
+        free = flow_jobs.one_per_key.enqueue("other")
+        many = flow_jobs.one_per_key.enqueue_many([("k",), ("ünï",), ("k",)])
+    wake = dict(JobRun.objects.filter(status=RunStatus.QUEUED).values_list("id", "wake_at"))
+    assert wake[behind.pk] is None and wake[many[0].pk] is None and wake[many[2].pk] is None
+    assert wake[free.pk] == clock.now() and wake[many[1].pk] is not None
+    held = JobRun.objects.get(pk=behind.pk)
+    assert flow.held_reason(held, clock.now()) == "held by concurrency key=k (1/1 running)"
+    # Nothing was let go at the commit: the slot is still taken.
+    assert {r.pk for r in claim("w", now=clock.now(), lease=LEASE, limit=10)} == {
+        free.pk,
+        many[1].pk,
+    }
+    finish(running, clock)  # its outcome lets the oldest held run go
+    [taken] = claim("w", now=clock.now(), lease=LEASE, limit=10)
+    assert taken.pk == behind.pk
+
+
+def test_a_slot_freed_before_the_enqueue_commits_lets_its_held_run_go(
+    clock: FakeClock, django_capture_on_commit_callbacks: Any
+) -> None:
+    flow_jobs.one_per_key.enqueue("k")
+    [running] = claim("w", now=clock.now(), lease=LEASE)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        behind = flow_jobs.one_per_key.enqueue("k")
+        assert JobRun.objects.get(pk=behind.pk).wake_at is None
+        # A worker records the outcome without seeing `behind` (not committed yet), so
+        # it lets no held run go.
+        JobRun.objects.filter(pk=running.pk).update(
+            status=RunStatus.SUCCEEDED, lease_owner="", lease_expires_at=None
+        )
+    assert len(callbacks) == 1
+    assert JobRun.objects.get(pk=behind.pk).wake_at == clock.now()
+    [taken] = claim("w", now=clock.now(), lease=LEASE)
+    assert taken.pk == behind.pk
+
+
+def test_a_run_scheduled_for_later_is_not_held_at_enqueue(clock: FakeClock) -> None:
+    flow_jobs.one_per_key.enqueue("k")
+    claim("w", now=clock.now(), lease=LEASE)
+    later = flow_jobs.one_per_key.using(run_after="1m").enqueue("k")
+    assert JobRun.objects.get(pk=later.pk).wake_at == clock.now() + timedelta(minutes=1)
+
+
 # -- throttle -----------------------------------------------------------------------------
 
 
