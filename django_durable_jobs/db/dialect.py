@@ -110,6 +110,13 @@ class Dialect:
         """Insert new runs (``enqueue_many``)."""
         JobRun.objects.using(self.using).bulk_create(runs, batch_size=batch_size)
 
+    def insert_steps(
+        self, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]
+    ) -> set[tuple[str, str]] | None:
+        """Insert new step records, each fenced by its run's lease, in one statement (the
+        (run id, name) written); None where the dialect writes them one by one."""
+        return None
+
     def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
         """Run the statement ``name``, written with ``$1``... placeholders (``types``:
         their database types); returns the rows it wrote."""
@@ -248,6 +255,11 @@ class Psycopg(Postgres):
 
     def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
         postgres.insert_runs(self.using, runs, batch_size)
+
+    def insert_steps(
+        self, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]
+    ) -> set[tuple[str, str]] | None:
+        return postgres.insert_steps(self.using, names, rows, owners)
 
     def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
         # Planning a small INSERT costs as much as running it: prepared once per

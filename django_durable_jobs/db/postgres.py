@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connections
 from django.db.models import JSONField
 
-from ..models import JobRun
+from ..models import JobRun, StepRecord
 
 #: The columns a claim returns and a JobRun is built from, in model order.
 FIELDS = [field for field in JobRun._meta.concrete_fields]
@@ -352,3 +352,46 @@ def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
     for run in runs:
         run._state.adding = False
         run._state.db = using
+
+
+#: (database alias, the columns written) -> the batched fenced step INSERT: built once.
+_STEP_INSERTS: dict[tuple[str, tuple[str, ...]], tuple[list[Any], str]] = {}
+
+
+def insert_steps(
+    using: str, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]
+) -> set[tuple[str, str]]:
+    """Insert step records (``names``: their fields, ``run`` and ``name`` first; a row
+    of values each), each only while ``owners[i]`` holds its run's lease and the run is
+    running, in one ``INSERT ... SELECT FROM unnest`` (one commit for a batch of async
+    runs' steps); the (run id, step name) of the rows written."""
+    connection = connections[using]
+    key = (connection.alias, names)
+    if key not in _STEP_INSERTS:
+        qn = connection.ops.quote_name
+        fields: list[Any] = [StepRecord._meta.get_field(name) for name in names]
+        columns = [qn(str(field.column)) for field in fields]
+        types = [_array_type(field, connection) for field in fields]
+        values = ", ".join(
+            f"u.{column}{_cast_back(field)}" for column, field in zip(columns, fields, strict=True)
+        )
+        marks = ", ".join(f"%s::{kind}" for kind in [*types, "text[]"])
+        _STEP_INSERTS[key] = (
+            fields,
+            f"INSERT INTO {qn(StepRecord._meta.db_table)} ({', '.join(columns)}) "
+            f"SELECT {values} FROM unnest({marks}) AS u({', '.join(columns)}, owner) "
+            f"JOIN {qn(JobRun._meta.db_table)} AS run ON run.id = u.{columns[0]} "
+            "AND run.lease_owner = u.owner AND run.status = 'running' "
+            f"RETURNING {columns[0]}, {columns[1]}",
+        )
+    fields, sql = _STEP_INSERTS[key]
+    arrays: list[list[Any]] = []
+    for index, field in enumerate(fields):
+        column = [row[index] for row in rows]
+        if isinstance(field, JSONField):
+            arrays.append([_json_text(field, value) for value in column])
+        else:
+            arrays.append([field.get_db_prep_save(value, connection) for value in column])
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*arrays, list(owners)])
+        return {(str(run_id), name) for run_id, name in cursor.fetchall()}

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
+from uuid import UUID
 
 from django.db import connections, transaction
 from django.db.models import Exists, F, Field, Max
 
 from .. import faults, signals
-from ..engine.records import ChildOutcome, EventHit, RecordedStep
+from ..engine.records import ChildOutcome, EventHit, RecordedStep, StepStore
 from ..engine.serialization import ErrorInfo
 from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
@@ -124,7 +125,11 @@ class OrmStepStore:
             written = self._insert(record.run_id, record.name, values)
         if written == 0:
             raise self._refused(record)
-        self._known.add(ident)
+        self._recorded(record)
+
+    def _recorded(self, record: RecordedStep) -> None:
+        """What follows a write that landed (``put``, ``put_many``)."""
+        self._known.add((record.run_id, record.name))
         if record.status is StepStatus.COMPLETED and record.kind is StepKind.RUN:
             faults.hit("step.recorded", self.using)
         if record.status is StepStatus.COMPLETED:
@@ -174,6 +179,74 @@ class OrmStepStore:
     def clear(self, run_id: str) -> None:
         self._rows().filter(run_id=run_id).delete()
         self._known = {ident for ident in self._known if ident[0] != run_id}
+
+
+def put_many(items: Sequence[tuple[StepStore, RecordedStep]]) -> list[Exception | None]:
+    """``put`` each record into its store: the new records of fenced ORM stores in one
+    statement where the database can (``Dialect.insert_steps``: one commit for the
+    steps that a batch of async runs reached together), the rest one by one. Returns,
+    per item, None or the exception its ``put`` would have raised (each record is
+    written or refused on its own: a lost lease refuses that run's record only)."""
+    results: list[Exception | None] = [None] * len(items)
+    batch: list[tuple[int, OrmStepStore, RecordedStep]] = []
+    for index, (store, record) in enumerate(items):
+        if (
+            isinstance(store, OrmStepStore)
+            and store.owner is not None
+            and (record.run_id, record.name) not in store._known
+        ):
+            try:
+                faults.hit(_fault_point(record), store.using)
+            except Exception as exc:
+                results[index] = exc
+                continue
+            batch.append((index, store, record))
+            continue
+        try:
+            store.put(record)
+        except Exception as exc:
+            results[index] = exc
+    by_database: dict[str, list[tuple[int, OrmStepStore, RecordedStep]]] = {}
+    for entry in batch:
+        by_database.setdefault(entry[1].using, []).append(entry)
+    for using, entries in by_database.items():
+        _insert_many(using, entries, results)
+    return results
+
+
+def _insert_many(
+    using: str,
+    entries: list[tuple[int, OrmStepStore, RecordedStep]],
+    results: list[Exception | None],
+) -> None:
+    columns = [_columns(record) for _, _, record in entries]
+    names = ("run", "name", *columns[0])
+    rows = [
+        (record.run_id, record.name, *values.values())
+        for (_, _, record), values in zip(entries, columns, strict=True)
+    ]
+    owners = [store.owner or "" for _, store, _ in entries]
+    try:
+        written = dialect.of(using).insert_steps(names, rows, owners)
+    except Exception as exc:  # nothing was written: every put would have raised
+        for index, _, _ in entries:
+            results[index] = exc
+        return
+    for index, store, record in entries:
+        if written is None:  # no batched insert here: one by one, fault point passed
+            try:
+                if store._insert(record.run_id, record.name, _columns(record)) == 0:
+                    raise store._refused(record)
+            except Exception as exc:
+                results[index] = exc
+                continue
+        elif (str(UUID(str(record.run_id))), record.name) not in written:
+            results[index] = store._refused(record)
+            continue
+        try:
+            store._recorded(record)
+        except Exception as exc:
+            results[index] = exc
 
 
 #: (database alias, the columns written) -> ``_fenced_insert``'s answer: built once per process

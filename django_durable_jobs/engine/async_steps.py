@@ -21,13 +21,16 @@ from typing import Any, TypeVar
 from . import fanout, otel
 from .core import DEFAULT_WAIT_TIMEOUT, Io, Plan, UserCall
 from .durations import Duration
-from .records import Call
+from .records import Call, RecordedStep, StepStore
 from .steps import StepEngine
 
 T = TypeVar("T")
 
 #: Runs blocking work (a store call, a sync step function) off the event loop.
 IoRunner = Callable[[Callable[[], Any]], Awaitable[Any]]
+#: Puts a step record into a store, off the event loop: the async lane's writes the
+#: records of many runs in one statement (``store.put_many``).
+StepWriter = Callable[[StepStore, RecordedStep], Awaitable[None]]
 
 
 async def in_thread(work: Callable[[], T]) -> T:
@@ -52,10 +55,14 @@ class AsyncSteps(StepEngine):
     42
     """
 
-    def __init__(self, *, io: IoRunner = in_thread, **engine: Any) -> None:
-        """``io``: how blocking work is run off the loop; the rest is ``StepEngine``'s."""
+    def __init__(
+        self, *, io: IoRunner = in_thread, put: StepWriter | None = None, **engine: Any
+    ) -> None:
+        """``io``: how blocking work is run off the loop; ``put``: how a step record is
+        written (default: ``store.put`` through ``io``); the rest is ``StepEngine``'s."""
         super().__init__(**engine)
         self._io = io
+        self._put = put
 
     @classmethod
     def twin(cls, steps: StepEngine, *, io: IoRunner) -> AsyncSteps:
@@ -65,6 +72,7 @@ class AsyncSteps(StepEngine):
         twin = cls.__new__(cls)
         twin.__dict__.update(steps.__dict__)
         twin._io = io
+        twin._put = None
         return twin
 
     async def run(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -157,6 +165,8 @@ class AsyncSteps(StepEngine):
             return await self._call(work)
         if not work.write:
             return await self._io(work.work)
+        if work.record is not None and self._put is not None:
+            return await _finished(asyncio.ensure_future(self._put(self._store, work.record)))
         return await _finished(asyncio.ensure_future(self._io(work.work)))
 
     async def _call(self, work: UserCall) -> Any:

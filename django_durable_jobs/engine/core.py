@@ -51,6 +51,9 @@ class Io:
 
     work: Callable[[], Any]
     write: bool = False
+    #: The step record ``work`` puts, for a runner that writes several runs' records in
+    #: one statement (the async lane's); None for any other work.
+    record: RecordedStep | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +182,7 @@ class StepCore:
         return record.output
 
     def _save(self, record: RecordedStep) -> Plan[None]:
-        yield Io(lambda: self._store.put(record), write=True)
+        yield Io(lambda: self._store.put(record), write=True, record=record)
         self._records[record.name] = record
 
     def _fail(self, record: RecordedStep, error: Exception) -> Plan[None]:

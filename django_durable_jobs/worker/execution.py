@@ -19,7 +19,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from .. import conf, signals
 from ..db.store import OrmStepStore
 from ..engine import otel
-from ..engine.async_steps import AsyncSteps, IoRunner
+from ..engine.async_steps import AsyncSteps, IoRunner, StepWriter
 from ..engine.attempt import (
     AsyncJobContext,
     Failed,
@@ -135,9 +135,11 @@ async def arun_to_stop(
     rng: random.Random | None = None,
     interrupt: Callable[[], BaseException | None] | None = None,
     io: IoRunner | None = None,
+    put: StepWriter | None = None,
 ) -> Pending:
     """``run_to_stop`` for an ``async def`` job, awaited. ``io`` runs the database work
-    off the loop (default: Django's ``sync_to_async``, as the async ORM does)."""
+    off the loop (default: Django's ``sync_to_async``, as the async ORM does); ``put``
+    writes its step records (default: one by one through ``io``)."""
     clock = clock or current()
     io = io or django_io
     # Off the loop only for a run whose attempts are used up: it reads its steps to
@@ -151,7 +153,7 @@ async def arun_to_stop(
     if refused is not None:
         return refused
     assert definition is not None
-    steps = AsyncSteps(io=io, **_engine(run, definition, clock, owner, interrupt))
+    steps = AsyncSteps(io=io, put=put, **_engine(run, definition, clock, owner, interrupt))
     ctx = AsyncJobContext(
         step=steps,
         run_id=str(run.id),

@@ -25,7 +25,9 @@ from uuid import UUID
 from django.db import DatabaseError, connections
 
 from ..db.claims import release
+from ..db.store import put_many
 from ..engine.clock import Clock
+from ..engine.records import RecordedStep, StepStore
 from ..models import JobRun
 from .execution import arun_to_stop
 from .health import close_broken_connections
@@ -60,6 +62,9 @@ class AsyncLane:
         #: Outcomes waiting for the recorder, and whether it is at work.
         self._outcomes: list[tuple[Pending, str, asyncio.Future[None]]] = []
         self._recording: asyncio.Task[None] | None = None
+        #: Step records waiting for the step writer, and whether it is at work.
+        self._steps: list[tuple[StepStore, RecordedStep, asyncio.Future[None]]] = []
+        self._writing: asyncio.Task[None] | None = None
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="durable-jobs-async", daemon=True
         )
@@ -106,6 +111,35 @@ class AsyncLane:
         """Database work (and sync step functions) on the lane's connection threads."""
         return await self._loop.run_in_executor(self._db, _on_connection, work)
 
+    async def put(self, store: StepStore, record: RecordedStep) -> None:
+        """Write a step record; the records that runs reach while the writer is busy
+        are written together in its next statement (``put_many``): with 100 runs in
+        flight, a commit each made every one wait for the others' disk flushes."""
+        done = self._loop.create_future()
+        self._steps.append((store, record, done))
+        if self._writing is None:  # kept here: the loop holds tasks only weakly
+            self._writing = self._loop.create_task(self._writer())
+        await done
+
+    async def _writer(self) -> None:
+        try:
+            while self._steps:
+                batch, self._steps = self._steps, []
+                items = [(store, record) for store, record, _ in batch]
+                try:
+                    errors = await self.io(functools.partial(put_many, items))
+                except Exception as exc:  # the connection, say: no record of the batch landed
+                    errors = [exc] * len(batch)
+                for (_, _, done), error in zip(batch, errors, strict=True):
+                    if done.done():
+                        continue
+                    if error is None:
+                        done.set_result(None)
+                    else:
+                        done.set_exception(error)
+        finally:
+            self._writing = None
+
     async def _record(self, pending: Pending, owner: str) -> None:
         """Record ``pending``; the outcomes of runs that stop while the recorder is busy
         are written together with its next transaction (``record_all``)."""
@@ -148,6 +182,7 @@ class AsyncLane:
                 owner=owner,
                 interrupt=self.leases.interruption_for(run.id),
                 io=self.io,
+                put=self.put,
             )
             await self._record(pending, owner)
             self.executed += 1

@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
-from django_durable_jobs.db.store import LeaseLost, OrmStepStore
+from django_durable_jobs.db.store import LeaseLost, OrmStepStore, put_many
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.serialization import ErrorInfo
 from django_durable_jobs.engine.sync_steps import (
@@ -20,6 +21,8 @@ from django_durable_jobs.engine.sync_steps import (
     StepStore,
 )
 from django_durable_jobs.events import EventLog
+from django_durable_jobs.exceptions import RunCancelled
+from django_durable_jobs.models import StepRecord
 from tests.factories import T0, EventFactory, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -130,6 +133,49 @@ def test_orm_store_is_fenced_by_the_lease() -> None:
     got = mine.get(str(run.id), "a")
     assert got is not None and got.output == {"v": "a"}
     assert [r.name for r in mine.list(str(run.id))] == ["a"]
+
+
+def test_put_many_writes_each_record_or_refuses_it_alone(
+    django_assert_max_num_queries: Any,
+) -> None:
+    """The async lane's batch: new records of fenced stores in one statement on
+    PostgreSQL (elsewhere one by one); a run whose lease is lost or that was cancelled
+    has its record refused, and the others land."""
+    running = [JobRunFactory.create(status="running", lease_owner=f"w{n}") for n in range(3)]
+    lost = JobRunFactory.create(status="running", lease_owner="someone-else")
+    cancelled = JobRunFactory.create(status="cancelled", lease_owner="w9")
+    stores = [OrmStepStore(owner=f"w{n}") for n in range(3)]
+    stores[0].put(record(str(running[0].id), "known"))  # an update, not an insert
+    items: list[tuple[StepStore, RecordedStep]] = [
+        (stores[0], record(str(running[0].id), "known", output={"v": "again"})),
+        (stores[0], record(str(running[0].id), "ünï", output={"text": "Zoë \u2603"})),
+        (stores[1], record(str(running[1].id), "a", output=None, completed_at=T0)),
+        (stores[2], record(str(running[2].id), "a", output=[1, 2, {"x": "y"}])),
+        (OrmStepStore(owner="w8"), record(str(lost.id), "a")),
+        (OrmStepStore(owner="w9"), record(str(cancelled.id), "a")),
+        (MemoryStepStore(), record("memory-run", "a")),
+    ]
+    # The update, the batch's INSERT, one read per refused record; one by one elsewhere.
+    with django_assert_max_num_queries(4 if connection.vendor == "postgresql" else 10):
+        errors = put_many(items)
+    assert errors[:4] == [None] * 4 and errors[6] is None
+    assert isinstance(errors[4], LeaseLost)
+    assert isinstance(errors[5], RunCancelled)
+    outputs = {
+        (str(row.run_id), row.name): row.output
+        for row in StepRecord.objects.filter(run__in=[*running, lost, cancelled])
+    }
+    assert outputs == {
+        (str(running[0].id), "known"): {"v": "again"},
+        (str(running[0].id), "ünï"): {"text": "Zoë \u2603"},
+        (str(running[1].id), "a"): None,
+        (str(running[2].id), "a"): [1, 2, {"x": "y"}],
+    }
+    # Written records are known to their store: the next put of one is an update.
+    stores[1].put(record(str(running[1].id), "a", output={"v": 2}))
+    assert StepRecord.objects.get(run=running[1], name="a").output == {"v": 2}
+    got = items[6][0].get("memory-run", "a")
+    assert got is not None
 
 
 # -- event log ----------------------------------------------------------------------
