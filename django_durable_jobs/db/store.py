@@ -228,12 +228,12 @@ def _insert_many(
     owners = [store.owner or "" for _, store, _ in entries]
     try:
         written = dialect.of(using).insert_steps(names, rows, owners)
-    except Exception as exc:  # nothing was written: every put would have raised
-        for index, _, _ in entries:
-            results[index] = exc
-        return
+    except Exception:
+        # Nothing was written. One record the database refuses must not fail the
+        # others: each is written on its own (a lost connection fails each anyway).
+        written = None
     for index, store, record in entries:
-        if written is None:  # no batched insert here: one by one, fault point passed
+        if written is None:  # one by one (no batched insert here), fault point passed
             try:
                 if store._insert(record.run_id, record.name, _columns(record)) == 0:
                     raise store._refused(record)

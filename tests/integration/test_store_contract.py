@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from django_durable_jobs.db.store import LeaseLost, OrmStepStore, put_many
 from django_durable_jobs.engine.clock import FakeClock
@@ -176,6 +176,18 @@ def test_put_many_writes_each_record_or_refuses_it_alone(
     assert StepRecord.objects.get(run=running[1], name="a").output == {"v": 2}
     got = items[6][0].get("memory-run", "a")
     assert got is not None
+
+
+@pytest.mark.django_db(transaction=True)  # the refused INSERT must not end a test transaction
+def test_put_many_writes_the_others_when_the_database_refuses_one_record() -> None:
+    first, second = (JobRunFactory.create(status="running", lease_owner="w") for _ in range(2))
+    StepRecordFactory.create(run=first, name="dup")  # written, but unknown to this store
+    store = OrmStepStore(owner="w")
+    errors = put_many(
+        [(store, record(str(first.id), "dup")), (store, record(str(second.id), "ok"))]
+    )
+    assert isinstance(errors[0], IntegrityError) and errors[1] is None
+    assert StepRecord.objects.filter(run=second, name="ok").exists()
 
 
 # -- event log ----------------------------------------------------------------------
