@@ -6,9 +6,18 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-from django.db.models import BigIntegerField, Exists, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db import connections, transaction
+from django.db.models import (
+    BigIntegerField,
+    DateTimeField,
+    Exists,
+    Func,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce, Least
 from django.dispatch import Signal
 
 from . import conf, signals
@@ -19,7 +28,7 @@ from .engine.records import RecordedStep
 from .engine.serialization import check_payload, unstorable
 from .enqueueing import enqueue_job
 from .exceptions import InvalidName, RunStateError
-from .models import CANCELLABLE, CancelKey, Event, JobRun, StepRecord
+from .models import CANCELLABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
 from .registry import JobOptions, jobs_on_event
 from .runs import cancel
 
@@ -30,6 +39,10 @@ class EventLog(OrmEventLog):
 
     def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
         return publish_event(event, payload, key=key).id
+
+
+#: PostgreSQL's ``now()``: the time the transaction started (``Now()`` is the statement's).
+TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())
 
 
 @needs_tables
@@ -55,7 +68,19 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     for job in jobs_on_event(event):
         # One run per event and job: the key makes a re-delivery return the same run.
         enqueue_job(job, (clean,), {}, JobOptions(idempotency_key=f"event:{row.id}"))
-    transaction.on_commit(lambda: _committed(row), using=using)
+    woken_at = None
+    if transaction.get_connection(using).in_atomic_block:
+        # The runs waiting now are woken in this transaction: an idle worker is told
+        # (NOTIFY) by its own commit, not by a statement after it (4 ms later). On
+        # PostgreSQL they wake at the transaction's start (``now()``) if the clock is
+        # not earlier: the trigger that notifies (migration 0005) compares with it.
+        # The pass after the commit looks at the runs with a later wake time only.
+        woken_at = clock.current().now()
+        wake: datetime | Func[Any] = woken_at
+        if connections[using].vendor == "postgresql":
+            wake = Least(TRANSACTION_START, Value(woken_at, output_field=DateTimeField()))
+        wake_waiters(row, now=wake, skip_locked=True)
+    transaction.on_commit(lambda: _committed(row, woken_at), using=using)
     return row
 
 
@@ -84,8 +109,11 @@ def cancel_on_event(event: Event, using: str) -> list[JobRun]:
     return cancelled
 
 
-def _committed(event: Event) -> None:
-    wake_waiters(event)
+def _committed(event: Event, woken_at: datetime | None) -> None:
+    # After the commit, the runs the publisher's transaction did not wake: those that
+    # parked meanwhile (each either is seen here or sees the event when it re-checks
+    # after parking), and those another transaction held locked.
+    wake_waiters(event, unwoken_since=woken_at)
     signals.event_published.send(sender=Event, event=event)
 
 
@@ -149,15 +177,26 @@ def _event_name(event: object) -> str:
 _AFTER_EVERY_CURSOR = 2**62
 
 
-def wake_waiters(event: Event) -> int:
+def wake_waiters(
+    event: Event,
+    *,
+    now: datetime | Func[Any] | None = None,
+    skip_locked: bool = False,
+    unwoken_since: datetime | None = None,
+) -> int:
     """Make every run waiting for ``event`` runnable now; returns how many.
 
-    Runs after the event commits, so a run that parks concurrently either is seen
-    here or sees the event itself when it re-checks after parking. A wait whose cursor
-    came after the event (it positioned the event at or before itself) is not woken;
-    an event no cursor has positioned yet committed after every waiting step's cursor.
+    After the event commits, a run that parks concurrently either is seen here or
+    sees the event itself when it re-checks after parking. In the publisher's
+    transaction (``skip_locked``) the runs another transaction holds are left to the
+    pass after the commit, which never waits for a lock while the caller's
+    transaction holds others; ``unwoken_since``: only runs not woken at or since then
+    (their wake time is later). A wait whose cursor came after the event (it
+    positioned the event at or before itself) is not woken; an event no cursor has
+    positioned yet committed after every waiting step's cursor.
     """
     using = conf.database()
+    now = now or clock.current().now()
     position = Event.objects.using(using).filter(pk=event.pk).values("position")[:1]
     committed_after = Coalesce(
         Subquery(position, output_field=BigIntegerField()), Value(_AFTER_EVERY_CURSOR)
@@ -167,8 +206,17 @@ def wake_waiters(event: Event) -> int:
         .waiting_for(event.name, event.key)
         .filter(run=OuterRef("pk"), event_cursor__lt=committed_after)
     )
+    runs = JobRun.objects.using(using).filter(Exists(waiting))
+    if unwoken_since is not None:
+        runs = runs.filter(wake_at__gt=unwoken_since)
+    if skip_locked and connections[using].features.has_select_for_update_skip_locked:
+        locked = runs.filter(status=RunStatus.WAITING).select_for_update(skip_locked=True)
+        ids = list(locked.values_list("id", flat=True))
+        if not ids:
+            return 0
+        runs = JobRun.objects.using(using).filter(id__in=ids)
     # Idle workers are told by the row trigger of migration 0005 (PostgreSQL).
-    return JobRun.objects.using(using).filter(Exists(waiting)).wake_waiting(clock.current().now())
+    return runs.wake_waiting(now)
 
 
 def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None:

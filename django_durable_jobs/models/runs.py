@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models
-from django.db.models import Case, F, PositiveIntegerField, Q, Value, When
+from django.db.models import Case, F, Func, PositiveIntegerField, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from ..db.fields import InstantField
@@ -94,7 +94,7 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
         """``WAKEABLE`` runs become runnable at ``now`` (the operator's wake)."""
         return self.filter(WAKEABLE.q(now)).update(wake_at=now)
 
-    def wake_waiting(self, now: datetime) -> int:
+    def wake_waiting(self, now: datetime | Func[Any]) -> int:
         """Waiting runs become runnable at ``now``: what they wait for (an event, a child
         run) has arrived. Sleeping runs keep their sleep."""
         return self.filter(status=RunStatus.WAITING).update(wake_at=now)

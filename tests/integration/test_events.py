@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 
 from django_durable_jobs import InvalidPayload, publish_event
 from django_durable_jobs.engine.clock import FakeClock
@@ -88,6 +90,73 @@ def test_event_published_between_check_and_park_still_wakes(
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED and run.result is not None
     assert run.result["order"] == {"order_id": 3}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_publish_in_a_transaction_wakes_its_waiters_before_its_commit(
+    driver: Driver, clock: FakeClock
+) -> None:
+    """Woken in the publisher's transaction: on PostgreSQL the NOTIFY goes out with its
+    own commit. Nobody else sees the wake before the commit, a rollback undoes it."""
+    run = park_onboarding(driver, clock, 42)
+    with transaction.atomic():
+        publish_event("order.paid", {"order_id": 1}, key="42")
+        woken = JobRun.objects.get(pk=run.pk).wake_at
+        assert woken is not None and woken <= clock.now()
+    assert JobRun.objects.get(pk=run.pk).wake_at == woken  # the pass after it left it
+    assert driver.step() is not None
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_parks_before_the_publish_commits_is_woken_after_it(
+    driver: Driver, clock: FakeClock
+) -> None:
+    run = park_onboarding(driver, clock, 42)
+    parked_until = run.wake_at
+    with transaction.atomic():
+        # Not waiting when the publisher's transaction looks (still being parked)...
+        JobRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+        publish_event("order.paid", {"order_id": 1}, key="42")
+        assert JobRun.objects.get(pk=run.pk).wake_at == parked_until
+        # ... and parked before it commits: the pass after the commit wakes it.
+        JobRun.objects.filter(pk=run.pk).update(status=RunStatus.WAITING)
+    assert JobRun.objects.get(pk=run.pk).wake_at == clock.now()
+
+
+@pytest.mark.postgres(reason="SQLite has one writer; the race needs row locks")
+@pytest.mark.mariadb
+@pytest.mark.django_db(transaction=True)
+def test_a_publish_does_not_wait_for_a_waiter_another_transaction_holds(
+    driver: Driver, clock: FakeClock
+) -> None:
+    run = park_onboarding(driver, clock, 42)
+    parked_until = run.wake_at
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(JobRun.objects.select_for_update().filter(pk=run.pk))
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(timeout=10)
+        with transaction.atomic():
+            # Registered first, so it runs before the pass after the commit, which waits.
+            transaction.on_commit(release.set)
+            publish_event("order.paid", {"order_id": 1}, key="42")  # does not wait
+            assert JobRun.objects.get(pk=run.pk).wake_at == parked_until
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert JobRun.objects.get(pk=run.pk).wake_at == clock.now()
 
 
 @pytest.mark.django_db
