@@ -214,7 +214,8 @@ def test_runs_enqueued_behind_taken_slots_are_held_at_enqueue(
         many = flow_jobs.one_per_key.enqueue_many([("k",), ("ünï",), ("k",)])
     wake = dict(JobRun.objects.filter(status=RunStatus.QUEUED).values_list("id", "wake_at"))
     assert wake[behind.pk] is None and wake[many[0].pk] is None and wake[many[2].pk] is None
-    assert wake[free.pk] is not None and wake[free.pk] <= clock.now()
+    free_wake = wake[free.pk]
+    assert free_wake is not None and free_wake <= clock.now()
     assert wake[many[1].pk] is not None
     held = JobRun.objects.get(pk=behind.pk)
     assert flow.held_reason(held, clock.now()) == "held by concurrency key=k (1/1 running)"
