@@ -18,6 +18,7 @@ or what it offers (``fused``, ``listens``), never the connection's vendor.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
@@ -31,6 +32,8 @@ from . import flow, postgres, postgres_flow
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
+#: A numbered placeholder (``$1``) of the statements written for ``execute_fenced``.
+_PLACEHOLDER = re.compile(r"\$(\d+)")
 #: Runs shortlisted beyond ``limit`` on MySQL: so many workers claiming at the same
 #: moment each still find an unlocked one.
 SHORTLIST_SPARE = 16
@@ -120,10 +123,10 @@ class Dialect:
     def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
         """Run the statement ``name``, written with ``$1``... placeholders (``types``:
         their database types); returns the rows it wrote."""
-        for number in range(len(params), 0, -1):
-            sql = sql.replace(f"${number}", "%s")
+        # Positional ``%s`` take the parameters in the order the placeholders stand.
+        order = [int(number) - 1 for number in _PLACEHOLDER.findall(sql)]
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(_PLACEHOLDER.sub("%s", sql), [params[index] for index in order])
             return int(cursor.rowcount)
 
     def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:

@@ -21,6 +21,7 @@ from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
 from ..models import Event, EventPosition, JobRun, RunStatus, StepRecord
 from . import dialect
+from .reads import Read
 
 
 class LeaseLost(DurableJobsError):
@@ -54,28 +55,64 @@ def _columns(record: RecordedStep) -> dict[str, Any]:
     }
 
 
+#: What a record is read from, in ``StepRecord`` fields.
+STEP_FIELDS = (
+    "run_id",
+    "name",
+    "status",
+    "started_at",
+    "attempts",
+    "output",
+    "completed_at",
+    "wake_at",
+    "event",
+    "correlation_key",
+    "child",
+    "event_cursor",
+    "error",
+    "error_type",
+    "traceback",
+    "kind",
+    "deadline",
+    "last_started_at",
+)
+
+
 def to_record(row: StepRecord) -> RecordedStep:
+    return record_of(tuple(getattr(row, field) for field in STEP_FIELDS))
+
+
+def record_of(values: tuple[Any, ...]) -> RecordedStep:
+    """The record of a row's ``STEP_FIELDS`` values."""
+    row = dict(zip(STEP_FIELDS, values, strict=True))
     error = None
-    if row.status == StepStatus.FAILED or row.error_type:
-        error = ErrorInfo(type=row.error_type, message=row.error, traceback=row.traceback)
+    if row["status"] == StepStatus.FAILED or row["error_type"]:
+        error = ErrorInfo(type=row["error_type"], message=row["error"], traceback=row["traceback"])
     return RecordedStep(
-        run_id=str(row.run_id),
-        name=row.name,
-        status=StepStatus(row.status),
-        started_at=row.started_at,
-        attempts=row.attempts,
-        output=row.output,
-        completed_at=row.completed_at,
-        wake_at=row.wake_at,
-        event=row.event or None,
-        correlation_key=row.correlation_key,
-        child=str(row.child) if row.child is not None else None,
-        event_cursor=row.event_cursor,
+        run_id=str(row["run_id"]),
+        name=row["name"],
+        status=StepStatus(row["status"]),
+        started_at=row["started_at"],
+        attempts=row["attempts"],
+        output=row["output"],
+        completed_at=row["completed_at"],
+        wake_at=row["wake_at"],
+        event=row["event"] or None,
+        correlation_key=row["correlation_key"],
+        child=str(row["child"]) if row["child"] is not None else None,
+        event_cursor=row["event_cursor"],
         error=error,
-        kind=StepKind(row.kind),
-        deadline=row.deadline,
-        last_started_at=row.last_started_at,
+        kind=StepKind(row["kind"]),
+        deadline=row["deadline"],
+        last_started_at=row["last_started_at"],
     )
+
+
+#: A run's steps in first-run order (``OrmStepStore.list``), compiled once.
+_STEPS = Read(
+    lambda run: StepRecord.objects.filter(run_id=run).order_by("id").values_list(*STEP_FIELDS),
+    UUID(int=1),
+)
 
 
 def _fault_point(record: RecordedStep) -> str:
@@ -108,7 +145,7 @@ class OrmStepStore:
         return to_record(row)
 
     def list(self, run_id: str) -> Sequence[RecordedStep]:
-        records = [to_record(row) for row in self._rows().filter(run_id=run_id).order_by("id")]
+        records = [record_of(values) for values in _STEPS.rows(self.using, run_id)]
         self._known.update((run_id, record.name) for record in records)
         return records
 
@@ -116,13 +153,12 @@ class OrmStepStore:
         ident = (record.run_id, record.name)
         values = _columns(record)
         faults.hit(_fault_point(record), self.using)
-        if ident in self._known:
-            rows = self._rows().filter(run_id=record.run_id, name=record.name)
-            if self.owner is not None:
-                rows = rows.filter(run__lease_owner=self.owner, run__status=RunStatus.RUNNING)
-            written = rows.update(**values)
-        else:
+        if ident not in self._known:
             written = self._insert(record.run_id, record.name, values)
+        elif self.owner is None:
+            written = self._rows().filter(run_id=record.run_id, name=record.name).update(**values)
+        else:
+            written = self._fenced("durable_step_update", record.run_id, record.name, values)
         if written == 0:
             raise self._refused(record)
         self._recorded(record)
@@ -156,9 +192,13 @@ class OrmStepStore:
         if self.owner is None:
             self._rows().create(run_id=run_id, name=name, **values)
             return 1
-        # INSERT ... SELECT ... FROM run WHERE lease_owner = me: fenced in one statement.
+        return self._fenced("durable_step_insert", run_id, name, values)
+
+    def _fenced(self, statement: str, run_id: str, name: str, values: dict[str, Any]) -> int:
+        """Write the record in one statement that lands only while this worker holds
+        the run's lease (``_FENCED``); the rows written."""
         connection = connections[self.using]
-        fields, sql, types = _fenced_insert(connection, tuple(values))
+        fields, sql, types = _fenced_sql(connection, statement, tuple(values))
         params = [
             field.get_db_prep_save(value, connection)
             for field, value in zip(fields, [run_id, name, *values.values()], strict=True)
@@ -167,7 +207,7 @@ class OrmStepStore:
         assert run_meta.pk is not None
         run_pk = run_meta.pk.get_db_prep_value(run_id, connection)
         params = [*params, run_pk, self.owner, RunStatus.RUNNING.value]
-        return dialect.of(self.using).execute_fenced("durable_step_insert", sql, params, types)
+        return dialect.of(self.using).execute_fenced(statement, sql, params, types)
 
     def delete(self, run_id: str, name: str) -> None:
         self._rows().filter(run_id=run_id, name=name).delete()
@@ -249,35 +289,58 @@ def _insert_many(
             results[index] = exc
 
 
-#: (database alias, the columns written) -> ``_fenced_insert``'s answer: built once per process
-#: (building it cost as much as sending it).
-_FENCED_INSERTS: dict[tuple[str, tuple[str, ...]], tuple[list[Any], str, list[str]]] = {}
+#: (database alias, statement, the columns written) -> ``_fenced_sql``'s answer: built
+#: once per process (building it cost as much as sending it).
+_FENCED: dict[tuple[str, str, tuple[str, ...]], tuple[list[Any], str, list[str]]] = {}
 
 
-def _fenced_insert(connection: Any, columns: tuple[str, ...]) -> tuple[list[Any], str, list[str]]:
-    """The fields, the SQL and the parameter types of the fenced step INSERT writing
-    ``columns`` (after ``run`` and ``name``), for this connection's database."""
-    key = (connection.alias, columns)
-    if key not in _FENCED_INSERTS:
+def _fenced_sql(
+    connection: Any, statement: str, columns: tuple[str, ...]
+) -> tuple[list[Any], str, list[str]]:
+    """The fields, the SQL and the parameter types of a fenced step write of
+    ``columns`` (after ``run`` and ``name``), for this connection's database:
+
+    - ``durable_step_insert``: ``INSERT ... SELECT ... FROM run WHERE lease_owner = me``;
+    - ``durable_step_update``: ``UPDATE ... WHERE run, name AND EXISTS (the run, leased
+      to me)``, a known record rewritten (a wait that matched, a retried step).
+
+    Both take the record's values, then the run's id, the lease owner and ``running``.
+    """
+    key = (connection.alias, statement, columns)
+    if key not in _FENCED:
         qn = connection.ops.quote_name
-        meta = StepRecord._meta
+        meta, run_meta = StepRecord._meta, JobRun._meta
+        assert run_meta.pk is not None
         fields = [
             cast("Field[Any, Any]", meta.get_field(name)) for name in ("run", "name", *columns)
         ]
-        run_meta = JobRun._meta
-        assert run_meta.pk is not None
-        placeholders = [f"${number}" for number in range(1, len(fields) + 4)]
-        sql = (
-            f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
-            f"SELECT {', '.join(placeholders[: len(fields)])} FROM {qn(run_meta.db_table)} "
-            f"WHERE {qn(str(run_meta.pk.column))} = {placeholders[-3]} "
-            f"AND {qn('lease_owner')} = {placeholders[-2]} AND {qn('status')} = {placeholders[-1]}"
+        marks = [f"${number}" for number in range(1, len(fields) + 4)]
+        leased = (
+            f"{qn(str(run_meta.pk.column))} = {marks[-3]} "
+            f"AND {qn('lease_owner')} = {marks[-2]} AND {qn('status')} = {marks[-1]}"
         )
+        if statement == "durable_step_insert":
+            sql = (
+                f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
+                f"SELECT {', '.join(marks[: len(fields)])} FROM {qn(run_meta.db_table)} "
+                f"WHERE {leased}"
+            )
+        else:
+            run_column, name_column = (qn(str(f.column)) for f in fields[:2])
+            assignments = ", ".join(
+                f"{qn(str(f.column))} = {mark}"
+                for f, mark in zip(fields[2:], marks[2 : len(fields)], strict=True)
+            )
+            sql = (
+                f"UPDATE {qn(meta.db_table)} SET {assignments} "
+                f"WHERE {run_column} = {marks[0]} AND {name_column} = {marks[1]} "
+                f"AND EXISTS (SELECT 1 FROM {qn(run_meta.db_table)} WHERE {leased})"
+            )
         # The parameters' types, from the same fields as the statement.
         guards = [run_meta.pk, run_meta.get_field("lease_owner"), run_meta.get_field("status")]
         types = [str(field.db_type(connection)) for field in [*fields, *guards]]
-        _FENCED_INSERTS[key] = (fields, sql, types)
-    return _FENCED_INSERTS[key]
+        _FENCED[key] = (fields, sql, types)
+    return _FENCED[key]
 
 
 #: What a parent reads of a child run to learn how it ended (``child_outcome``).
@@ -369,7 +432,24 @@ class OrmEventLog:
         return position
 
     def find(self, event: str, key: str | None, after: int) -> EventHit | None:
-        row = Event.objects.using(self.using).matching(event, key, after).first()
-        if row is None:
-            return None
-        return EventHit(row.id, row.payload, row.published_at)
+        if key is None:
+            rows = _MATCHING.rows(self.using, event, after)
+        else:
+            rows = _MATCHING_KEY.rows(self.using, event, key, after)
+        return EventHit(*rows[0]) if rows else None
+
+
+#: The first event a wait's look finds (``OrmEventLog.find``), without and with a key;
+#: compiled once (the stand-ins are never sent).
+_HIT = ("id", "payload", "published_at")
+_MATCHING = Read(
+    lambda event, after: Event.objects.matching(event, None, after).values_list(*_HIT)[:1],
+    "\x00event",
+    -(2**62) + 1,
+)
+_MATCHING_KEY = Read(
+    lambda event, key, after: Event.objects.matching(event, key, after).values_list(*_HIT)[:1],
+    "\x00event",
+    "\x00key",
+    -(2**62) + 1,
+)

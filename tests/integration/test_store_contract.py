@@ -28,14 +28,21 @@ from tests.factories import T0, EventFactory, JobRunFactory, StepRecordFactory
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(params=["memory", "orm"])
+#: The lease owner of the runs of ``run_ids``: the "fenced" store writes as it, each
+#: write one statement that lands only while it holds the run's lease (the worker's way).
+OWNER = "w1"
+
+
+@pytest.fixture(params=["memory", "orm", "fenced"])
 def store(request: pytest.FixtureRequest) -> StepStore:
-    return MemoryStepStore() if request.param == "memory" else OrmStepStore()
+    if request.param == "memory":
+        return MemoryStepStore()
+    return OrmStepStore(owner=OWNER if request.param == "fenced" else None)
 
 
 @pytest.fixture
 def run_ids() -> list[str]:
-    return [str(JobRunFactory.create().id) for _ in range(2)]
+    return [str(JobRunFactory.create(status="running", lease_owner=OWNER).id) for _ in range(2)]
 
 
 def record(run_id: str, name: str, **changes: Any) -> RecordedStep:
@@ -83,6 +90,42 @@ def test_put_get_round_trips_every_field(store: StepStore, run_ids: list[str]) -
         "bad",
         "tb",
     )
+
+
+def test_an_update_rewrites_every_field(store: StepStore, run_ids: list[str]) -> None:
+    """A known record written again (a wait that matched, a step retried) keeps none
+    of its old values: through the fenced UPDATE, its placeholders in their order."""
+    waiting = record(
+        run_ids[0],
+        "wait",
+        status=StepStatus.WAITING,
+        output=None,
+        wake_at=T0 + timedelta(days=1),
+        event="order.paid",
+        correlation_key="42",
+        event_cursor=17,
+        kind="wait",
+        deadline=T0 + timedelta(days=7),
+    )
+    store.put(waiting)
+    matched = record(
+        run_ids[0],
+        "wait",
+        status=StepStatus.COMPLETED,
+        output={"paid": "€ 12 ✓", "lines": [1, 2]},
+        completed_at=T0 + timedelta(hours=5),
+        event="order.paid",
+        correlation_key="42",
+        event_cursor=18,
+        attempts=2,
+        kind="wait",
+        deadline=T0 + timedelta(days=7),
+        error=ErrorInfo(type="x.Y", message="ünïcode", traceback="tb"),
+        last_started_at=T0 + timedelta(hours=4),
+    )
+    store.put(matched)
+    assert store.get(run_ids[0], "wait") == matched
+    assert [r.name for r in store.list(run_ids[1])] == []  # the other run's untouched
 
 
 @pytest.mark.parametrize("output", [None, 0, "", [], {}, [1, "two", None], {"a": {"b": [True]}}])

@@ -1,0 +1,143 @@
+"""Reads compiled once (``db/reads.py``) and the claim that commits lazily (PostgreSQL):
+the two shortcuts on the path from an enqueue or an event to the run's next step."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.db.postgres import LAZY_COMMIT
+from django_durable_jobs.db.reads import Read
+from django_durable_jobs.db.store import OrmEventLog, OrmStepStore, to_record
+from django_durable_jobs.engine.records import RecordedStep
+from django_durable_jobs.engine.serialization import ErrorInfo
+from django_durable_jobs.engine.vocabulary import StepKind, StepStatus
+from django_durable_jobs.models import Event, JobRun, StepRecord
+from tests.factories import T0, EventFactory, JobRunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_read_gives_what_the_queryset_gives_for_every_value() -> None:
+    runs = [JobRunFactory.create() for _ in range(3)]
+    for index, run in enumerate(runs):
+        for step in range(index + 1):
+            StepRecord.objects.create(
+                run=run,
+                name=f"s{step} ✓",
+                status="completed",
+                output={"n": [step, "€"]},
+                started_at=T0 + timedelta(minutes=step),
+            )
+    read = Read(
+        lambda run: (
+            StepRecord.objects.filter(run_id=run)
+            .order_by("id")
+            .values_list("name", "output", "started_at", "run_id")
+        ),
+        UUID(int=1),
+    )
+    for run in runs:
+        expected = list(
+            StepRecord.objects.filter(run_id=run.id)
+            .order_by("id")
+            .values_list("name", "output", "started_at", "run_id")
+        )
+        assert read.rows("default", str(run.id)) == expected
+        assert read.rows("default", run.id) == expected  # a UUID or its text alike
+    assert read.rows("default", str(UUID(int=7))) == []
+
+
+def test_a_read_refuses_a_queryset_with_parameters_besides_its_stand_ins() -> None:
+    lost = Read(lambda name: Event.objects.filter(name="fixed").values_list("id"), "\x00name")
+    with pytest.raises(ValueError, match="not among the parameters"):
+        lost.rows("default", "x")
+    extra = Read(lambda name: Event.objects.filter(name=name, key="k").values_list("id"), "\x00n")
+    with pytest.raises(ValueError, match="besides the stand-ins"):
+        extra.rows("default", "x")
+
+
+@pytest.mark.parametrize("key", [None, "42", "ключ ✓"])
+def test_find_reads_the_first_event_after_the_cursor(key: str | None) -> None:
+    log = OrmEventLog()
+    before = EventFactory.create(name="order.paid", key=key, payload={"n": 1}, position=3)
+    assert log.find("order.paid", key, 2) is not None
+    hit = log.find("order.paid", key, 2)
+    assert hit is not None and (hit.position, hit.payload) == (before.id, {"n": 1})
+    assert log.find("order.paid", key, 3) is None  # positioned at the cursor: before it
+    later = EventFactory.create(name="order.paid", key=key, payload=["é"], position=None)
+    hit = log.find("order.paid", key, 3)
+    assert hit is not None and (hit.position, hit.payload) == (later.id, ["é"])
+    assert hit.published_at == later.published_at
+    assert log.find("order.shipped", key, 0) is None
+
+
+def test_list_reads_what_the_rows_hold() -> None:
+    run = JobRunFactory.create(status="running", lease_owner="w1")
+    store = OrmStepStore(owner="w1")
+    written = [
+        RecordedStep(
+            run_id=str(run.id),
+            name="a",
+            status=StepStatus.COMPLETED,
+            started_at=T0,
+            attempts=1,
+            output={"x": "ü"},
+            completed_at=T0,
+        ),
+        RecordedStep(
+            run_id=str(run.id),
+            name="w",
+            status=StepStatus.WAITING,
+            started_at=T0,
+            attempts=2,
+            kind=StepKind.WAIT,
+            event="e",
+            correlation_key="k",
+            event_cursor=9,
+            deadline=T0 + timedelta(days=1),
+            wake_at=T0 + timedelta(seconds=30),
+            error=ErrorInfo(type="t", message="m", traceback="tb"),
+        ),
+    ]
+    for record in written:
+        store.put(record)
+    assert list(store.list(str(run.id))) == written
+    rows = StepRecord.objects.filter(run=run).order_by("id")
+    assert [to_record(row) for row in rows] == written
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's commit only")
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_commits_lazily_only_when_it_is_its_own_transaction() -> None:
+    for _ in range(3):
+        JobRunFactory.create(wake_at=T0)
+    with CaptureQueriesContext(connection) as queries:
+        first = claim("w1", now=T0 + timedelta(seconds=1), lease=timedelta(minutes=1))
+    assert len(first) == 1 and first[0].lease_owner == "w1"
+    sent = _claims(queries)
+    assert sent and all(sql.startswith(LAZY_COMMIT) for sql in sent)
+    # In the caller's transaction it would make the caller's commit lazy too: not then.
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        second = claim("w2", now=T0 + timedelta(seconds=1), lease=timedelta(minutes=1))
+    assert len(second) == 1 and second[0].id != first[0].id
+    sent = _claims(queries)
+    assert sent and not any("synchronous_commit" in sql for sql in sent)
+    statuses: dict[Any, str] = dict(JobRun.objects.values_list("id", "status"))
+    assert statuses[first[0].id] == statuses[second[0].id] == "running"
+    # The setting ended with the claim's own transaction.
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+
+
+def _claims(queries: CaptureQueriesContext) -> list[str]:
+    """The claim statements sent (the flow claim's function, asked first when a job has
+    a limit, records outcomes and is never lazy)."""
+    return [q["sql"] for q in queries.captured_queries if "EXECUTE durable_claim_all" in q["sql"]]
