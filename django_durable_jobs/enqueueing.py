@@ -75,7 +75,7 @@ def enqueue_job(
     else:
         held = flow.hold_saturated(db, [run], now)
         if run.idempotency_key is None:
-            run.save(using=db, force_insert=True)
+            dialect.of(db).insert_run(run)
         else:
             JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
             key = run.idempotency_key

@@ -28,7 +28,7 @@ from django.db import connections, transaction
 
 from ..engine.clock import Clock
 from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule
-from . import flow, postgres, postgres_flow
+from . import flow, postgres, postgres_flow, postgres_inserts
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
@@ -109,6 +109,10 @@ class Dialect:
         return list(candidates.values_list(*PICKED)[:limit])
 
     # -- writes ------------------------------------------------------------------
+    def insert_run(self, run: JobRun) -> None:
+        """Insert one new run (``enqueue``)."""
+        run.save(using=self.using, force_insert=True)
+
     def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
         """Insert new runs (``enqueue_many``)."""
         JobRun.objects.using(self.using).bulk_create(runs, batch_size=batch_size)
@@ -256,13 +260,16 @@ class Psycopg(Postgres):
     ) -> list[JobRun]:
         return postgres.claim(self.using, owner, now, lease, queues, limit).runs
 
+    def insert_run(self, run: JobRun) -> None:
+        postgres_inserts.insert_run(self.using, run)
+
     def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
-        postgres.insert_runs(self.using, runs, batch_size)
+        postgres_inserts.insert_runs(self.using, runs, batch_size)
 
     def insert_steps(
         self, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]
     ) -> set[tuple[str, str]] | None:
-        return postgres.insert_steps(self.using, names, rows, owners)
+        return postgres_inserts.insert_steps(self.using, names, rows, owners)
 
     def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
         # Planning a small INSERT costs as much as running it: prepared once per

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connections
 from django.db.models import JSONField
 
-from ..models import JobRun, StepRecord
+from ..models import JobRun
 
 #: The columns a claim returns and a JobRun is built from, in model order.
 FIELDS = [field for field in JobRun._meta.concrete_fields]
@@ -72,10 +72,10 @@ def _outcome_sql(connection: Any) -> tuple[str, list[str]]:
     first = len(_TYPES) + 1
     fields = [_field(name) for name in OUTCOME_COLUMNS]
     sets = ", ".join(
-        f"{qn(field.column)} = o.{qn(field.column)}{_cast_back(field)}" for field in fields
+        f"{qn(field.column)} = o.{qn(field.column)}{cast_back(field)}" for field in fields
     )
     types = [
-        _array_type(field, connection) for field in (*fields, _field("id"), _field("lease_owner"))
+        array_type(field, connection) for field in (*fields, _field("id"), _field("lease_owner"))
     ]
     # Cast here too: unprepared (PgBouncer), nothing else tells unnest the types.
     arrays = ", ".join(f"${first + index}::{kind}" for index, kind in enumerate(types))
@@ -98,13 +98,13 @@ def outcome_params(values: dict[str, Any], connection: Any) -> list[Any]:
 
 def outcome_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any]]:
     """The parameters of ``_outcome_sql``: one array per outcome column (JSON as text,
-    as ``_array_type`` says), then the run ids and their lease owners."""
+    as ``array_type`` says), then the run ids and their lease owners."""
     arrays: list[list[Any]] = []
     for name in OUTCOME_COLUMNS:
         field = _field(name)
         values = [finish.values[name] for finish in finishes]
         if isinstance(field, JSONField):
-            arrays.append([_json_text(field, value) for value in values])
+            arrays.append([json_text(field, value) for value in values])
         else:
             arrays.append([field.get_db_prep_save(value, connection) for value in values])
     arrays.append([finish.run_id for finish in finishes])
@@ -112,7 +112,7 @@ def outcome_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any
     return arrays
 
 
-def _json_text(field: JSONField, value: Any) -> str | None:
+def json_text(field: JSONField, value: Any) -> str | None:
     # None is SQL NULL, as JSONField.get_db_prep_save stores it.
     return None if value is None else json.dumps(value, cls=field.encoder)
 
@@ -319,107 +319,12 @@ def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
     return run
 
 
-#: What differs between the runs of one ``enqueue_many`` call (one array each); every
-#: other column is the same for the whole call and is sent once, from its first run.
-PER_RUN = ("id", "args", "kwargs", "wake_at")
-
-
-def insert_many_sql(connection: Any) -> tuple[str, list[Any]]:
-    """The ``unnest`` INSERT of ``insert_runs`` and the fields its parameters are
-    for, in order: every concrete field of ``JobRun``, from ``_meta``, so a new column
-    takes no edit here (its value is the first run's, usually the field's default)."""
-    qn = connection.ops.quote_name
-    shared = [field for field in FIELDS if field.attname not in PER_RUN]
-    per_run = [_field(name) for name in PER_RUN]
-    values = {field.column: f"%s::{field.db_type(connection)}" for field in shared}
-    values.update({field.column: f"r.{qn(field.column)}{_cast_back(field)}" for field in per_run})
-    arrays = ", ".join(f"%s::{_array_type(field, connection)}" for field in per_run)
-    aliases = ", ".join(qn(field.column) for field in per_run)
-    columns = [field.column for field in FIELDS]
-    sql = (
-        f"INSERT INTO {qn(JobRun._meta.db_table)} ({', '.join(qn(c) for c in columns)})\n"
-        f"SELECT {', '.join(values[c] for c in columns)}\n"
-        f"FROM unnest({arrays}) AS r({aliases})"
-    )
-    return sql, [*shared, *per_run]
-
-
-def _array_type(field: Any, connection: Any) -> str:
+def array_type(field: Any, connection: Any) -> str:
     # JSON travels as text (psycopg has no array of Jsonb); the SELECT casts it back.
     if isinstance(field, JSONField):
         return "text[]"
     return f"{field.db_type(connection)}[]"
 
 
-def _cast_back(field: Any) -> str:
+def cast_back(field: Any) -> str:
     return "::jsonb" if isinstance(field, JSONField) else ""
-
-
-def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
-    """``bulk_create`` for queued runs of one job in ``unnest`` arrays: the rows cost
-    the database little, and building Django's per-row SQL cost most of the time."""
-    import json
-
-    connection = connections[using]
-    sql, fields = insert_many_sql(connection)
-    shared = fields[: len(fields) - len(PER_RUN)]
-    with connection.cursor() as cursor:
-        for start in range(0, len(runs), batch_size):
-            batch = runs[start : start + batch_size]
-            # One enqueue_many call has one caller, hence one trace context.
-            params = [
-                field.get_db_prep_save(getattr(batch[0], field.attname), connection)
-                for field in shared
-            ]
-            for field in fields[len(shared) :]:
-                column = [getattr(run, field.attname) for run in batch]
-                if isinstance(field, JSONField):
-                    column = [json.dumps(value, ensure_ascii=False) for value in column]
-                params.append(column)
-            cursor.execute(sql, params)
-    for run in runs:
-        run._state.adding = False
-        run._state.db = using
-
-
-#: (database alias, the columns written) -> the batched fenced step INSERT: built once.
-_STEP_INSERTS: dict[tuple[str, tuple[str, ...]], tuple[list[Any], str]] = {}
-
-
-def insert_steps(
-    using: str, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]
-) -> set[tuple[str, str]]:
-    """Insert step records (``names``: their fields, ``run`` and ``name`` first; a row
-    of values each), each only while ``owners[i]`` holds its run's lease and the run is
-    running, in one ``INSERT ... SELECT FROM unnest`` (one commit for a batch of async
-    runs' steps); the (run id, step name) of the rows written."""
-    connection = connections[using]
-    key = (connection.alias, names)
-    if key not in _STEP_INSERTS:
-        qn = connection.ops.quote_name
-        fields: list[Any] = [StepRecord._meta.get_field(name) for name in names]
-        columns = [qn(str(field.column)) for field in fields]
-        types = [_array_type(field, connection) for field in fields]
-        values = ", ".join(
-            f"u.{column}{_cast_back(field)}" for column, field in zip(columns, fields, strict=True)
-        )
-        marks = ", ".join(f"%s::{kind}" for kind in [*types, "text[]"])
-        _STEP_INSERTS[key] = (
-            fields,
-            f"INSERT INTO {qn(StepRecord._meta.db_table)} ({', '.join(columns)}) "
-            f"SELECT {values} FROM unnest({marks}) AS u({', '.join(columns)}, owner) "
-            f"JOIN {qn(JobRun._meta.db_table)} AS run ON run.id = u.{columns[0]} "
-            "AND run.lease_owner = u.owner AND run.status = 'running' "
-            f"RETURNING {columns[0]}, {columns[1]}",
-        )
-    fields, sql = _STEP_INSERTS[key]
-    arrays: list[list[Any]] = []
-    for index, field in enumerate(fields):
-        column = [row[index] for row in rows]
-        if isinstance(field, JSONField):
-            arrays.append([_json_text(field, value) for value in column])
-        else:
-            arrays.append([field.get_db_prep_save(value, connection) for value in column])
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*arrays, list(owners)])
-        return {(str(run_id), name) for run_id, name in cursor.fetchall()}

@@ -11,8 +11,9 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.db import postgres, store
+from django_durable_jobs.db import dialect, postgres, postgres_inserts, store
 from django_durable_jobs.db.postgres_flow import ARRAY_TYPES
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep, StepStatus
@@ -40,10 +41,47 @@ def test_a_step_row_is_written_column_by_column_from_one_mapping() -> None:
 
 @needs_postgres
 def test_the_bulk_insert_writes_every_run_column() -> None:
-    sql, fields = postgres.insert_many_sql(connection)
+    sql, fields = postgres_inserts.insert_many_sql(connection)
     listed = sql.split("(", 1)[1].split(")", 1)[0]
     assert [name.strip().strip('"') for name in listed.split(",")] == concrete(JobRun)
     assert sorted(field.column for field in fields) == sorted(concrete(JobRun))
+
+
+@needs_postgres
+def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared() -> None:
+    """``enqueue``'s INSERT (``postgres_inserts.insert_run``): a connection's first run
+    goes as text (no PREPARE for a request that enqueues once), the next prepared; both
+    write what ``save()`` writes."""
+    now = FakeClock().now()
+    parent = jobs.add.enqueue(1, 2)
+
+    def run() -> JobRun:
+        return JobRun(
+            job_name="tests.add",
+            queue="emails ✉",
+            priority=-3,
+            args=["ünï", 1.5, None],
+            kwargs={"k": {"nested": ["€", True]}},
+            created_at=now,
+            wake_at=now + timedelta(days=3),
+            parent_id=parent.pk,
+            trace_context={"a": "b"},
+        )
+
+    saved, text, prepared = run(), run(), run()
+    dialect.Dialect("default").insert_run(saved)  # the ORM: save(force_insert=True)
+    postgres_inserts._INSERTED.pop(connection.connection, None)
+    with CaptureQueriesContext(connection) as queries:
+        postgres_inserts.insert_run("default", text)
+        postgres_inserts.insert_run("default", prepared)
+    sent = [q["sql"] for q in queries.captured_queries]
+    assert (
+        sent[0].startswith("INSERT INTO") and f"EXECUTE {postgres_inserts.RUN_INSERT}(" in sent[-1]
+    )
+    columns = [field.attname for field in JobRun._meta.concrete_fields if field.attname != "id"]
+    rows = [JobRun.objects.filter(pk=r.pk).values(*columns).get() for r in (saved, text, prepared)]
+    assert rows[0] == rows[1] == rows[2]
+    assert rows[1]["args"] == ["ünï", 1.5, None] and rows[1]["queue"] == "emails ✉"
 
 
 @needs_postgres
