@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import conf, gates, signals
-from .db import dialect, flow
+from .db import dialect, flow, holds
 from .db.migrated import needs_tables
 from .engine import clock, otel
 from .engine.durations import Duration, after, parse_duration
@@ -73,14 +73,14 @@ def enqueue_job(
     if gates.gated(job):
         run, outcome = gates.save_gated(run, job, now, db)
     else:
-        held = flow.hold_saturated(db, [run], now)
+        held = holds.hold_saturated(db, [run], now)
         if run.idempotency_key is None:
             dialect.of(db).insert_run(run)
         else:
             JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
             key = run.idempotency_key
             run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=key)
-        flow.let_go_after_commit(db, job.name, held, run.concurrency_limit or 0)
+        holds.let_go_after_commit(db, job.name, held, run.concurrency_limit or 0)
     if outcome == "new" and job.cancel_on:
         gates.add_cancel_keys(run, job, clean_args, clean_kwargs, db)
     if outcome == "skipped":
@@ -144,10 +144,10 @@ def enqueue_many_job(
         dialect.of(using).insert_runs(runs, batch_size)
         created = runs
     else:
-        held = flow.hold_saturated(using, runs, now)
+        held = holds.hold_saturated(using, runs, now)
         created = JobRun.objects.using(using).bulk_create(runs, batch_size=batch_size)
         limit = job.concurrency.limit if job.concurrency is not None else 0
-        flow.let_go_after_commit(using, job.name, held, limit)
+        holds.let_go_after_commit(using, job.name, held, limit)
     for run in created:
         signals.run_enqueued.send(sender=JobRun, run=run)
     return created

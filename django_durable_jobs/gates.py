@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .db import dialect, flow
+from .db import dialect, flow_keys
 from .engine.limits import Limit
 from .models import CancelKey, JobRun, JobRunQuerySet, RunStatus
 from .registry import JobDefinition
@@ -38,13 +38,13 @@ def save_gated(run: JobRun, job: JobDefinition, now: datetime, using: str) -> tu
     runs = JobRun.objects.using(using)
     with transaction.atomic(using=using):
         if job.rate_limit is not None:
-            flow.lock(using, job.name, "rate_limit", run.rate_limit_key or "")
+            flow_keys.lock(using, job.name, "rate_limit", run.rate_limit_key or "")
             if _over_rate(runs, run, job.rate_limit, now):
                 run.status, run.finished_at, run.wake_at = RunStatus.SKIPPED, now, None
                 run.save(using=using, force_insert=True)
                 return run, "skipped"
         if job.debounce is not None:
-            flow.lock(using, job.name, "debounce", run.debounce_key or "")
+            flow_keys.lock(using, job.name, "debounce", run.debounce_key or "")
             existing = _debounce(runs, run, job.debounce, now)
             if existing is not None:
                 return existing, "debounced"

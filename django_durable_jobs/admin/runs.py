@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from .. import runs
-from ..db import flow
+from ..db import holds
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
 from ..exceptions import DurableJobsError
@@ -175,7 +175,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     @admin.display(description="not starting")
     def held(self, run: JobRun) -> str:
         """Which limit holds a queued run back, and until when (SPEC §8)."""
-        return flow.held_reason(run, clock.current().now()) or "—"
+        return holds.held_reason(run, clock.current().now()) or "—"
 
     # -- the run page ----------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: JobRun | None = None) -> Any:

@@ -82,7 +82,7 @@ def finish_concurrency(using: str, finishes: Sequence[Finish], now: datetime) ->
 
 
 def lock(using: str, job_name: str, kind: str, key: str) -> None:
-    """``flow.lock`` on PostgreSQL: the key's advisory lock until the transaction ends
+    """``flow_keys.lock`` on PostgreSQL: the key's advisory lock until the transaction ends
     (``durable_flow_lock``, migration 0017), which the flow functions take too."""
     with connections[using].cursor() as cursor:
         cursor.execute("SELECT durable_flow_lock(%s, %s, %s)", [job_name, kind, key])

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, connections
 
 from .. import conf, faults
-from ..db import flow
+from ..db import flow, holds
 from ..db.claims import release, requeue_expired
 from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
@@ -162,7 +162,7 @@ class Worker(StopSignals):
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
-            if flow.has_limits() and (freed := flow.unhold_stranded(now=now)):
+            if flow.has_limits() and (freed := holds.unhold_stranded(now=now)):
                 log.warning("let %d held run(s) go whose key had free slots", freed)
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         if self._backlog:  # a sync run of the last batch: no claim until it has started

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DataError, transaction
 
 from .. import conf, signals
-from ..db import dialect, flow, postgres
+from ..db import dialect, flow_keys, holds, postgres
 from ..db.postgres import OUTCOME_COLUMNS
 from ..engine.attempt import Failed, Outcome, Succeeded, Suspended
 from ..engine.records import RecordedStep
@@ -198,12 +198,12 @@ def write(pending: Pending, owner: str | None) -> bool:
             return done
     with transaction.atomic(using=using):
         if run.concurrency_limit is not None:
-            flow.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
         recorded = bool(rows.update(**pending.changes))
         if recorded:
             start_handler(run, pending.changes, pending.now)
             if run.concurrency_limit is not None:
-                flow.free_slot(using, run, pending.now)
+                holds.free_slot(using, run, pending.now)
     return recorded
 
 
@@ -249,7 +249,7 @@ def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
     using = conf.database()
     with transaction.atomic(using=using):
         if run.concurrency_limit is not None:
-            flow.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
         settled = (
             JobRun.objects.using(using)
             .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
@@ -261,7 +261,7 @@ def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
             )
         )
         if settled and run.concurrency_limit is not None:
-            flow.free_slot(using, run, now)
+            holds.free_slot(using, run, now)
     if settled:
         log.info("run cancelled: run=%s stopped by cancellation", run.id)
     return bool(settled)

@@ -14,7 +14,7 @@ from django.db import connections
 from django.urls import reverse
 
 from django_durable_jobs import Concurrency, Throttle, job, runs
-from django_durable_jobs.db import flow
+from django_durable_jobs.db import holds
 from django_durable_jobs.db.claims import claim, requeue_expired
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.timeouts import TimeGuard
@@ -92,7 +92,7 @@ def test_concurrency_per_key_holds_the_rest_and_frees_a_slot(clock: FakeClock) -
     assert {first[0].pk, first[1].pk} < {r.pk for r in taken}  # the oldest first
     held = JobRun.objects.filter(status=RunStatus.QUEUED)
     assert held.count() == 3 and set(held.values_list("wake_at", flat=True)) == {None}
-    reason = flow.held_reason(held.first(), clock.now())  # type: ignore[arg-type]
+    reason = holds.held_reason(held.first(), clock.now())  # type: ignore[arg-type]
     assert reason == "held by concurrency customer_id=42 (2/2 running)"
     assert claim("w", now=clock.now(), lease=LEASE, limit=10) == []
     # A run of key 42 finishes: exactly one held run of that key may go.
@@ -170,7 +170,7 @@ def test_stranded_held_runs_are_let_go(clock: FakeClock) -> None:
     requeue_expired(now=clock.now())
     runs.cancel(dead.pk)  # the slot's run will never free it now
     assert claim("w", now=clock.now(), lease=LEASE) == []
-    assert flow.unhold_stranded(now=clock.now()) == 1
+    assert holds.unhold_stranded(now=clock.now()) == 1
     [taken] = claim("w", now=clock.now(), lease=LEASE)
     assert taken.pk == waiting.pk
 
@@ -218,7 +218,7 @@ def test_runs_enqueued_behind_taken_slots_are_held_at_enqueue(
     assert free_wake is not None and free_wake <= clock.now()
     assert wake[many[1].pk] is not None
     held = JobRun.objects.get(pk=behind.pk)
-    assert flow.held_reason(held, clock.now()) == "held by concurrency key=k (1/1 running)"
+    assert holds.held_reason(held, clock.now()) == "held by concurrency key=k (1/1 running)"
     # Nothing was let go at the commit: the slot is still taken.
     assert {r.pk for r in claim("w", now=clock.now(), lease=LEASE, limit=10)} == {
         free.pk,
@@ -266,7 +266,7 @@ def test_throttle_delays_starts_beyond_the_period(clock: FakeClock) -> None:
     later = JobRun.objects.filter(status=RunStatus.QUEUED)
     assert set(later.values_list("wake_at", flat=True)) == {started + timedelta(seconds=1)}
     until = (started + timedelta(seconds=1)).strftime("%H:%M:%S")
-    assert flow.held_reason(later.first(), clock.now()) == f"throttled until {until}"  # type: ignore[arg-type]
+    assert holds.held_reason(later.first(), clock.now()) == f"throttled until {until}"  # type: ignore[arg-type]
     clock.advance(timedelta(milliseconds=999))
     assert claim("w", now=clock.now(), lease=LEASE, limit=10) == []
     clock.advance(timedelta(milliseconds=1))

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from ... import conf, runs
-from ...db import flow
+from ...db import holds
 from ...db.migrated import needs_tables
 from ...engine import clock
 from ...engine.serialization import error_line
@@ -157,7 +157,7 @@ class Command(BaseCommand):
             return
         for line in trace_text.summary_lines(shown):
             self.stdout.write(line)
-        if reason := flow.held_reason(shown.run, shown.now):
+        if reason := holds.held_reason(shown.run, shown.now):
             self.stdout.write(f"not starting: {reason}")
         self.stdout.write("")
         if not shown.steps:
