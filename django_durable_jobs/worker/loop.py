@@ -99,6 +99,9 @@ class Worker(StopSignals):
         self._waker = make_waker()
         self._register()
         self._lane = self._make_lane()
+        # The schedules of the code this worker runs, before the start line: a worker
+        # that said it started has its schedules' slots in the table.
+        sync(self.clock.now())
         log.info(
             "worker %s: queues=%s concurrency=1 async=%s database=%s wake=%s lease=%ss",
             self.options.worker_id,
@@ -108,7 +111,6 @@ class Worker(StopSignals):
             self._waker.mode,
             self.lease.total_seconds(),
         )
-        sync(self.clock.now())  # the schedules of the code this worker runs
         try:
             while not self.stopping.is_set():
                 if self.options.max_runs is not None and self.runs_done() >= self.options.max_runs:

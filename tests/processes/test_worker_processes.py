@@ -176,8 +176,27 @@ def wait_until(
                 )
         if time.monotonic() > deadline:
             shown = f": {detail()}" if detail is not None else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{shown}")
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}{shown}{database_activity()}"
+            )
         time.sleep(0.05)
+
+
+def database_activity() -> str:
+    """On PostgreSQL, the other sessions on the test database and what each waits for:
+    a worker that logs nothing while runs wait is usually blocked on a lock, and this
+    names who holds it (a timed-out wait once showed no more than the start banner)."""
+    if connection.vendor != "postgresql":
+        return ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, application_name, state, wait_event_type, wait_event,"
+            " pg_blocking_pids(pid), now() - xact_start, left(query, 160)"
+            " FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        rows = cursor.fetchall()
+    return "\nsessions on the test database:\n" + "\n".join(f"  {row}" for row in rows)
 
 
 def status_of(run: JobRun) -> str:
