@@ -274,13 +274,9 @@ class Psycopg(Postgres):
     def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
         # Planning a small INSERT costs as much as running it: prepared once per
         # connection (unless a transaction pooler forbids named statements).
-        connection = connections[self.using]
-        statement: str | None = name
-        if not postgres.prepare(connection, name, types, sql):
-            statement, sql = None, postgres.numbered_to_named(sql, len(params))
-        with connection.cursor() as cursor:
-            postgres.execute(cursor, statement, sql, params)
-            return int(cursor.rowcount)
+        return postgres.run_statement(
+            connections[self.using], name, types, sql, params, prepared=True
+        )
 
 
 _CHOSEN: dict[str, Dialect] = {}

@@ -254,6 +254,20 @@ def prepare(connection: Any, name: str, types: list[str], body: str) -> bool:
     return True
 
 
+def run_statement(
+    connection: Any, name: str, types: list[str], sql: str, params: list[Any], *, prepared: bool
+) -> int:
+    """Run ``sql`` (``$1``... placeholders; ``types``: their database types) as the
+    statement ``name``, prepared once per connection, or as text when not ``prepared``
+    or where named statements cannot be used (``prepare``); the rows it wrote."""
+    statement: str | None = name
+    if not prepared or not prepare(connection, name, types, sql):
+        statement, sql = None, numbered_to_named(sql, len(params))
+    with connection.cursor() as cursor:
+        execute(cursor, statement, sql, params)
+        return int(cursor.rowcount)
+
+
 def numbered_to_named(sql: str, count: int) -> str:
     """$1..$n placeholders to named ones, for servers without prepared statements."""
     for number in range(count, 0, -1):

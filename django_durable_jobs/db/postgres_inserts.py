@@ -13,15 +13,7 @@ from django.db import connections
 from django.db.models import JSONField
 
 from ..models import JobRun, StepRecord
-from .postgres import (
-    FIELDS,
-    array_type,
-    cast_back,
-    execute,
-    json_text,
-    numbered_to_named,
-    prepare,
-)
+from .postgres import FIELDS, array_type, cast_back, json_text, run_statement
 
 
 def insert_run(using: str, run: JobRun) -> None:
@@ -30,7 +22,7 @@ def insert_run(using: str, run: JobRun) -> None:
     against 0.9-1.0 ms a run on the benchmark machine). Like ``bulk_create``, it sends
     no ``pre_save``/``post_save``; ``run_enqueued`` is the signal of a new run."""
     connection = connections[using]
-    sql = _run_insert(connection)
+    sql, types = _run_insert(connection)
     params = [field.get_db_prep_save(getattr(run, field.attname), connection) for field in FIELDS]
     connection.ensure_connection()
     # A connection's first run is sent as text: with Django's default CONN_MAX_AGE = 0
@@ -38,11 +30,7 @@ def insert_run(using: str, run: JobRun) -> None:
     # more. From its second on, the prepared statement.
     again = connection.connection in _INSERTED
     _INSERTED[connection.connection] = True
-    name: str | None = RUN_INSERT
-    if not again or not prepare(connection, RUN_INSERT, _RUN_TYPES[connection.alias], sql):
-        name, sql = None, numbered_to_named(sql, len(params))
-    with connection.cursor() as cursor:
-        execute(cursor, name, sql, params)
+    run_statement(connection, RUN_INSERT, types, sql, params, prepared=again)
     run._state.adding = False
     run._state.db = using
 
@@ -51,19 +39,18 @@ def insert_run(using: str, run: JobRun) -> None:
 RUN_INSERT = "durable_run_insert"
 #: The connections (psycopg's) that inserted a run already.
 _INSERTED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-#: database alias -> the single-run INSERT (``$1``... placeholders) and its types.
-_RUN_INSERTS: dict[str, str] = {}
-_RUN_TYPES: dict[str, list[str]] = {}
+#: database alias -> the single-run INSERT (``$1``... placeholders) and their types.
+_RUN_INSERTS: dict[str, tuple[str, list[str]]] = {}
 
 
-def _run_insert(connection: Any) -> str:
+def _run_insert(connection: Any) -> tuple[str, list[str]]:
     if connection.alias not in _RUN_INSERTS:
         qn = connection.ops.quote_name
         columns = ", ".join(qn(field.column) for field in FIELDS)
         marks = ", ".join(f"${number}" for number in range(1, len(FIELDS) + 1))
-        _RUN_TYPES[connection.alias] = [str(field.db_type(connection)) for field in FIELDS]
         _RUN_INSERTS[connection.alias] = (
-            f"INSERT INTO {qn(JobRun._meta.db_table)} ({columns}) VALUES ({marks})"
+            f"INSERT INTO {qn(JobRun._meta.db_table)} ({columns}) VALUES ({marks})",
+            [str(field.db_type(connection)) for field in FIELDS],
         )
     return _RUN_INSERTS[connection.alias]
 
