@@ -21,8 +21,9 @@ from django.db.models.functions import Coalesce, Least
 from django.dispatch import Signal
 
 from . import conf, signals
+from .db.event_log import OrmEventLog
 from .db.migrated import needs_tables
-from .db.store import OrmEventLog, child_run_outcome
+from .db.store import child_run_outcome
 from .engine import clock
 from .engine.records import RecordedStep
 from .engine.serialization import check_payload, unstorable

@@ -1,4 +1,5 @@
-"""The ORM-backed ``StepStore`` and ``EventLookup``.
+"""The ORM-backed ``StepStore`` (``event_log``: the ``EventLookup``), and how a parent
+reads its child runs' outcomes.
 
 Every step write is one statement. With a lease ``owner`` the write is *fenced*:
 it only lands while that worker still holds the run's lease, so a worker that was
@@ -12,14 +13,14 @@ from typing import Any, cast
 from uuid import UUID
 
 from django.db import connections, transaction
-from django.db.models import Exists, F, Field, Max
+from django.db.models import Field
 
 from .. import faults, signals
-from ..engine.records import ChildOutcome, EventHit, RecordedStep, StepStore
+from ..engine.records import ChildOutcome, RecordedStep, StepStore
 from ..engine.serialization import ErrorInfo
 from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
-from ..models import Event, EventPosition, JobRun, RunStatus, StepRecord
+from ..models import JobRun, RunStatus, StepRecord
 from . import dialect
 from .reads import Read
 
@@ -372,84 +373,3 @@ def child_outcome(row: Mapping[str, Any] | None) -> ChildOutcome | None:
             ),
         )
     return None
-
-
-_BATCH = 1000
-
-
-def _next_position(using: str) -> int:
-    """Take the next position; the row stays locked until the caller's transaction ends."""
-    rows = EventPosition.objects.using(using).filter(pk=1)
-    if not rows.update(position=F("position") + 1):
-        # The row is missing (a flushed database): start after the largest position.
-        start = Event.objects.using(using).aggregate(top=Max("position"))["top"] or 0
-        EventPosition.objects.using(using).bulk_create(
-            [EventPosition(pk=1, position=start)], ignore_conflicts=True
-        )
-        rows.update(position=F("position") + 1)
-    return int(rows.values_list("position", flat=True).get())
-
-
-class OrmEventLog:
-    """The reads of ``EventLookup`` over ``Event`` rows: cursors are positions, hits
-    carry the ids. Publishing is a verb (gates, runs started by the event, wake-ups):
-    ``events.EventLog`` adds it, so this layer never imports the verbs."""
-
-    def __init__(self, *, using: str = "default") -> None:
-        self.using = using
-
-    def cursor(self, event: str | None = None, key: str | None = None) -> int:
-        """A position such that the events committed now (named ``event``, with
-        ``key``, if given) come at or before it, and those committed later after it.
-
-        Ids cannot be that: an id is taken at INSERT, so a transaction that inserted
-        an event and commits later leaves a smaller id behind a cursor. Instead the
-        cursor takes the next position (its row lock makes cursors one after another)
-        and stamps it on every committed event still without one; events that commit
-        later keep NULL until a later cursor stamps a larger position on them.
-        Publishing is untouched: an INSERT, as before.
-        """
-        events = Event.objects.using(self.using)
-        # Usually every committed event of this name and key has a position: then the
-        # newest position handed out already separates them from later ones. One
-        # statement reads both in one snapshot, and nothing is written.
-        newest = (
-            EventPosition.objects.using(self.using)
-            .filter(pk=1)
-            .filter(~Exists(events.unpositioned(event, key)))
-            .values_list("position", flat=True)
-            .first()
-        )
-        if newest is not None:
-            return int(newest)
-        with transaction.atomic(using=self.using):
-            position = _next_position(self.using)
-            # Read the ids first, then write by primary key: an UPDATE over the index
-            # range would wait (MariaDB) on rows other transactions have not committed.
-            ids = list(events.unpositioned(event, key).values_list("id", flat=True))
-            for start in range(0, len(ids), _BATCH):
-                events.filter(id__in=ids[start : start + _BATCH]).update(position=position)
-        return position
-
-    def find(self, event: str, key: str | None, after: int) -> EventHit | None:
-        if key is None:
-            rows = _MATCHING.rows(self.using, event, after)
-        else:
-            rows = _MATCHING_KEY.rows(self.using, event, key, after)
-        return EventHit(*rows[0]) if rows else None
-
-
-#: The first event a wait's look finds (``OrmEventLog.find``), without and with a key;
-#: compiled once (the stand-ins are never sent).
-_HIT = ("id", "payload", "published_at")
-_MATCHING = Read(
-    lambda event, after: Event.objects.matching(event, None, after).values_list(*_HIT)[:1],
-    "\x00event",
-    -(2**62) + 1,
-)
-_MATCHING_KEY = Read(
-    lambda event, key, after: Event.objects.matching(event, key, after).values_list(*_HIT)[:1],
-    "\x00event",
-    "\x00key",
-    -(2**62) + 1,
-)

@@ -40,7 +40,7 @@ class Event(models.Model):
     #: Ids are handed out at INSERT but events become visible at COMMIT, so ids do not
     #: follow commit order. A wait's cursor gives every committed event it can see
     #: (of its name and key) the next position; an event still NULL committed after
-    #: every cursor that could have seen it. See ``store.OrmEventLog.cursor``.
+    #: every cursor that could have seen it. See ``event_log.OrmEventLog.cursor``.
     position = models.BigIntegerField(null=True, blank=True)
 
     objects = EventQuerySet.as_manager()

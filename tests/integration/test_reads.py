@@ -12,9 +12,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db.claims import claim
+from django_durable_jobs.db.event_log import OrmEventLog
 from django_durable_jobs.db.postgres import LAZY_COMMIT
 from django_durable_jobs.db.reads import Read
-from django_durable_jobs.db.store import OrmEventLog, OrmStepStore, to_record
+from django_durable_jobs.db.store import OrmStepStore, to_record
 from django_durable_jobs.engine.records import RecordedStep
 from django_durable_jobs.engine.serialization import ErrorInfo
 from django_durable_jobs.engine.vocabulary import StepKind, StepStatus
