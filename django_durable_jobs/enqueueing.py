@@ -54,7 +54,7 @@ def enqueue_job(
     """
     clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
     now = now or clock.current().now()
-    run = JobRun(
+    run = JobRun.new(
         job_name=job.name,
         queue=options.queue or job.queue,
         priority=job.priority if options.priority is None else options.priority,
@@ -123,7 +123,7 @@ def enqueue_many_job(
                 f"job {job.name!r}: enqueue_many call {index} must be a dict of keyword "
                 f"arguments or a tuple of positional arguments, got {type(call).__name__}"
             )
-        run = JobRun(
+        run = JobRun.new(
             job_name=job.name,
             queue=options.queue or job.queue,
             priority=job.priority if options.priority is None else options.priority,

@@ -117,7 +117,7 @@ def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
             "fan-out cannot apply; enqueue its runs from a step instead"
         )
     args, kwargs = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
-    run = JobRun(
+    run = JobRun.new(
         job_name=job.name,
         queue=job.queue,
         priority=job.priority,

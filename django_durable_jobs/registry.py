@@ -26,6 +26,7 @@ from .engine.limits import throttle as _throttle
 from .engine.records import Call
 from .engine.retry import Backoff
 from .engine.serialization import unstorable
+from .engine.signatures import signature_of
 from .exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
 
 _registry: dict[str, JobDefinition] = {}
@@ -289,7 +290,7 @@ def check_arguments(
     on every attempt in the worker: ``InvalidPayload`` naming the job, the parameter and
     the signature."""
     try:
-        signature = inspect.signature(definition.fn)
+        signature = signature_of(definition.fn)
     except (TypeError, ValueError):  # a callable without a readable signature
         return
     params = signature.parameters.values()

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from .durations import Duration, parse_duration
+from .signatures import signature_of
 
 #: The name of one of the job's parameters, or a callable of the job's arguments.
 Key = str | Callable[..., Any]
@@ -67,7 +68,7 @@ class Limit:
                     f"{value!r}; it must return a string"
                 )
         else:
-            bound = inspect.signature(fn).bind(None, *args, **kwargs)
+            bound = signature_of(fn).bind(None, *args, **kwargs)
             bound.apply_defaults()
             value = bound.arguments[self.key]
             value = value if isinstance(value, str) else str(value)

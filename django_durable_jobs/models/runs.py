@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -254,9 +254,39 @@ class JobRun(models.Model):
     def __str__(self) -> str:
         return f"{self.job_name} {self.id} ({self.status})"
 
+    @classmethod
+    def new(cls, **values: Any) -> JobRun:
+        """``JobRun(**values)``, built positionally: Django's keyword ``__init__`` looks
+        every field up and asks it for its default, a fifth of an ``enqueue()``'s
+        Python. The same instance (signals included); an unknown name is a TypeError."""
+        row = [
+            values.pop(name) if name in values else (make() if make else default)
+            for name, default, make in _defaults()
+        ]
+        if values:
+            raise TypeError(f"JobRun() got unexpected keyword argument(s): {sorted(values)}")
+        build: Callable[..., JobRun] = cls  # positional: the stubs know only keywords
+        return build(*row)
+
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED
+
+
+#: (attname, default, factory) of each concrete field of ``JobRun``, in order: the
+#: factory for a callable default (``uuid4``, ``list``), else the value Django's
+#: ``get_default`` returns every time (it returns the very same object, too).
+_DEFAULTS: list[tuple[str, Any, Any]] = []
+
+
+def _defaults() -> list[tuple[str, Any, Any]]:
+    if not _DEFAULTS:
+        for field in JobRun._meta.concrete_fields:
+            if field.has_default() and callable(field.default):
+                _DEFAULTS.append((field.attname, None, field.default))
+            else:
+                _DEFAULTS.append((field.attname, field.get_default(), None))
+    return _DEFAULTS
 
 
 class Dashboard(JobRun):

@@ -7,7 +7,8 @@ back and checked against ``_meta`` itself, and then run against the database.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import timedelta, timezone
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -48,10 +49,17 @@ def test_the_bulk_insert_writes_every_run_column() -> None:
 
 
 @needs_postgres
-def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared() -> None:
+@pytest.mark.parametrize("use_tz", [True, False], ids=["aware", "use_tz_false"])
+def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared(
+    use_tz: bool, settings: Any
+) -> None:
     """``enqueue``'s INSERT (``postgres_inserts.insert_run``): a connection's first run
     goes as text (no PREPARE for a request that enqueues once), the next prepared; both
-    write what ``save()`` writes."""
+    write what ``save()`` writes. Values Django would pass unchanged are sent as they
+    are (``_as_is``); the others here go through Django: a ``TextChoices`` member, an
+    integer, a duration, and every datetime with ``USE_TZ = False`` (stored as local
+    time)."""
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, "Europe/Paris"
     now = FakeClock().now()
     parent = jobs.add.enqueue(1, 2)
 
@@ -60,12 +68,17 @@ def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared() -
             job_name="tests.add",
             queue="emails ✉",
             priority=-3,
+            status=RunStatus.QUEUED,
             args=["ünï", 1.5, None],
             kwargs={"k": {"nested": ["€", True]}},
             created_at=now,
             wake_at=now + timedelta(days=3),
+            scheduled_at=now.astimezone(timezone(timedelta(hours=5, minutes=30))),
             parent_id=parent.pk,
             trace_context={"a": "b"},
+            throttle_key="kéy",
+            throttle_limit=3,
+            throttle_period=timedelta(minutes=5),
         )
 
     saved, text, prepared = run(), run(), run()
@@ -82,6 +95,7 @@ def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared() -
     rows = [JobRun.objects.filter(pk=r.pk).values(*columns).get() for r in (saved, text, prepared)]
     assert rows[0] == rows[1] == rows[2]
     assert rows[1]["args"] == ["ünï", 1.5, None] and rows[1]["queue"] == "emails ✉"
+    assert rows[1]["scheduled_at"] == now and rows[1]["throttle_period"] == timedelta(minutes=5)
 
 
 @needs_postgres

@@ -312,3 +312,15 @@ def test_autodiscover_again_is_harmless() -> None:
     before = all_jobs()
     autodiscover()
     assert all_jobs() == before
+
+
+def test_a_signature_is_read_once_per_function_and_builtins_still_work() -> None:
+    from django_durable_jobs.engine.signatures import signature_of
+
+    def fn(ctx: object, user_id: int) -> None: ...
+
+    assert signature_of(fn) is signature_of(fn)
+    assert list(signature_of(fn).parameters) == ["ctx", "user_id"]
+    assert list(signature_of(divmod).parameters) == ["x", "y"]  # not weakly referable
+    with pytest.raises(ValueError, match="signature"):
+        signature_of(vars)  # a builtin without a readable signature

@@ -1,0 +1,53 @@
+"""``JobRun.new``: the run ``enqueue`` builds, positionally, equal to ``JobRun(**values)``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db.models.signals import post_init
+
+from django_durable_jobs.models import JobRun, RunStatus
+
+FIELDS = [field.attname for field in JobRun._meta.concrete_fields]
+
+
+def values(run: JobRun) -> dict[str, Any]:
+    return {name: getattr(run, name) for name in FIELDS if name != "id"}
+
+
+def test_a_new_run_equals_the_keyword_built_one_field_by_field() -> None:
+    now = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+    given = {"job_name": "shop.sync ✓", "args": [1, "ü"], "created_at": now, "wake_at": now}
+    new, keyword = JobRun.new(**given), JobRun(**given)
+    assert values(new) == values(keyword)
+    assert new.status == RunStatus.QUEUED and new.kwargs == {} and new.queue == "default"
+    assert new._state.adding and new._state.db is None
+
+
+def test_callable_defaults_are_called_for_each_run() -> None:
+    first, second = JobRun.new(job_name="a"), JobRun.new(job_name="a")
+    assert first.id != second.id
+    assert first.kwargs is not second.kwargs  # default=dict: not one dict shared by runs
+    first.kwargs["x"] = 1
+    assert second.kwargs == {}
+
+
+def test_an_unknown_field_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match="wake_after"):
+        JobRun.new(job_name="a", wake_after=1)
+
+
+def test_a_new_run_sends_post_init_as_the_model_does() -> None:
+    seen: list[JobRun] = []
+
+    def receiver(sender: Any, instance: JobRun, **_: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=JobRun)
+    try:
+        run = JobRun.new(job_name="a")
+    finally:
+        post_init.disconnect(receiver, sender=JobRun)
+    assert seen == [run]
