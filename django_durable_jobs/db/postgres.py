@@ -24,7 +24,8 @@ from ..models import JobRun
 #: The columns a claim returns and a JobRun is built from, in model order.
 FIELDS = [field for field in JobRun._meta.concrete_fields]
 _COLUMNS = ", ".join(f"run.{field.column}" for field in FIELDS)
-_JSON = {field.attname: field for field in FIELDS if isinstance(field, JSONField)}
+_ATTNAMES = [field.attname for field in FIELDS]
+_JSON_AT = [(index, field) for index, field in enumerate(FIELDS) if isinstance(field, JSONField)]
 #: What recording an outcome writes (the rest of the row stays as claimed).
 OUTCOME_COLUMNS = (
     "status",
@@ -325,10 +326,9 @@ def fast_timestamps(connection: Any, cursor: Any) -> None:
 
 def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
     values = list(row[: len(FIELDS)])
-    for index, field in enumerate(FIELDS):
-        if (json_field := _JSON.get(field.attname)) is not None:
-            values[index] = json_field.from_db_value(values[index], None, connection)  # type: ignore[arg-type]
-    run = JobRun.from_db(using, [field.attname for field in FIELDS], values)
+    for index, json_field in _JSON_AT:
+        values[index] = json_field.from_db_value(values[index], None, connection)  # type: ignore[arg-type]
+    run = JobRun.from_db(using, _ATTNAMES, values)
     run.claimed_from, run.claimed_fresh = row[len(FIELDS)], bool(row[len(FIELDS) + 1])
     return run
 

@@ -35,6 +35,9 @@ def parse_duration(value: object) -> timedelta:
     Anything else (negative, NaN, ``"5 mins"``, a bool, overflow) raises
     ``InvalidDuration`` naming the value.
     """
+    text = value if type(value) is str else None
+    if text is not None and (known := _PARSED.get(text)) is not None:
+        return known
     try:
         result = _parse(value)
     except (OverflowError, ValueError) as exc:
@@ -43,7 +46,14 @@ def parse_duration(value: object) -> timedelta:
         raise _invalid(value, "it is too large") from exc
     if result < timedelta(0):
         raise _invalid(value, "it is negative")
+    if text is not None and len(_PARSED) < 1024:
+        _PARSED[text] = result
     return result
+
+
+#: Durations parsed from text: the settings' (``"60s"``, ``"30s"``) are read on every
+#: run, and a ``timedelta`` is immutable. Bounded, for text that comes from users.
+_PARSED: dict[str, timedelta] = {}
 
 
 def _parse(value: object) -> timedelta:

@@ -182,3 +182,16 @@ def test_a_bare_zero_string_is_zero_as_the_backoff_docs_say() -> None:
         unregister("tests.zero_backoff")
     with pytest.raises(ValueError, match="longer than zero"):  # a zero timeout stays a mistake
         job(name="tests.zero_timeout", timeout="0")(lambda ctx: None)
+
+
+def test_text_is_parsed_once_and_a_rejected_text_stays_rejected() -> None:
+    from django_durable_jobs.engine import durations
+
+    assert parse_duration("17m3s") is parse_duration("17m3s")  # the kept timedelta
+    for _ in range(2):  # a refusal is not remembered as anything
+        with pytest.raises(InvalidDuration, match="5 mins"):
+            parse_duration("5 mins")
+    for number in range(1500):  # text from users: the memory stays bounded
+        parse_duration(f"{number}s")
+    assert len(durations._PARSED) <= 1024
+    assert parse_duration("1499s") == timedelta(seconds=1499)  # past the bound: parsed
