@@ -3,8 +3,9 @@
     BENCH_DB=bench_latency .venv/py312-dj61/bin/python benchmarks/latency.py [--rounds 3]
 
 Each round runs the probes of ``make bench`` (``ours.measure_latency``: ``LAT_JOBS``
-runs; ``wakeup.measure_wakeup``: ``WAKE_EVENTS`` events) against a fresh ``runjobs``
-and prints their percentiles, so that a change to either path can be measured in a
+runs; ``wakeup.measure_wakeup``: ``WAKE_EVENTS`` events) against a fresh ``runjobs``,
+and this machine's floor (``floor.measure_floor``: the start probe with raw psycopg,
+no framework), and prints their percentiles, so that a change to either path can be measured in a
 minute, several times, without the peers. The database (``BENCH_DB``) is dropped and
 recreated. The goals (issue 14): enqueue -> start p50 <= 3 ms; commit -> next step
 p50 <= 5 ms and p99 <= 20 ms.
@@ -32,17 +33,23 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
+    from benchmarks.floor import measure_floor
     from benchmarks.ours import LAT_JOBS, measure_latency
     from benchmarks.wakeup import WAKE_EVENTS, measure_wakeup
 
     call_command("migrate", verbosity=0)
     say(f"{args.rounds} rounds of {LAT_JOBS} enqueues and {WAKE_EVENTS} events")
-    print("round | enqueue->start p50 | event commit->next step p50 | p99 | of it: wait step done")
+    print(
+        "round | enqueue->start p50 | floor p50 | event commit->next step p50 | p99 "
+        "| of it: wait step done"
+    )
     for round_ in range(1, args.rounds + 1):
         start, _, _ = measure_latency(LAT_JOBS)
+        floor = measure_floor()
         woken = measure_wakeup(WAKE_EVENTS)
         print(
-            f"{round_:5d} | {start:15.2f} ms | {pct(woken.latency_ms, 50):24.2f} ms "
+            f"{round_:5d} | {start:15.2f} ms | {floor:6.2f} ms "
+            f"| {pct(woken.latency_ms, 50):24.2f} ms "
             f"| {pct(woken.latency_ms, 99):6.2f} | {pct(woken.claimed_ms, 50):6.2f} ms",
             flush=True,
         )

@@ -55,6 +55,7 @@ class Report:
     procrastinate_io: float | None
     rss: list[RssResult]
     wakeup: Wakeup
+    floor_ms: float  # enqueue -> start with raw psycopg (benchmarks/floor.py)
     mariadb: dict[str, Any] | str  # its figures, or why there are none
     plans: list[str]
     round_trips: list[str]
@@ -162,7 +163,9 @@ def goals(r: Report) -> list[str]:
         + ", ".join(f"{x.job} {x.growth:+.1%}" for x in r.rss)
         + f" -> {verdict(worst.growth <= 0.10)}",
         f"  enqueue -> start p50 <= 3 ms: {latency:.1f} ms"
-        + ("" if pgq_latency is None else f" (pgqueuer {pgq_latency:.1f} ms)")
+        + ("" if pgq_latency is None else f" (pgqueuer {pgq_latency:.1f} ms")
+        + ("; " if pgq_latency is not None else " (")
+        + f"this machine's floor, raw psycopg: {r.floor_ms:.1f} ms)"
         + f" -> {verdict(latency <= 3)}",
         f"  event commit -> next step p50 <= 5 ms, p99 <= 20 ms: {wake50:.1f} / "
         f"{wake99:.1f} ms -> {verdict(wake50 <= 5 and wake99 <= 20)}",

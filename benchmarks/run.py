@@ -30,6 +30,7 @@ if str(REPO) not in sys.path:
 os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
 
 from benchmarks import io_bench  # noqa: E402 - needs the path above
+from benchmarks.floor import FLOOR_JOBS, measure_floor  # noqa: E402
 from benchmarks.harness import WORK, say  # noqa: E402
 from benchmarks.mariadb import measure_mariadb  # noqa: E402
 from benchmarks.ours import LAT_JOBS, measure_ours  # noqa: E402
@@ -81,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"ours: worker RSS over {rss_runs} sync and {rss_runs} async no-op runs")
     rss = [io_bench.measure_rss(job, job.name, rss_runs) for job in (bench_noop, bench_anoop)]
     wakeup = measure_wakeup(50 if args.quick else WAKE_EVENTS)
+    say(f"floor: enqueue -> start with raw psycopg, {FLOOR_JOBS} jobs (benchmarks/floor.py)")
+    floor = measure_floor()
     problems += wakeup.problems
     round_trips = measure_round_trips()
     plans = measure_explain()
@@ -99,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         procrastinate_io=peers.metric("procrastinate", PROCRASTINATE_IO),
         rss=rss,
         wakeup=wakeup,
+        floor_ms=floor,
         mariadb=mariadb,
         plans=plans,
         round_trips=round_trips,

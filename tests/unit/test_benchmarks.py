@@ -65,6 +65,7 @@ def report(peers: list[Row], procrastinate_io: float | None) -> Report:
             RssResult("bench.anoop", 2000, {1000: 60_000, 2000: 70_000}),
         ],
         wakeup=Wakeup(3, "listen", [3.0, 4.0, 30.0], [1.0, 2.0, 3.0], [0.1, 0.1, 0.1], []),
+        floor_ms=1.8,
         mariadb="skipped (--no-mariadb)",
         plans=["plan"],
         round_trips=["round trips"],
@@ -83,7 +84,7 @@ def test_each_goal_gets_its_ratio_and_verdict_against_the_peers_run() -> None:
     assert "= 2.15x of 419/s -> met" in io and "at most 5 connections" in io
     assert "= 2.12x of 754 -> met" in steps
     assert "bench.noop +1.7%, bench.anoop +16.7% -> NOT met" in rss
-    assert "2.5 ms (pgqueuer 5.5 ms) -> met" in start
+    assert "2.5 ms (pgqueuer 5.5 ms; this machine's floor, raw psycopg: 1.8 ms) -> met" in start
     assert "4.0 / 29.5 ms -> NOT met" in wake
 
 
@@ -96,6 +97,8 @@ def test_a_goal_against_a_peer_not_run_is_na_and_the_table_has_both_our_rows() -
     assert no_op.endswith("tuned n/a, plain n/a")
     assert next(line for line in out if "I/O workload >= 2x" in line).endswith("-> n/a")
     assert next(line for line in out if "10-step >= 2x Absurd" in line).endswith("-> n/a")
+    start = next(line for line in out if "enqueue -> start p50" in line)
+    assert start.endswith("2.5 ms (this machine's floor, raw psycopg: 1.8 ms) -> met")
 
 
 def test_the_dashboard_benchmarks_table_says_how_many_passes_a_default_run_makes() -> None:
