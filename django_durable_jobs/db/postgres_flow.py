@@ -16,7 +16,7 @@ from .postgres import (
     FIELDS,
     OUTCOME_COLUMNS,
     Finish,
-    fast_timestamps,
+    claim_cursor,
     outcome_arrays,
     run_from_row,
 )
@@ -59,8 +59,7 @@ def claim_concurrency(
             f"SELECT c.recorded, c.throttled, {columns}, c.claimed_from, c.fresh "
             f"FROM durable_claim_concurrency({_marks(*heads, *ARRAY_TYPES)}) AS c"
         )
-    with connection.cursor() as cursor:
-        fast_timestamps(connection, cursor)
+    with claim_cursor(connection) as cursor:
         cursor.execute(_CONCURRENCY_SQL, params)
         rows = cursor.fetchall()
     *claimed, flags = rows  # the last row is the flags'

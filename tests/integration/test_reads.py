@@ -138,6 +138,39 @@ def test_a_claim_commits_lazily_only_when_it_is_its_own_transaction() -> None:
         assert cursor.fetchone()[0] == "on"
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's claim statement")
+@pytest.mark.django_db(transaction=True)
+def test_claims_keep_their_cursor_until_the_connection_changes_or_queries_are_logged() -> None:
+    """``claim_cursor``: one cursor from claim to claim on a connection; a new one
+    after a reconnect (a stale one would raise); Django's own, recording cursor while
+    queries are logged."""
+    for _ in range(5):
+        JobRunFactory.create(wake_at=T0)
+    now, lease = T0 + timedelta(seconds=1), timedelta(minutes=1)
+    claimed = claim("w0", now=now, lease=lease)  # this connection's PREPARE, its cursor
+    made: list[Any] = []
+    real = connection.create_cursor
+
+    def counted(name: Any = None) -> Any:
+        made.append(real(name))
+        return made[-1]
+
+    connection.create_cursor = counted  # type: ignore[method-assign]
+    try:
+        claimed += claim("w1", now=now, lease=lease) + claim("w2", now=now, lease=lease)
+        assert made == []
+        connection.close()
+        claimed += claim("w3", now=now, lease=lease)
+        assert made and made[-1].connection is connection.connection
+        with CaptureQueriesContext(connection) as queries:
+            claimed += claim("w4", now=now, lease=lease)
+        assert _claims(queries)  # recorded: not sent through the kept cursor
+    finally:
+        del connection.create_cursor
+    assert [run.lease_owner for run in claimed] == ["w0", "w1", "w2", "w3", "w4"]
+    assert JobRun.objects.filter(status="running").count() == 5
+
+
 def _claims(queries: CaptureQueriesContext) -> list[str]:
     """The claim statements sent (the flow claim's function, asked first when a job has
     a limit, records outcomes and is never lazy)."""
