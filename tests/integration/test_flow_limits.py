@@ -3,6 +3,7 @@ fake clock; the interleaved-claimers race on PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from io import StringIO
@@ -196,6 +197,14 @@ def test_jobs_show_says_why_a_run_is_held(clock: FakeClock, capsys: Any) -> None
     assert (
         "not starting: held by concurrency customer_id=42 (2/2 running)" in capsys.readouterr().out
     )
+    call_command("jobs", "show", str(held.pk), "--json")
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["not_starting"] == "held by concurrency customer_id=42 (2/2 running)"
+    assert shown["concurrency_key"] == "42"
+    running = JobRun.objects.filter(status=RunStatus.RUNNING).first()
+    assert running is not None
+    call_command("jobs", "show", str(running.pk), "--json")
+    assert json.loads(capsys.readouterr().out)["not_starting"] is None
 
 
 # -- held at enqueue ----------------------------------------------------------------------

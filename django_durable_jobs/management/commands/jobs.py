@@ -152,12 +152,14 @@ class Command(BaseCommand):
     # -- reading ---------------------------------------------------------------------
     def show(self, options: dict[str, Any]) -> None:
         shown = trace.load(runs.get_run(options["run_id"]))
+        reason = holds.held_reason(shown.run, shown.now)
         if options["json"]:
-            self.stdout.write(json.dumps(trace_text.as_json(shown), indent=2, ensure_ascii=False))
+            data = {**trace_text.as_json(shown), "not_starting": reason or None}
+            self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False))
             return
         for line in trace_text.summary_lines(shown):
             self.stdout.write(line)
-        if reason := holds.held_reason(shown.run, shown.now):
+        if reason:
             self.stdout.write(f"not starting: {reason}")
         self.stdout.write("")
         if not shown.steps:
