@@ -98,6 +98,36 @@ def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared(
     assert rows[1]["scheduled_at"] == now and rows[1]["throttle_period"] == timedelta(minutes=5)
 
 
+def test_the_values_sent_as_they_are_are_only_those_django_would_not_change() -> None:
+    """``insert_run`` skips ``get_db_prep_save`` for a str, UUID or aware datetime of a
+    field in ``_as_is``: no such field may prepare its values itself, except
+    ``InstantField``, whose conversion applies only with ``USE_TZ = False``, which
+    ``_param`` checks. A new field class with its own preparation fails here."""
+    from django.db import models
+
+    from django_durable_jobs.db.fields import InstantField
+
+    bases = {models.CharField, models.TextField, models.UUIDField, models.DateTimeField}
+    for field, kinds in postgres_inserts._as_is():
+        if not kinds:
+            continue
+        own = {
+            name
+            for klass in type(field).__mro__
+            if klass not in bases
+            and klass is not InstantField
+            and klass.__module__ != "django.db.models.fields"
+            for name in ("get_prep_value", "get_db_prep_value", "get_db_prep_save", "to_python")
+            if name in vars(klass)
+        }
+        assert own == set(), (field.name, own)
+    assert {f.name for f, kinds in postgres_inserts._as_is() if kinds} >= {
+        "id",
+        "job_name",
+        "created_at",
+    }
+
+
 @needs_postgres
 def test_bulk_inserted_runs_equal_runs_saved_by_the_orm() -> None:
     [inserted] = jobs.add.enqueue_many([(1, 2)])
