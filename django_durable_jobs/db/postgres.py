@@ -174,7 +174,7 @@ def claim(
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if finishes:
         params += outcome_arrays(finishes, connection)
-    with claim_cursor(connection) as cursor:
+    with kept_cursor(connection) as cursor:
         execute(cursor, name, sql, params, lazy_commit=not finishes and _own_commit(connection))
         rows = cursor.fetchall()
     done = frozenset(rows[0][0] or ()) if rows and finishes else frozenset()
@@ -265,7 +265,7 @@ def run_statement(
     statement: str | None = name
     if not prepared or not prepare(connection, name, types, sql):
         statement, sql = None, numbered_to_named(sql, len(params))
-    with connection.cursor() as cursor:
+    with kept_cursor(connection) as cursor:
         execute(cursor, statement, sql, params)
         return int(cursor.rowcount)
 
@@ -314,13 +314,15 @@ def _own_commit(connection: Any) -> bool:
 
 
 @contextmanager
-def claim_cursor(connection: Any) -> Iterator[Any]:
-    """The cursor a worker's claims run on (``fast_timestamps``), kept open on its
-    connection from one claim to the next: making a cursor and its adapters cost an
-    idle worker a tenth of a millisecond between a notification and its claim. Kept
-    per thread and per connection (a new one after a reconnect); not kept while
-    Django logs queries (``DEBUG``, ``CaptureQueriesContext``), whose cursors are the
-    ones that record them."""
+def kept_cursor(connection: Any) -> Iterator[Any]:
+    """The cursor the hot statements run on (a worker's claims, ``enqueue``'s INSERT, a
+    step's fenced write: ``run_statement``), kept open on its connection from one
+    statement to the next, with ``fast_timestamps``: making a cursor and its adapters
+    cost an idle worker a tenth of a millisecond between a notification and its
+    claim. Kept per thread and per connection (a new one after a reconnect); not kept
+    while Django logs queries (``DEBUG``, ``CaptureQueriesContext``), whose cursors
+    are the ones that record them. Django's wrapper still runs each statement
+    (``execute_wrapper``, its errors, a broken transaction refused)."""
     if connection.queries_logged:
         with connection.cursor() as cursor:
             fast_timestamps(connection, cursor)
@@ -336,7 +338,7 @@ def claim_cursor(connection: Any) -> Iterator[Any]:
     yield cursor
 
 
-#: This thread's claim cursors: alias -> (the psycopg connection, Django's cursor).
+#: This thread's kept cursors: alias -> (the psycopg connection, Django's cursor).
 _KEPT = threading.local()
 
 

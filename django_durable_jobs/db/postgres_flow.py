@@ -16,7 +16,7 @@ from .postgres import (
     FIELDS,
     OUTCOME_COLUMNS,
     Finish,
-    claim_cursor,
+    kept_cursor,
     outcome_arrays,
     run_from_row,
 )
@@ -59,7 +59,7 @@ def claim_concurrency(
             f"SELECT c.recorded, c.throttled, {columns}, c.claimed_from, c.fresh "
             f"FROM durable_claim_concurrency({_marks(*heads, *ARRAY_TYPES)}) AS c"
         )
-    with claim_cursor(connection) as cursor:
+    with kept_cursor(connection) as cursor:
         cursor.execute(_CONCURRENCY_SQL, params)
         rows = cursor.fetchall()
     *claimed, flags = rows  # the last row is the flags'

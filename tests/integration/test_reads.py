@@ -21,6 +21,7 @@ from django_durable_jobs.engine.serialization import ErrorInfo
 from django_durable_jobs.engine.vocabulary import StepKind, StepStatus
 from django_durable_jobs.models import Event, JobRun, StepRecord
 from tests.factories import T0, EventFactory, JobRunFactory
+from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -140,14 +141,16 @@ def test_a_claim_commits_lazily_only_when_it_is_its_own_transaction() -> None:
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's claim statement")
 @pytest.mark.django_db(transaction=True)
-def test_claims_keep_their_cursor_until_the_connection_changes_or_queries_are_logged() -> None:
-    """``claim_cursor``: one cursor from claim to claim on a connection; a new one
-    after a reconnect (a stale one would raise); Django's own, recording cursor while
-    queries are logged."""
+def test_hot_statements_keep_a_cursor_until_a_reconnect_or_query_logging() -> None:
+    """``kept_cursor``: one cursor from statement to statement (claims, ``enqueue``'s
+    INSERT) on a connection; a new one after a reconnect (a stale one would raise);
+    Django's own, recording cursor while queries are logged."""
     for _ in range(5):
         JobRunFactory.create(wake_at=T0)
     now, lease = T0 + timedelta(seconds=1), timedelta(minutes=1)
-    claimed = claim("w0", now=now, lease=lease)  # this connection's PREPARE, its cursor
+    later = jobs.add.using(run_after="1h")  # enqueued after T0: not claimed below
+    claimed = claim("w0", now=now, lease=lease)  # this connection's PREPAREs, its cursor
+    enqueued = [later.enqueue(1, 2), later.enqueue(3, 4)]  # as text, then prepared
     made: list[Any] = []
     real = connection.create_cursor
 
@@ -157,18 +160,24 @@ def test_claims_keep_their_cursor_until_the_connection_changes_or_queries_are_lo
 
     connection.create_cursor = counted  # type: ignore[method-assign]
     try:
-        claimed += claim("w1", now=now, lease=lease) + claim("w2", now=now, lease=lease)
+        claimed += claim("w1", now=now, lease=lease)
+        enqueued.append(later.enqueue(5, 6))
+        claimed += claim("w2", now=now, lease=lease)
         assert made == []
         connection.close()
         claimed += claim("w3", now=now, lease=lease)
         assert made and made[-1].connection is connection.connection
         with CaptureQueriesContext(connection) as queries:
             claimed += claim("w4", now=now, lease=lease)
+            enqueued.append(later.enqueue(7, 8))
         assert _claims(queries)  # recorded: not sent through the kept cursor
+        assert any("django_durable_jobs_jobrun" in q["sql"] for q in queries.captured_queries[1:])
     finally:
         del connection.create_cursor
     assert [run.lease_owner for run in claimed] == ["w0", "w1", "w2", "w3", "w4"]
     assert JobRun.objects.filter(status="running").count() == 5
+    stored = JobRun.objects.filter(pk__in=[run.pk for run in enqueued]).order_by("created_at")
+    assert [run.args for run in stored] == [[1, 2], [3, 4], [5, 6], [7, 8]]
 
 
 def _claims(queries: CaptureQueriesContext) -> list[str]:
