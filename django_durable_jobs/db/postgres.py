@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.models import JSONField
 
 from ..models import JobRun
@@ -27,7 +27,12 @@ from ..models import JobRun
 FIELDS = [field for field in JobRun._meta.concrete_fields]
 _COLUMNS = ", ".join(f"run.{field.column}" for field in FIELDS)
 _ATTNAMES = [field.attname for field in FIELDS]
-_JSON_AT = [(index, field) for index, field in enumerate(FIELDS) if isinstance(field, JSONField)]
+#: The fields whose values Django converts after loading (``from_db_value``: JSON
+#: decoded, an ``InstantField``'s naive local time made aware with ``USE_TZ = False``),
+#: with their positions in a claimed row.
+_CONVERTED_AT = [
+    (index, field) for index, field in enumerate(FIELDS) if hasattr(field, "from_db_value")
+]
 #: What recording an outcome writes (the rest of the row stays as claimed).
 OUTCOME_COLUMNS = (
     "status",
@@ -170,12 +175,13 @@ def claim(
     ``look_for_limited``, also tell whether runs under a limit are due (an index
     probe in the same statement, so a worker asks the flow claim only then)."""
     connection = connections[using]
-    name, sql = _statement(connection, queues, bool(finishes), look_for_limited)
+    name, sql, types = _statement(connection, queues, bool(finishes), look_for_limited)
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if finishes:
         params += outcome_arrays(finishes, connection)
+    lazy = not finishes and _own_commit(connection)
     with kept_cursor(connection) as cursor:
-        execute(cursor, name, sql, params, lazy_commit=not finishes and _own_commit(connection))
+        execute_again(connection, cursor, name, types, sql, params, lazy_commit=lazy)
         rows = cursor.fetchall()
     done = frozenset(rows[0][0] or ()) if rows and finishes else frozenset()
     runs = [run_from_row(using, connection, row[2:]) for row in rows if row[2] is not None]
@@ -195,7 +201,7 @@ _BODIES: dict[tuple[str, bool, bool], tuple[list[str], str]] = {}
 
 def _statement(
     connection: Any, queues: list[str] | None, finishing: bool, looking: bool = False
-) -> tuple[str | None, str]:
+) -> tuple[str | None, str, list[str]]:
     if queues is None:
         variant = "all"
     elif len(queues) == 1:
@@ -207,9 +213,9 @@ def _statement(
         _BODIES[key] = _body(connection, variant, finishing, looking)
     types, body = _BODIES[key]
     if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
-        return None, numbered_to_named(body, len(types))
+        return None, numbered_to_named(body, len(types)), types
     name = f"durable_claim_{variant}_{'f' if finishing else 'c'}{'_l' if looking else ''}"
-    return (name if prepare(connection, name, types, body) else None), body
+    return (name if prepare(connection, name, types, body) else None), body, types
 
 
 #: Runs under a limit due now (of the worker's queues): ``durable_run_limited``.
@@ -266,7 +272,7 @@ def run_statement(
     if not prepared or not prepare(connection, name, types, sql):
         statement, sql = None, numbered_to_named(sql, len(params))
     with kept_cursor(connection) as cursor:
-        execute(cursor, statement, sql, params)
+        execute_again(connection, cursor, statement, types, sql, params)
         return int(cursor.rowcount)
 
 
@@ -275,6 +281,38 @@ def numbered_to_named(sql: str, count: int) -> str:
     for number in range(count, 0, -1):
         sql = sql.replace(f"${number}", f"%(p{number})s")
     return sql
+
+
+def execute_again(
+    connection: Any,
+    cursor: Any,
+    name: str | None,
+    types: list[str],
+    body: str,
+    params: list[Any],
+    *,
+    lazy_commit: bool = False,
+) -> None:
+    """``execute``, and when the server no longer has the statement ``prepare`` made
+    (a ``DEALLOCATE ALL``: PgBouncer's session reset, psycopg's own after a rollback
+    once it prepared statements itself, an operator), every statement of the
+    connection is prepared again: this one at once when it is its own transaction,
+    else from the next call (the caller's transaction is aborted by then). Without
+    it the worker failed on every claim until it was restarted."""
+    try:
+        execute(cursor, name, body, params, lazy_commit=lazy_commit)
+    except DatabaseError as exc:
+        if name is None or getattr(exc.__cause__, "sqlstate", None) != LOST_STATEMENT:
+            raise
+        _prepared.pop(connection.connection, None)
+        if not connection.get_autocommit() or connection.in_atomic_block:
+            raise
+        prepare(connection, name, types, body)
+        execute(cursor, name, body, params, lazy_commit=lazy_commit)
+
+
+#: SQLSTATE invalid_sql_statement_name: "prepared statement ... does not exist".
+LOST_STATEMENT = "26000"
 
 
 def execute(
@@ -329,16 +367,20 @@ def kept_cursor(connection: Any) -> Iterator[Any]:
             yield cursor
         return
     connection.ensure_connection()
-    kept: dict[str, tuple[Any, Any]] = _KEPT.__dict__.setdefault("cursors", {})
-    raw, cursor = kept.get(connection.alias, (None, None))
-    if raw is not connection.connection or cursor.closed:
+    kept: dict[str, tuple[Any, Any, Any]] = _KEPT.__dict__.setdefault("cursors", {})
+    raw, zone, cursor = kept.get(connection.alias, (None, None, None))
+    # The loaders a cursor got were chosen for the time zone settings of its day: a
+    # changed USE_TZ or TIME_ZONE (a test's override) gets a new one.
+    now_zone = (settings.USE_TZ, connection.timezone_name)
+    if raw is not connection.connection or zone != now_zone or cursor.closed:
         cursor = connection.cursor()
         fast_timestamps(connection, cursor)
-        kept[connection.alias] = (connection.connection, cursor)
+        kept[connection.alias] = (connection.connection, now_zone, cursor)
     yield cursor
 
 
-#: This thread's kept cursors: alias -> (the psycopg connection, Django's cursor).
+#: This thread's kept cursors: alias -> (the psycopg connection, the time zone
+#: settings it was made under, Django's cursor).
 _KEPT = threading.local()
 
 
@@ -356,8 +398,8 @@ def fast_timestamps(connection: Any, cursor: Any) -> None:
 
 def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
     values = list(row[: len(FIELDS)])
-    for index, json_field in _JSON_AT:
-        values[index] = json_field.from_db_value(values[index], None, connection)  # type: ignore[arg-type]
+    for index, field in _CONVERTED_AT:
+        values[index] = field.from_db_value(values[index], None, connection)
     run = JobRun.from_db(using, _ATTNAMES, values)
     run.claimed_from, run.claimed_fresh = row[len(FIELDS)], bool(row[len(FIELDS) + 1])
     return run

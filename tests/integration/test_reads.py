@@ -3,12 +3,13 @@ the two shortcuts on the path from an enqueue or an event to the run's next step
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
-from django.db import connection, transaction
+from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db.claims import claim
@@ -184,3 +185,76 @@ def _claims(queries: CaptureQueriesContext) -> list[str]:
     """The claim statements sent (the flow claim's function, asked first when a job has
     a limit, records outcomes and is never lazy)."""
     return [q["sql"] for q in queries.captured_queries if "EXECUTE durable_claim_all" in q["sql"]]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's claim statement")
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_cursor_is_made_again_when_the_time_zone_settings_change(settings: Any) -> None:
+    """The timestamp loaders a kept cursor got were chosen under the settings of the
+    day (``fast_timestamps``): an override of ``USE_TZ`` or ``TIME_ZONE`` gets a new
+    cursor, and the claimed run reads as the ORM reads it."""
+    for _ in range(2):
+        JobRunFactory.create(wake_at=T0)
+    now, lease = T0 + timedelta(seconds=1), timedelta(minutes=1)
+    claim("w0", now=now, lease=lease)  # the kept cursor, made under USE_TZ = True, UTC
+    made: list[Any] = []
+    real = connection.create_cursor
+
+    def counted(name: Any = None) -> Any:
+        made.append(real(name))
+        return made[-1]
+
+    connection.create_cursor = counted  # type: ignore[method-assign]
+    try:
+        settings.USE_TZ, settings.TIME_ZONE = False, "Europe/Paris"
+        [run] = claim("w1", now=now, lease=lease)
+    finally:
+        del connection.create_cursor
+    assert len(made) == 1
+    read = JobRun.objects.get(pk=run.pk)
+    assert (run.wake_at, run.created_at, run.started_at) == (
+        read.wake_at,
+        read.created_at,
+        read.started_at,
+    )
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's named statements")
+@pytest.mark.django_db(transaction=True)
+def test_statements_deallocated_behind_our_back_are_prepared_again() -> None:
+    """A ``DEALLOCATE ALL`` on the connection (PgBouncer's session reset, psycopg's own
+    after a rollback once it prepared a statement, an operator) drops the statements
+    ``prepare`` made; the next claim, enqueue and step write prepare them again instead
+    of failing on every call until the worker restarts."""
+    for _ in range(2):
+        JobRunFactory.create(wake_at=T0)
+    now, lease = T0 + timedelta(seconds=1), timedelta(minutes=1)
+    later = jobs.add.using(run_after="1h")
+    claimed = claim("w1", now=now, lease=lease)
+    enqueued = [later.enqueue(1, 2), later.enqueue(3, 4)]  # the second one prepared
+    store = OrmStepStore(owner="w1")
+    record = RecordedStep(
+        run_id=str(claimed[0].pk),
+        name="s",
+        status=StepStatus.COMPLETED,
+        started_at=now,
+        output=1,
+        attempts=1,
+    )
+    store.put(record)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    claimed += claim("w2", now=now, lease=lease)
+    enqueued.append(later.enqueue(5, 6))
+    store.put(replace(record, name="t"))
+    # In the caller's transaction that one statement fails (the transaction is aborted
+    # by then); the next call prepares again.
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with pytest.raises(ProgrammingError, match="does not exist"), transaction.atomic():
+        later.enqueue(7, 8)
+    enqueued.append(later.enqueue(9, 10))
+    assert [run.lease_owner for run in claimed] == ["w1", "w2"]
+    stored = JobRun.objects.filter(pk__in=[run.pk for run in enqueued]).order_by("created_at")
+    assert [run.args for run in stored] == [[1, 2], [3, 4], [5, 6], [9, 10]]
+    assert [r.name for r in store.list(str(claimed[0].pk))] == ["s", "t"]
