@@ -5,7 +5,9 @@ SQLite. The SQLite test database is a real file, never ``:memory:``: the worker
 tests spawn separate processes that must see the same database.
 """
 
+import faulthandler
 import os
+import signal
 from pathlib import Path
 
 import django
@@ -129,3 +131,9 @@ DURABLE_JOBS: dict[str, object] = {}
 for _key in ("LEASE", "HEARTBEAT", "POLL_INTERVAL"):
     if os.environ.get(f"DURABLE_JOBS_TEST_{_key}"):
         DURABLE_JOBS[_key] = os.environ[f"DURABLE_JOBS_TEST_{_key}"]
+if os.environ.get("DURABLE_JOBS_TEST_LEASE"):
+    # A worker subprocess of the processes tier: SIGQUIT prints every thread's stack
+    # into its log (forked children too) and lets it run on. A wait that times out
+    # sends it (tests/processes ``wait_until``), for workers that hang after their
+    # start line with their database sessions idle.
+    faulthandler.register(signal.SIGQUIT, all_threads=True)

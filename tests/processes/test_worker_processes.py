@@ -138,7 +138,7 @@ class Workers:
                 print(
                     f"---- worker {worker.name} (pid {worker.pid}, exit {code}) {worker.log_path}"
                 )
-                print("\n".join(lines[-150:]))
+                print("\n".join(lines[-400:]))  # stacks dumped at a timeout included
 
 
 @pytest.fixture
@@ -176,10 +176,36 @@ def wait_until(
                 )
         if time.monotonic() > deadline:
             shown = f": {detail()}" if detail is not None else ""
-            raise AssertionError(
-                f"timed out after {timeout}s waiting for {what}{shown}{database_activity()}"
-            )
+            activity = database_activity()
+            dump_stacks(workers)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{shown}{activity}")
         time.sleep(0.05)
+
+
+def dump_stacks(workers: Sequence[Worker]) -> None:
+    """SIGQUIT to each worker's process group: every thread of every process prints its
+    stack into the worker's log (``faulthandler``, tests/settings.py), which the
+    ``workers`` fixture prints when the test failed."""
+    for worker in workers:
+        if not worker.alive():
+            continue
+        # One process at a time, so that their dumps do not interleave in the log.
+        for pid in group_members(worker.proc.pid) or [worker.proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGQUIT)
+            time.sleep(0.3)
+    time.sleep(0.5)
+
+
+def group_members(group: int) -> list[int]:
+    """The processes of process group ``group`` (Linux's /proc; [] elsewhere)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # pid (comm) state ppid pgrp ...: comm may hold spaces, so split after ')'.
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == group:
+                members.append(int(stat.parent.name))
+    return sorted(members)
 
 
 def database_activity() -> str:
