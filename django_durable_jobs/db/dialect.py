@@ -28,7 +28,7 @@ from django.db import connections, transaction
 
 from ..engine.clock import Clock
 from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule
-from . import flow, postgres, postgres_flow, postgres_inserts
+from . import flow, postgres, postgres_flow, postgres_inserts, statements
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
@@ -274,7 +274,7 @@ class Psycopg(Postgres):
     def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
         # Planning a small INSERT costs as much as running it: prepared once per
         # connection (unless a transaction pooler forbids named statements).
-        return postgres.run_statement(
+        return statements.run_statement(
             connections[self.using], name, types, sql, params, prepared=True
         )
 

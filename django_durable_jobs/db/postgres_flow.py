@@ -16,10 +16,10 @@ from .postgres import (
     FIELDS,
     OUTCOME_COLUMNS,
     Finish,
-    kept_cursor,
     outcome_arrays,
     run_from_row,
 )
+from .statements import kept_cursor
 
 #: The flow claim's statement, built once per process.
 _CONCURRENCY_SQL: str | None = None

@@ -16,7 +16,8 @@ from django.db import connections
 from django.db.models import CharField, DateTimeField, JSONField, TextField, UUIDField
 
 from ..models import JobRun, StepRecord
-from .postgres import FIELDS, array_type, cast_back, json_text, run_statement
+from .postgres import FIELDS, array_type, cast_back, json_text
+from .statements import run_statement
 
 
 def insert_run(using: str, run: JobRun) -> None:

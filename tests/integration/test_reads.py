@@ -3,6 +3,8 @@ the two shortcuts on the path from an enqueue or an event to the run's next step
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -14,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.db.event_log import OrmEventLog
-from django_durable_jobs.db.postgres import LAZY_COMMIT
 from django_durable_jobs.db.reads import Read
+from django_durable_jobs.db.statements import LAZY_COMMIT
 from django_durable_jobs.db.store import OrmStepStore, to_record
 from django_durable_jobs.engine.records import RecordedStep
 from django_durable_jobs.engine.serialization import ErrorInfo
@@ -152,15 +154,7 @@ def test_hot_statements_keep_a_cursor_until_a_reconnect_or_query_logging() -> No
     later = jobs.add.using(run_after="1h")  # enqueued after T0: not claimed below
     claimed = claim("w0", now=now, lease=lease)  # this connection's PREPAREs, its cursor
     enqueued = [later.enqueue(1, 2), later.enqueue(3, 4)]  # as text, then prepared
-    made: list[Any] = []
-    real = connection.create_cursor
-
-    def counted(name: Any = None) -> Any:
-        made.append(real(name))
-        return made[-1]
-
-    connection.create_cursor = counted  # type: ignore[method-assign]
-    try:
+    with cursors_made() as made:
         claimed += claim("w1", now=now, lease=lease)
         enqueued.append(later.enqueue(5, 6))
         claimed += claim("w2", now=now, lease=lease)
@@ -173,12 +167,27 @@ def test_hot_statements_keep_a_cursor_until_a_reconnect_or_query_logging() -> No
             enqueued.append(later.enqueue(7, 8))
         assert _claims(queries)  # recorded: not sent through the kept cursor
         assert any("django_durable_jobs_jobrun" in q["sql"] for q in queries.captured_queries[1:])
-    finally:
-        del connection.create_cursor
     assert [run.lease_owner for run in claimed] == ["w0", "w1", "w2", "w3", "w4"]
     assert JobRun.objects.filter(status="running").count() == 5
     stored = JobRun.objects.filter(pk__in=[run.pk for run in enqueued]).order_by("created_at")
     assert [run.args for run in stored] == [[1, 2], [3, 4], [5, 6], [7, 8]]
+
+
+@contextmanager
+def cursors_made() -> Iterator[list[Any]]:
+    """The psycopg cursors Django makes on ``connection`` meanwhile, in order."""
+    made: list[Any] = []
+    real = connection.create_cursor
+
+    def counted(name: Any = None) -> Any:
+        made.append(real(name))
+        return made[-1]
+
+    connection.create_cursor = counted  # type: ignore[method-assign]
+    try:
+        yield made
+    finally:
+        del connection.create_cursor
 
 
 def _claims(queries: CaptureQueriesContext) -> list[str]:
@@ -197,19 +206,9 @@ def test_a_kept_cursor_is_made_again_when_the_time_zone_settings_change(settings
         JobRunFactory.create(wake_at=T0)
     now, lease = T0 + timedelta(seconds=1), timedelta(minutes=1)
     claim("w0", now=now, lease=lease)  # the kept cursor, made under USE_TZ = True, UTC
-    made: list[Any] = []
-    real = connection.create_cursor
-
-    def counted(name: Any = None) -> Any:
-        made.append(real(name))
-        return made[-1]
-
-    connection.create_cursor = counted  # type: ignore[method-assign]
-    try:
+    with cursors_made() as made:
         settings.USE_TZ, settings.TIME_ZONE = False, "Europe/Paris"
         [run] = claim("w1", now=now, lease=lease)
-    finally:
-        del connection.create_cursor
     assert len(made) == 1
     read = JobRun.objects.get(pk=run.pk)
     assert (run.wake_at, run.created_at, run.started_at) == (

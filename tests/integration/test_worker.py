@@ -11,8 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from django_durable_jobs.db import flow
-from django_durable_jobs.db import postgres as postgres_claim
+from django_durable_jobs.db import flow, statements
 from django_durable_jobs.db.claims import claim, release, renew, renew_held, requeue_expired
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
@@ -195,7 +194,7 @@ def test_claim_loop_query_count_is_pinned(
     # The claim came back full and the run was quick: the next claim takes two runs.
     # The first claim that records an outcome on this connection prepares its statement
     # (an earlier test on the same connection may have done it).
-    prepared = postgres_claim._prepared.get(connection.connection, set()) if postgres else set()
+    prepared = statements._prepared.get(connection.connection, set()) if postgres else set()
     prepare = (
         1 if postgres and not any(n.startswith("durable_claim_all_f") for n in prepared) else 0
     )
