@@ -9,11 +9,13 @@ PgBouncer sits in between, where named statements do not survive (``statements``
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connections
 from django.db.models import JSONField
 
@@ -70,30 +72,24 @@ def _field(name: str) -> Any:
 
 
 def _outcome_sql(connection: Any) -> tuple[str, list[str]]:
-    """The CTE that records outcomes (one array per column, an element per run), and
-    its parameter types: built from ``OUTCOME_COLUMNS`` and the model's fields, so a
-    column takes no edit here. Each outcome is fenced by its own lease owner."""
+    """The CTE that records outcomes (one JSON document, an object per run: see
+    ``outcome_document``), and its parameter type: built from ``OUTCOME_COLUMNS`` and
+    the model's fields, so a column takes no edit here. Each outcome is fenced by its
+    own lease owner."""
     qn = connection.ops.quote_name
     first = len(_TYPES) + 1
     fields = [_field(name) for name in OUTCOME_COLUMNS]
-    sets = ", ".join(
-        f"{qn(field.column)} = o.{qn(field.column)}{cast_back(field)}" for field in fields
-    )
-    types = [
-        array_type(field, connection) for field in (*fields, _field("id"), _field("lease_owner"))
-    ]
-    # Cast here too: unprepared (PgBouncer), nothing else tells unnest the types.
-    arrays = ", ".join(f"${first + index}::{kind}" for index, kind in enumerate(types))
-    aliases = ", ".join(qn(field.column) for field in fields)
+    sets = ", ".join(f"{qn(field.column)} = o.{qn(field.column)}" for field in fields)
+    record = ", ".join(f"{qn(field.column)} {field.db_type(connection)}" for field in fields)
     sql = f"""
 done AS (
     UPDATE {{table}} AS run SET {sets},
         lease_owner = '', lease_expires_at = NULL
-    FROM unnest({arrays}) AS o({aliases}, run_id, owner)
+    FROM json_to_recordset(${first}::json) AS o({record}, run_id uuid, owner text)
     WHERE run.id = o.run_id AND run.lease_owner = o.owner AND run.status = 'running'
     RETURNING run.id
 ),"""
-    return sql, types
+    return sql, ["json"]
 
 
 def outcome_params(values: dict[str, Any], connection: Any) -> list[Any]:
@@ -101,9 +97,62 @@ def outcome_params(values: dict[str, Any], connection: Any) -> list[Any]:
     return [_field(name).get_db_prep_save(values[name], connection) for name in OUTCOME_COLUMNS]
 
 
+def outcome_document(finishes: Sequence[Finish], connection: Any) -> str:
+    """The parameter of ``_outcome_sql``: a JSON array with an object per outcome (its
+    columns' values, its run id and lease owner), which the statement reads with
+    ``json_to_recordset``. One text parameter, where an array per column had psycopg
+    quote each element in Python: 0.84 ms of a 32-run batch against 0.24."""
+    tz = settings.USE_TZ
+    columns = _outcome_columns()
+    rows = []
+    for finish in finishes:
+        values = finish.values
+        row = {
+            column: _json_value(field, values[name], connection, tz)
+            for name, column, field in columns
+        }
+        row["run_id"], row["owner"] = str(finish.run_id), finish.owner
+        rows.append(row)
+    return json.dumps(rows, default=_json_default, ensure_ascii=False, allow_nan=False)
+
+
+def _outcome_columns() -> list[tuple[str, str, Any]]:
+    if not _OUTCOME_COLUMNS:
+        _OUTCOME_COLUMNS.extend(
+            (name, _field(name).column, _field(name)) for name in OUTCOME_COLUMNS
+        )
+    return _OUTCOME_COLUMNS
+
+
+_OUTCOME_COLUMNS: list[tuple[str, str, Any]] = []
+
+
+def _json_value(field: Any, value: Any, connection: Any, tz: bool) -> Any:
+    """``value`` as the outcome document carries it: JSON columns as they are (JSON
+    inside the document), text as it is, an aware datetime as it is (ISO 8601, with its
+    offset, from ``_json_default``); anything else as Django prepares it for the column."""
+    if isinstance(field, JSONField):
+        # None is SQL NULL, as JSONField.get_db_prep_save stores it.
+        return value if field.encoder is None else json.loads(json_text(field, value) or "null")
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, datetime) and tz and value.tzinfo is not None:
+        return value
+    return field.get_db_prep_save(value, connection)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"an outcome column's value of type {type(value).__name__} is not JSON")
+
+
 def outcome_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any]]:
-    """The parameters of ``_outcome_sql``: one array per outcome column (JSON as text,
-    as ``array_type`` says), then the run ids and their lease owners."""
+    """The outcome parameters of the flow functions (migration 0017): one array per
+    outcome column (JSON as text, as ``array_type`` says), then the run ids and their
+    lease owners."""
     arrays: list[list[Any]] = []
     for name in OUTCOME_COLUMNS:
         field = _field(name)
@@ -172,7 +221,7 @@ def claim(
     name, sql, types = _statement(connection, queues, bool(finishes), look_for_limited)
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if finishes:
-        params += outcome_arrays(finishes, connection)
+        params.append(outcome_document(finishes, connection))
     lazy = not finishes and own_commit(connection)
     with kept_cursor(connection) as cursor:
         execute_again(connection, cursor, name, types, sql, params, lazy_commit=lazy)

@@ -11,7 +11,7 @@ from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db import dialect, postgres, postgres_inserts, store
@@ -145,8 +145,97 @@ def test_bulk_inserted_runs_equal_runs_saved_by_the_orm() -> None:
 def test_the_outcome_statement_writes_the_outcome_columns_with_their_types() -> None:
     sql, types = postgres._outcome_sql(connection)
     for name in postgres.OUTCOME_COLUMNS:
+        field = JobRun._meta.get_field(name)
         assert f'"{name}" = o."{name}"' in sql and name in concrete(JobRun)
-    assert len(types) == len(postgres.OUTCOME_COLUMNS) + 2
+        assert f'"{name}" {field.db_type(connection)}' in sql  # read from the document as
+    assert types == ["json"]  # one document, whatever the number of outcomes
+
+
+@needs_postgres
+@pytest.mark.parametrize("use_tz", [True, False], ids=["aware", "use_tz_false"])
+def test_outcomes_recorded_by_the_claim_equal_outcomes_saved_by_the_orm(
+    use_tz: bool, settings: Any
+) -> None:
+    """The claim reads outcomes from one JSON document (``outcome_document``): what
+    it stores is what ``save()`` stores, for the values people send (unicode, JSON
+    inside JSON, a long traceback, a datetime in another offset, a ``TextChoices``
+    member) and with ``USE_TZ = False`` (local time)."""
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, "Europe/Paris"
+    now = FakeClock().now()
+    india = timezone(timedelta(hours=5, minutes=30))
+    outcomes: list[dict[str, Any]] = [
+        {
+            "status": RunStatus.SUCCEEDED,
+            "result": {"ünï": ["€", 1.5, None, {"deep": '"quoted" \\ \n'}], "n": 10**18},
+            "finished_at": now.astimezone(india),
+            "wake_at": None,
+            "error_code": "",
+            "error": "",
+            "error_type": "",
+            "traceback": "",
+        },
+        {
+            "status": RunStatus.FAILED,
+            "result": "just a string",
+            "finished_at": now,
+            "wake_at": now + timedelta(days=3),
+            "error_code": "X_STEP_FAILED",
+            "error": "ça n'a pas marché ✗ 'quote' \"dq\"",
+            "error_type": "builtins.ValueError",
+            "traceback": "Traceback (most recent call last):\n" + "  line ✓\n" * 5000,
+        },
+        {
+            "status": RunStatus.SLEEPING,
+            "result": None,
+            "finished_at": None,
+            "wake_at": now.astimezone(india) + timedelta(hours=1),
+            "error_code": "",
+            "error": "",
+            "error_type": "",
+            "traceback": "",
+        },
+    ]
+    by_claim = [jobs.add.enqueue(1, 2) for _ in outcomes]
+    later = now + timedelta(days=30)
+    JobRun.objects.filter(pk__in=[r.pk for r in by_claim]).update(wake_at=now)
+    taken = postgres.claim("default", "w", later, timedelta(minutes=1), None, 10).runs
+    assert {r.pk for r in taken} == {r.pk for r in by_claim}
+    by_orm = [jobs.add.enqueue(1, 2) for _ in outcomes]
+    for run, values in zip(by_orm, outcomes, strict=True):
+        JobRun.objects.filter(pk=run.pk).update(**values)
+    finishes = [
+        postgres.Finish(run.pk, "w", values) for run, values in zip(by_claim, outcomes, strict=True)
+    ]
+    recorded = postgres.finish("default", finishes, later)
+    assert recorded == {run.pk for run in by_claim}
+    names = list(postgres.OUTCOME_COLUMNS)
+    for orm, claimed in zip(by_orm, by_claim, strict=True):
+        expected = JobRun.objects.filter(pk=orm.pk).values(*names).get()
+        assert JobRun.objects.filter(pk=claimed.pk).values(*names).get() == expected
+
+
+@needs_postgres
+@pytest.mark.parametrize(
+    "text",
+    ["nul \x00 inside", "lone \ud800 surrogate", "x" * 201],
+    ids=["nul", "surrogate", "long"],
+)
+def test_an_outcome_no_column_can_hold_is_refused_as_unstorable(text: str) -> None:
+    """The worker writes such an outcome in short (``outcome.UNSTORABLE``): the
+    document must fail the same way the arrays did, with a ``DataError`` or a
+    ``ValueError``, and leave the run as it was."""
+    from django_durable_jobs.worker.outcome import UNSTORABLE
+
+    run = jobs.add.enqueue(1, 2)
+    now = FakeClock().now() + timedelta(days=30)
+    JobRun.objects.filter(pk=run.pk).update(wake_at=FakeClock().now())
+    [taken] = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1).runs
+    values = {name: getattr(taken, name) for name in postgres.OUTCOME_COLUMNS}
+    values.update(status=RunStatus.FAILED, finished_at=now, error_type=text)
+    with pytest.raises(UNSTORABLE), transaction.atomic():
+        postgres.finish("default", [postgres.Finish(taken.pk, "w", values)], now)
+    taken.refresh_from_db()
+    assert taken.status == RunStatus.RUNNING and taken.lease_owner == "w"
 
 
 @needs_postgres
