@@ -6,6 +6,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from .engine.durations import parse_duration
 
@@ -61,8 +63,29 @@ DURATION_KEYS = {
 
 
 def user_settings() -> dict[str, Any]:
-    value = getattr(django_settings, "DURABLE_JOBS", {})
-    return value if isinstance(value, dict) else {}
+    """``settings.DURABLE_JOBS``, read once: a worker asks for several keys per run,
+    and each read through Django's lazy settings cost more than the run's own work.
+    Read again when the setting changes (``override_settings`` and pytest-django's
+    ``settings`` replace the settings object, or send ``setting_changed``), as
+    Django's own caches of settings are; a change made in place
+    (``settings.DURABLE_JOBS["LEASE"] = ...``) is seen, since the dict is the same."""
+    global _user_settings
+    holder = django_settings._wrapped  # type: ignore[misc]  # LazySettings, not in the stubs
+    if _user_settings is None or _user_settings[0] is not holder:
+        value = getattr(django_settings, "DURABLE_JOBS", {})
+        _user_settings = (holder, value if isinstance(value, dict) else {})
+    return _user_settings[1]
+
+
+#: The settings object the setting was read from, and what it said.
+_user_settings: tuple[Any, dict[str, Any]] | None = None
+
+
+@receiver(setting_changed)
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    global _user_settings
+    if setting == "DURABLE_JOBS":
+        _user_settings = None
 
 
 def get(key: str) -> Any:

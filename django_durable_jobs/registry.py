@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, TypeVar
 
 from .engine.cron import Cron, crons
@@ -81,9 +82,10 @@ class JobDefinition:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
-    @property
+    @cached_property
     def is_async(self) -> bool:
-        """An ``async def`` job: its step API is awaited and it runs on an event loop."""
+        """An ``async def`` job: its step API is awaited and it runs on an event loop
+        (asked for every claimed run: computed once)."""
         return inspect.iscoroutinefunction(self.fn)
 
     @property

@@ -289,3 +289,24 @@ def test_job_modules_must_be_a_list_of_module_names(value: Any) -> None:
     (error,) = _check({"JOB_MODULES": value})
     assert error.id == "django_durable_jobs.E031"
     assert not _check({"JOB_MODULES": ["jobs", "tasks", "background.jobs"]})
+
+
+# -- the accessors read the setting once, and again after it changed -----------------
+
+
+def test_the_settings_are_read_once_and_again_when_django_says_they_changed(
+    settings: Any,
+) -> None:
+    settings.DURABLE_JOBS = {"LEASE": "45s"}
+    assert conf.required_duration("LEASE") == timedelta(seconds=45)
+    kept = conf.user_settings()
+    assert conf.user_settings() is kept  # one read of Django's lazy settings, not one per key
+    with override_settings(DURABLE_JOBS={"LEASE": "2m", "RETRIES": 7}):
+        assert conf.required_duration("LEASE") == timedelta(minutes=2)
+        assert conf.get("RETRIES") == 7
+    assert conf.required_duration("LEASE") == timedelta(seconds=45)
+    assert conf.get("RETRIES") == conf.DEFAULTS["RETRIES"]
+    settings.DURABLE_JOBS["LEASE"] = "90s"  # changed in place: the same dict, seen
+    assert conf.required_duration("LEASE") == timedelta(seconds=90)
+    del settings.DURABLE_JOBS
+    assert conf.user_settings() == {} and conf.get("LEASE") == conf.DEFAULTS["LEASE"]

@@ -324,3 +324,17 @@ def test_a_signature_is_read_once_per_function_and_builtins_still_work() -> None
     assert list(signature_of(divmod).parameters) == ["x", "y"]  # not weakly referable
     with pytest.raises(ValueError, match="signature"):
         signature_of(vars)  # a builtin without a readable signature
+
+
+def test_whether_a_job_is_async_is_read_from_its_function_once() -> None:
+    async def later(ctx: Any) -> None:
+        return None
+
+    def now(ctx: Any) -> None:
+        return None
+
+    sync_job = JobDefinition(name="tests.is_async_sync", fn=now)
+    async_job = JobDefinition(name="tests.is_async_async", fn=later)
+    assert sync_job.is_async is False and async_job.is_async is True
+    assert "is_async" in vars(async_job)  # kept on the (frozen) definition
+    assert async_job == JobDefinition(name="tests.is_async_async", fn=later)  # not a field

@@ -329,3 +329,11 @@ def test_an_error_line_is_the_code_or_the_type_a_colon_and_the_message() -> None
     )
     assert error_line("", "lost") == "lost"
     assert error_line("builtins.KeyError", "") == "KeyError"
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_the_constants_come_back_as_they_are_and_still_count_towards_a_limit(value: Any) -> None:
+    assert roundtrip(value) is value and roundtrip(value, limit=5) is value
+    with pytest.raises(NotStorable) as excinfo:
+        roundtrip(value, limit=len(dumps(value)) - 1)
+    assert excinfo.value.too_large is True
