@@ -70,7 +70,8 @@ def user_settings() -> dict[str, Any]:
     Django's own caches of settings are; a change made in place
     (``settings.DURABLE_JOBS["LEASE"] = ...``) is seen, since the dict is the same."""
     global _user_settings
-    holder = django_settings._wrapped  # type: ignore[misc]  # LazySettings, not in the stubs
+    # Past LazySettings' own __getattribute__ (Python code, run for every attribute).
+    holder = object.__getattribute__(django_settings, "_wrapped")
     if _user_settings is None or _user_settings[0] is not holder:
         value = getattr(django_settings, "DURABLE_JOBS", {})
         _user_settings = (holder, value if isinstance(value, dict) else {})

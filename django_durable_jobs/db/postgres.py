@@ -18,6 +18,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 from django.db.models import JSONField
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 from ..models import JobRun
 from .statements import execute_again, kept_cursor, numbered_to_named, own_commit, prepare
@@ -295,7 +297,18 @@ def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
     values = list(row[: len(FIELDS)])
     for index, field in _CONVERTED_AT:
         values[index] = field.from_db_value(values[index], None, connection)
-    run = JobRun.from_db(using, _ATTNAMES, values)
+    if pre_init.has_listeners(JobRun) or post_init.has_listeners(JobRun):
+        run = JobRun.from_db(using, _ATTNAMES, values)  # Model.__init__ sends them
+    else:
+        # What from_db's Model.__init__ does with a full row and no signal to send, in
+        # one C call: each field's value set on the instance (JobRun's fields keep
+        # their values in the instance's __dict__: no field sets a descriptor of its
+        # own). A fifth of a claimed run's building, and the part a woken worker pays
+        # before its run starts.
+        run = JobRun.__new__(JobRun)
+        run.__dict__.update(zip(_ATTNAMES, values, strict=True))
+        run._state = ModelState()
+        run._state.adding, run._state.db = False, using
     run.claimed_from, run.claimed_fresh = row[len(FIELDS)], bool(row[len(FIELDS) + 1])
     return run
 

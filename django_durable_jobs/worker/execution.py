@@ -103,17 +103,18 @@ def run_to_stop(
             run, clock=clock, owner=owner, rng=rng, interrupt=interrupt
         )
     guard = guard or TimeGuard()
-    steps = Steps(guard=guard, **_engine(run, definition, clock, owner, interrupt))
+    run_id = str(run.id)  # once: a UUID's text is made in Python
+    steps = Steps(guard=guard, **_engine(run, run_id, definition, clock, owner, interrupt))
     ctx = JobContext(
         step=steps,
-        run_id=str(run.id),
+        run_id=run_id,
         attempt=run.attempt,
         job_name=run.job_name,
-        logger=run_logger(str(run.id), run.job_name, run.attempt),
+        logger=run_logger(run_id, run.job_name, run.attempt),
         scheduled_at=run.scheduled_at,
     )
     signals.run_started.send(sender=JobRun, run=run)
-    with otel.run_span(run.job_name, str(run.id), run.attempt, run.trace_context) as done:
+    with otel.run_span(run.job_name, run_id, run.attempt, run.trace_context) as done:
         outcome = run_attempt(
             definition.fn,
             ctx,
@@ -153,18 +154,19 @@ async def arun_to_stop(
     if refused is not None:
         return refused
     assert definition is not None
-    steps = AsyncSteps(io=io, put=put, **_engine(run, definition, clock, owner, interrupt))
+    run_id = str(run.id)
+    steps = AsyncSteps(io=io, put=put, **_engine(run, run_id, definition, clock, owner, interrupt))
     ctx = AsyncJobContext(
         step=steps,
-        run_id=str(run.id),
+        run_id=run_id,
         attempt=run.attempt,
         job_name=run.job_name,
-        logger=run_logger(str(run.id), run.job_name, run.attempt),
+        logger=run_logger(run_id, run.job_name, run.attempt),
         scheduled_at=run.scheduled_at,
     )
     if signals.run_started.has_listeners(JobRun):  # receivers may use the ORM: off the loop
         await io(lambda: signals.run_started.send(sender=JobRun, run=run))
-    with otel.run_span(run.job_name, str(run.id), run.attempt, run.trace_context) as done:
+    with otel.run_span(run.job_name, run_id, run.attempt, run.trace_context) as done:
         outcome = await arun_attempt(
             definition.fn,
             ctx,
@@ -207,6 +209,7 @@ def _exhausted_attempts(run: JobRun) -> bool:
 
 def _engine(
     run: JobRun,
+    run_id: str,
     definition: JobDefinition,
     clock: Clock,
     owner: str | None,
@@ -215,7 +218,7 @@ def _engine(
     """What the step engine of one attempt is built from, sync or async alike."""
     using = conf.database()
     return {
-        "run_id": str(run.id),
+        "run_id": run_id,
         "job_name": run.job_name,
         "store": OrmStepStore(using=using, owner=owner),
         "events": EventLog(using=using),

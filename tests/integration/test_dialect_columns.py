@@ -273,3 +273,39 @@ def test_the_finish_function_takes_the_outcome_columns_in_order() -> None:
     assert names == ["p_now", *columns, "p_ids", "p_owners", "p_jobs", "p_keys"]
     sent = [kind.replace("timestamptz", "timestamp with time zone") for kind in ARRAY_TYPES]
     assert types == ["timestamp with time zone", *sent]
+
+
+@needs_postgres
+def test_a_claimed_run_is_built_as_from_db_builds_it_and_sends_init_signals_when_listened() -> None:
+    """``run_from_row`` sets the row's values on a new instance in one call when no
+    ``pre_init``/``post_init`` receiver listens for ``JobRun``, and goes through
+    ``Model.from_db`` (which sends them) when one does: either way the instance is
+    the one Django would build."""
+    from django.db.models.signals import post_init
+
+    first, second = jobs.add.enqueue(1, 2), jobs.add.enqueue(3, 4)
+    now = FakeClock().now() + timedelta(days=30)
+    JobRun.objects.filter(pk__in=[first.pk, second.pk]).update(wake_at=FakeClock().now())
+    [quick] = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1).runs
+    seen: list[Any] = []
+
+    def listener(sender: Any, instance: JobRun, **kwargs: Any) -> None:
+        seen.append(instance.pk)
+
+    post_init.connect(listener, sender=JobRun)
+    try:
+        [signalled] = postgres.claim("default", "w", now, timedelta(minutes=1), None, 1).runs
+    finally:
+        post_init.disconnect(listener, sender=JobRun)
+    assert seen == [signalled.pk]
+    for built in (quick, signalled):
+        loaded = JobRun.objects.get(pk=built.pk)
+        assert not built._state.adding and built._state.db == "default"
+        fields = {f.attname for f in JobRun._meta.concrete_fields}
+        assert {k: v for k, v in vars(built).items() if k in fields} == {
+            k: v for k, v in vars(loaded).items() if k in fields
+        }
+        assert set(vars(built)) - fields == {"_state", "claimed_from", "claimed_fresh"}
+        built.status = RunStatus.SUCCEEDED
+        built.save(update_fields=["status"])  # an ordinary model instance
+        assert JobRun.objects.get(pk=built.pk).status == RunStatus.SUCCEEDED
