@@ -124,12 +124,17 @@ class Dialect:
         (run id, name) written); None where the dialect writes them one by one."""
         return None
 
-    def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
+    def execute_fenced(
+        self, name: str, sql: str, values: Sequence[tuple[Any, Any]], types: list[str]
+    ) -> int:
         """Run the statement ``name``, written with ``$1``... placeholders (``types``:
-        their database types); returns the rows it wrote."""
+        their database types), with ``values`` (each a model field and its value, in
+        the placeholders' numbers); returns the rows it wrote."""
+        connection = connections[self.using]
+        params = [field.get_db_prep_save(value, connection) for field, value in values]
         # Positional ``%s`` take the parameters in the order the placeholders stand.
         order = [int(number) - 1 for number in _PLACEHOLDER.findall(sql)]
-        with connections[self.using].cursor() as cursor:
+        with connection.cursor() as cursor:
             cursor.execute(_PLACEHOLDER.sub("%s", sql), [params[index] for index in order])
             return int(cursor.rowcount)
 
@@ -271,12 +276,20 @@ class Psycopg(Postgres):
     ) -> set[tuple[str, str]] | None:
         return postgres_inserts.insert_steps(self.using, names, rows, owners)
 
-    def execute_fenced(self, name: str, sql: str, params: list[Any], types: list[str]) -> int:
+    def execute_fenced(
+        self, name: str, sql: str, values: Sequence[tuple[Any, Any]], types: list[str]
+    ) -> int:
         # Planning a small INSERT costs as much as running it: prepared once per
-        # connection (unless a transaction pooler forbids named statements).
-        return statements.run_statement(
-            connections[self.using], name, types, sql, params, prepared=True
-        )
+        # connection (unless a transaction pooler forbids named statements). A prepared
+        # statement's parameters have their types, so values are sent as they are where
+        # Django would not change them (``postgres_inserts.prepared_params``); as text,
+        # through Django (an INSERT ... SELECT of untyped literals would read them as text).
+        connection = connections[self.using]
+        if statements.prepare(connection, name, types, sql):
+            params = postgres_inserts.prepared_params(values, connection)
+        else:
+            params = [field.get_db_prep_save(value, connection) for field, value in values]
+        return statements.run_statement(connection, name, types, sql, params, prepared=True)
 
 
 _CHOSEN: dict[str, Dialect] = {}

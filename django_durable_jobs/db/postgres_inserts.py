@@ -45,22 +45,49 @@ def insert_run(using: str, run: JobRun) -> None:
 
 def _as_is() -> list[tuple[Any, tuple[type, ...]]]:
     """Each field of ``FIELDS`` with the exact types whose values Django's
-    ``get_db_prep_save`` returns unchanged on PostgreSQL: a ``str`` for a text column,
-    a ``UUID``, an aware datetime (with ``USE_TZ``; ``_param`` checks). Asking each of
-    30 fields was a third of an ``enqueue()``'s Python. Anything else (JSON, integers,
-    which psycopg 3 gets wrapped, a ``str`` subclass such as a ``TextChoices`` member, a
-    naive datetime) goes through Django."""
+    ``get_db_prep_save`` returns unchanged on PostgreSQL (``_kinds``). Asking each of
+    30 fields was a third of an ``enqueue()``'s Python."""
     if not _AS_IS:
-        for field in FIELDS:
-            kinds: tuple[type, ...] = ()
-            if isinstance(field, (CharField, TextField)):
-                kinds = (str,)
-            elif isinstance(field, UUIDField):
-                kinds = (uuid.UUID,)
-            elif isinstance(field, DateTimeField):
-                kinds = (datetime,)
-            _AS_IS.append((field, kinds))
+        _AS_IS.extend((field, _kinds(field)) for field in FIELDS)
     return _AS_IS
+
+
+def _kinds(field: Any) -> tuple[type, ...]:
+    """The exact types of the values Django's ``get_db_prep_save`` returns unchanged
+    for ``field`` on PostgreSQL: a ``str`` for a text column, a ``UUID``, an aware
+    datetime (with ``USE_TZ``; ``_param`` checks). Anything else (JSON, integers, which
+    psycopg 3 gets wrapped, a ``str`` subclass such as a ``TextChoices`` member, a
+    naive datetime) goes through Django."""
+    if isinstance(field, (CharField, TextField)):
+        return (str,)
+    if isinstance(field, UUIDField):
+        return (uuid.UUID,)
+    if isinstance(field, DateTimeField):
+        return (datetime,)
+    return ()
+
+
+def prepared_params(values: Sequence[tuple[Any, Any]], connection: Any) -> list[Any]:
+    """The parameters of a prepared statement (whose parameters have their types) for
+    ``values``, each a model field and its value: a value Django would not change as it
+    is (``_param``), JSON as its text (the statement's ``jsonb`` parameter reads it),
+    the rest through Django. psycopg quotes Django's JSON and UUID wrappers in Python:
+    a fenced step write's parameters cost 85-91 us that way, 52-55 us this way."""
+    tz = settings.USE_TZ
+    params = []
+    for field, value in values:
+        kinds = _KINDS.get(field)
+        if kinds is None:
+            kinds = _KINDS[field] = _kinds(field)
+        if isinstance(field, JSONField):
+            params.append(json_text(field, value))
+        else:
+            params.append(_param(field, kinds, value, connection, tz))
+    return params
+
+
+#: field -> ``_kinds(field)``, for ``prepared_params``.
+_KINDS: dict[Any, tuple[type, ...]] = {}
 
 
 def _param(field: Any, kinds: tuple[type, ...], value: Any, connection: Any, tz: bool) -> Any:

@@ -200,15 +200,10 @@ class OrmStepStore:
         the run's lease (``_FENCED``); the rows written."""
         connection = connections[self.using]
         fields, sql, types = _fenced_sql(connection, statement, tuple(values))
-        params = [
-            field.get_db_prep_save(value, connection)
-            for field, value in zip(fields, [run_id, name, *values.values()], strict=True)
-        ]
-        run_meta = JobRun._meta
-        assert run_meta.pk is not None
-        run_pk = run_meta.pk.get_db_prep_value(run_id, connection)
-        params = [*params, run_pk, self.owner, RunStatus.RUNNING.value]
-        return dialect.of(self.using).execute_fenced(statement, sql, params, types)
+        written = zip(fields, [run_id, name, *values.values()], strict=True)
+        # The lease it is fenced by: the run's id, its owner, and RUNNING.
+        lease = zip(_LEASE_FIELDS, [run_id, self.owner, RunStatus.RUNNING.value], strict=True)
+        return dialect.of(self.using).execute_fenced(statement, sql, [*written, *lease], types)
 
     def delete(self, run_id: str, name: str) -> None:
         self._rows().filter(run_id=run_id, name=name).delete()
@@ -293,6 +288,10 @@ def _insert_many(
 #: (database alias, statement, the columns written) -> ``_fenced_sql``'s answer: built
 #: once per process (building it cost as much as sending it).
 _FENCED: dict[tuple[str, str, tuple[str, ...]], tuple[list[Any], str, list[str]]] = {}
+
+
+#: The fields of the lease a fenced write checks (``_fenced_sql``'s last three).
+_LEASE_FIELDS = [JobRun._meta.get_field(name) for name in ("id", "lease_owner", "status")]
 
 
 def _fenced_sql(

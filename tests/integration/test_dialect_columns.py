@@ -18,6 +18,7 @@ from django_durable_jobs.db import dialect, postgres, postgres_inserts, store
 from django_durable_jobs.db.postgres_flow import ARRAY_TYPES
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep, StepStatus
+from django_durable_jobs.engine.vocabulary import StepKind
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from tests.testapp import jobs
 
@@ -309,3 +310,52 @@ def test_a_claimed_run_is_built_as_from_db_builds_it_and_sends_init_signals_when
         built.status = RunStatus.SUCCEEDED
         built.save(update_fields=["status"])  # an ordinary model instance
         assert JobRun.objects.get(pk=built.pk).status == RunStatus.SUCCEEDED
+
+
+@needs_postgres
+@pytest.mark.parametrize("use_tz", [True, False], ids=["aware", "use_tz_false"])
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "pgbouncer"])
+def test_a_fenced_step_write_stores_what_the_orm_stores(
+    use_tz: bool, prepared: bool, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's fenced step INSERT sends its values as they are where Django would
+    not change them, JSON as text (``prepared_params``: the prepared statement's
+    parameters have types), and through Django when it cannot prepare (a transaction
+    pooler): either way the row is the ORM's, for unicode, JSON in JSON, a time in
+    another offset, and ``USE_TZ = False``."""
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, "Europe/Paris"
+    if not prepared:
+        monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    india = timezone(timedelta(hours=5, minutes=30))
+    now = FakeClock().now()
+    owner = "w ✓"
+    runs = [jobs.add.enqueue(1, 2) for _ in range(2)]
+    JobRun.objects.filter(pk__in=[r.pk for r in runs]).update(
+        status=RunStatus.RUNNING, lease_owner=owner
+    )
+
+    def step(run: JobRun) -> RecordedStep:
+        return RecordedStep(
+            run_id=str(run.pk),
+            name="ünï ✉ step",
+            status=StepStatus.WAITING,
+            output={"€": [1.5, None, {"q": '"\\\\ \\n'}], "big": 10**18},
+            started_at=now.astimezone(india),
+            completed_at=None,
+            wake_at=now + timedelta(days=3),
+            event="order.paid ✓",
+            correlation_key="42",
+            event_cursor=17,
+            attempts=3,
+            kind=StepKind.WAIT,
+            deadline=now.astimezone(india) + timedelta(days=7),
+        )
+
+    store.OrmStepStore(owner=owner).put(step(runs[0]))  # the fenced statement
+    store.OrmStepStore().put(step(runs[1]))  # the ORM's create()
+    columns = [
+        f.attname for f in StepRecord._meta.concrete_fields if f.attname not in {"id", "run_id"}
+    ]
+    fenced, orm = (StepRecord.objects.filter(run_id=r.pk).values(*columns).get() for r in runs)
+    assert fenced == orm
+    assert fenced["started_at"] == now and fenced["output"]["big"] == 10**18
