@@ -53,6 +53,9 @@ class TimeGuard:
         self._limits: list[_Limit] = []
         self._shielded = 0
         self._deferred: BaseException | None = None
+        #: Whether this guard's timer may be running (``_arm`` set it, nothing since
+        #: cleared it): a disarm with no timer is a system call for nothing.
+        self._armed = False
         if use_signals is None:
             use_signals = (
                 hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
@@ -105,12 +108,16 @@ class TimeGuard:
         # A limit that already fired has an infinite deadline: no timer for it.
         pending = [limit for limit in self._limits if math.isfinite(limit.deadline)]
         if self._shielded or not pending:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._armed:  # a step's writes and a run's end disarm; twice is once
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._armed = False
             return
         first = min(pending, key=lambda limit: limit.deadline)
-        signal.signal(signal.SIGALRM, self._fire)
+        if signal.getsignal(signal.SIGALRM) != self._fire:  # once, unless code replaced it
+            signal.signal(signal.SIGALRM, self._fire)
         # A deadline already past still fires, at once: 0 would disarm instead.
         signal.setitimer(signal.ITIMER_REAL, max(first.deadline - time.monotonic(), 1e-6))
+        self._armed = True
 
     def _fire(self, signum: int, frame: FrameType | None) -> None:
         if self._shielded or not self._limits:

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -353,3 +354,40 @@ def test_an_interrupt_inside_a_shield_waits_for_the_write_to_finish() -> None:
         guard.interrupt(Stop())  # outside a shield: at once
     with guard.shield():  # nothing left over
         pass
+
+
+def test_the_alarm_handler_is_installed_once_and_no_timer_is_cleared_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step arms and clears the timer around its write (``shield``); a guard with no
+    limit, or a timer already cleared, makes no system call for it. Counted on the
+    real calls (they still run)."""
+    calls: list[str] = []
+    real_setitimer, real_signal = signal.setitimer, signal.signal
+
+    def setitimer(which: int, seconds: float, interval: float = 0.0) -> tuple[float, float]:
+        calls.append("setitimer 0" if seconds == 0 else "setitimer")
+        return real_setitimer(which, seconds, interval)
+
+    def install(signum: int, handler: Any) -> Any:
+        calls.append("signal")
+        return real_signal(signum, handler)
+
+    previous = signal.getsignal(signal.SIGALRM)
+    monkeypatch.setattr(signal, "setitimer", setitimer)
+    monkeypatch.setattr(signal, "signal", install)
+    try:
+        guard = TimeGuard()
+        with guard.shield():  # no limit: nothing to arm or clear
+            pass
+        assert calls == []
+        with guard.limit(10, expired("run")):
+            for _ in range(3):  # three steps, each with a write
+                with guard.shield():
+                    pass
+        assert calls == ["signal", "setitimer", *["setitimer 0", "setitimer"] * 3, "setitimer 0"]
+        with guard.shield():  # the timer is cleared already
+            pass
+        assert calls[-1] == "setitimer 0" and len(calls) == 9
+    finally:
+        real_signal(signal.SIGALRM, previous)
