@@ -94,11 +94,6 @@ done AS (
     return sql, ["json"]
 
 
-def outcome_params(values: dict[str, Any], connection: Any) -> list[Any]:
-    """The parameters of an outcome: ``values`` of ``OUTCOME_COLUMNS``, in order."""
-    return [_field(name).get_db_prep_save(values[name], connection) for name in OUTCOME_COLUMNS]
-
-
 def outcome_document(finishes: Sequence[Finish], connection: Any) -> str:
     """The parameter of ``_outcome_sql``: a JSON array with an object per outcome (its
     columns' values, its run id and lease owner), which the statement reads with
