@@ -200,7 +200,10 @@ def wake_waiters(
     now = now or clock.current().now()
     position = Event.objects.using(using).filter(pk=event.pk).values("position")[:1]
     committed_after = Coalesce(
-        Subquery(position, output_field=BigIntegerField()), Value(_AFTER_EVERY_CURSOR)
+        Subquery(position, output_field=BigIntegerField()),
+        # Typed: a bare Value(int) is an IntegerField, which a server-binding cursor
+        # sends as a 4-byte integer, and 2**62 as four bytes is 0 (no wait was woken).
+        Value(_AFTER_EVERY_CURSOR, output_field=BigIntegerField()),
     )
     waiting = (
         StepRecord.objects.using(using)

@@ -54,6 +54,10 @@ elif _default_db["ENGINE"] == "django.db.backends.postgresql":
     # DATABASE_URL gives a separate test database (runs that must not share one).
     _default_db["TEST"] = {"NAME": f"test_{_default_db['NAME']}"}
     _default_db["CONN_MAX_AGE"] = 0
+    # Django's option for cursors that send parameters apart from the query (the
+    # Makefile's suite-postgresql-binding runs the suite so): the default writes them in.
+    if os.environ.get("DURABLE_JOBS_TEST_SERVER_SIDE_BINDING") == "1":
+        _default_db["OPTIONS"] = {"server_side_binding": True}
 elif _default_db["ENGINE"] == "django.db.backends.mysql":  # MariaDB (or MySQL)
     _default_db["TEST"] = {
         "NAME": f"test_{_default_db['NAME']}",

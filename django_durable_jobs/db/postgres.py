@@ -252,10 +252,10 @@ def _statement(
     if key not in _BODIES:
         _BODIES[key] = _body(connection, variant, finishing, looking)
     types, body = _BODIES[key]
-    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
-        return None, numbered_to_named(body, len(types)), types
     name = f"durable_claim_{variant}_{'f' if finishing else 'c'}{'_l' if looking else ''}"
-    return (name if prepare(connection, name, types, body) else None), body, types
+    if prepare(connection, name, types, body):
+        return name, body, types
+    return None, numbered_to_named(body, types, connection), types
 
 
 #: Runs under a limit due now (of the worker's queues): ``durable_run_limited``.

@@ -21,8 +21,11 @@ _prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary(
 
 def prepare(connection: Any, name: str, types: list[str], body: str) -> bool:
     """``PREPARE`` ``body`` as ``name`` on this connection, once; False where named
-    statements cannot be used (``DISABLE_SERVER_SIDE_CURSORS``: PgBouncer)."""
-    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+    statements cannot be used: ``DISABLE_SERVER_SIDE_CURSORS`` (PgBouncer), and
+    cursors that bind parameters on the server (``binds_on_server``), whose
+    ``EXECUTE name($1, ...)`` the server refuses: it cannot tell an ``EXECUTE``
+    argument's type ("could not determine data type of parameter $2")."""
+    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS") or binds_on_server(connection):
         return False
     connection.ensure_connection()
     done = _prepared.setdefault(connection.connection, set())
@@ -41,17 +44,31 @@ def run_statement(
     or where named statements cannot be used (``prepare``); the rows it wrote."""
     statement: str | None = name
     if not prepared or not prepare(connection, name, types, sql):
-        statement, sql = None, numbered_to_named(sql, len(params))
+        statement, sql = None, numbered_to_named(sql, types, connection)
     with kept_cursor(connection) as cursor:
         execute_again(connection, cursor, statement, types, sql, params)
         return int(cursor.rowcount)
 
 
-def numbered_to_named(sql: str, count: int) -> str:
-    """$1..$n placeholders to named ones, for servers without prepared statements."""
-    for number in range(count, 0, -1):
-        sql = sql.replace(f"${number}", f"%(p{number})s")
+def numbered_to_named(sql: str, types: list[str], connection: Any) -> str:
+    """$1..$n placeholders to named ones, for a statement sent as text (not prepared).
+
+    A cursor that binds on the server (``binds_on_server``) sends a ``str`` or a
+    ``None`` without a type, and the server guesses ``text`` where the statement does
+    not say (an ``INSERT ... SELECT``'s select list): each placeholder is cast to its
+    type then, without a length (``varchar(200)`` as ``varchar``: a cast would cut an
+    over-long value where the column refuses it)."""
+    typed = binds_on_server(connection)
+    for number in range(len(types), 0, -1):
+        cast = f"::{_untrimmed(types[number - 1])}" if typed else ""
+        sql = sql.replace(f"${number}", f"%(p{number})s{cast}")
     return sql
+
+
+def _untrimmed(type_: str) -> str:
+    """``varchar(200)`` -> ``varchar``; ``numeric(10, 2)[]`` -> ``numeric[]``."""
+    head, _, rest = type_.partition("(")
+    return head + rest.partition(")")[2] if rest else type_
 
 
 def execute_again(
@@ -123,9 +140,14 @@ def own_commit(connection: Any) -> bool:
     """Whether a statement on ``connection`` commits on its own and may carry
     ``LAZY_COMMIT``: its own transaction, and parameters bound on the client (a
     server-side binding cursor takes one statement per query)."""
-    if not own_transaction(connection):
-        return False
-    return not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
+    return own_transaction(connection) and not binds_on_server(connection)
+
+
+def binds_on_server(connection: Any) -> bool:
+    """Whether Django's cursors on ``connection`` send the parameters apart from the
+    query (``OPTIONS={"server_side_binding": True}``, as Django tests it) instead of
+    writing them into it."""
+    return connection.settings_dict.get("OPTIONS", {}).get("server_side_binding") is True
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db import dialect, postgres, postgres_inserts, store
 from django_durable_jobs.db.postgres_flow import ARRAY_TYPES
+from django_durable_jobs.db.statements import binds_on_server
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep, StepStatus
 from django_durable_jobs.engine.vocabulary import StepKind
@@ -89,9 +90,9 @@ def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared(
         postgres_inserts.insert_run("default", text)
         postgres_inserts.insert_run("default", prepared)
     sent = [q["sql"] for q in queries.captured_queries]
-    assert (
-        sent[0].startswith("INSERT INTO") and f"EXECUTE {postgres_inserts.RUN_INSERT}(" in sent[-1]
-    )
+    # A cursor that binds on the server runs no EXECUTE (statements.prepare): text twice.
+    second = "INSERT INTO" if binds_on_server(connection) else "EXECUTE "
+    assert sent[0].startswith("INSERT INTO") and second in sent[-1]
     columns = [field.attname for field in JobRun._meta.concrete_fields if field.attname != "id"]
     rows = [JobRun.objects.filter(pk=r.pk).values(*columns).get() for r in (saved, text, prepared)]
     assert rows[0] == rows[1] == rows[2]
