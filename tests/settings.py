@@ -54,10 +54,14 @@ elif _default_db["ENGINE"] == "django.db.backends.postgresql":
     # DATABASE_URL gives a separate test database (runs that must not share one).
     _default_db["TEST"] = {"NAME": f"test_{_default_db['NAME']}"}
     _default_db["CONN_MAX_AGE"] = 0
-    # Django's option for cursors that send parameters apart from the query (the
-    # Makefile's suite-postgresql-binding runs the suite so): the default writes them in.
-    if os.environ.get("DURABLE_JOBS_TEST_SERVER_SIDE_BINDING") == "1":
-        _default_db["OPTIONS"] = {"server_side_binding": True}
+    # Django's other ways to connect (the Makefile's suite-postgresql-options runs the
+    # suite so): cursors that send the parameters apart from the query, and a pool of
+    # connections (psycopg_pool; Django's default size, 4: smaller than what a worker
+    # with an async lane asks for), instead of parameters written in and a connection
+    # per thread.
+    if os.environ.get("DURABLE_JOBS_TEST_CONNECTION_OPTIONS") == "1":
+        _default_db["OPTIONS"] = {"server_side_binding": True, "pool": True}
+        del _default_db["CONN_MAX_AGE"]  # a pool refuses persistent connections
 elif _default_db["ENGINE"] == "django.db.backends.mysql":  # MariaDB (or MySQL)
     _default_db["TEST"] = {
         "NAME": f"test_{_default_db['NAME']}",

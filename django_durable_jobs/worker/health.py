@@ -7,11 +7,21 @@ default project would reconnect after every run, and pay for it (about five time
 fewer no-op runs per second on PostgreSQL). So the worker keeps the jobs database's
 connection for as long as it is healthy, whatever ``CONN_MAX_AGE`` says, and applies
 Django's own rule to the other databases job code uses.
+
+With Django's connection pool (PostgreSQL, ``OPTIONS={"pool": ...}``) each thread
+of a worker holds one of the pool's connections for as long as it lives: the pool
+must hold them all (``fit_to_pool``), and is closed before a fork (``close_pools``),
+whose child would otherwise share the parent's open connections.
 """
 
 from __future__ import annotations
 
+import logging
+
+from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
+
+log = logging.getLogger("django_durable_jobs.worker")
 
 
 def keep_healthy(jobs_alias: str) -> None:
@@ -38,3 +48,55 @@ def close_broken_connections() -> None:
     close_old_connections()
     for connection in connections.all(initialized_only=True):
         connection.close_if_unusable_or_obsolete()
+
+
+def close_pools() -> None:
+    """Close Django's connection pools (and their open connections) before a fork: a
+    child that inherited one would send its queries on the parent's sockets, which
+    its sibling uses too (it hung on its first query)."""
+    connections.close_all()
+    for connection in connections.all():
+        if pool_size(connection.alias) is not None:
+            connection.close_pool()  # type: ignore[attr-defined]  # PostgreSQL's, Django 5.1+
+
+
+def pool_size(alias: str) -> int | None:
+    """The most connections Django's pool for ``alias`` holds; None without a pool."""
+    connection = connections[alias]
+    if not connection.settings_dict.get("OPTIONS", {}).get("pool"):
+        return None
+    pool = getattr(connection, "pool", None)  # made here (closed) if not yet: no connection
+    return None if pool is None else int(pool.max_size)
+
+
+#: The connections a worker process holds besides its async lane's: the main thread's
+#: (claims, sync runs) and the heartbeat's.
+OWN_CONNECTIONS = 2
+
+
+def fit_to_pool(alias: str, lane_threads: int) -> int:
+    """How many database threads the async lane may have (``lane_threads`` asked,
+    0 without a lane): all of them, unless Django's pool cannot hold them besides the
+    worker's own two; then as many as it can, said once. A pool too small for the
+    worker's own connections is refused: the heartbeat would wait for the main
+    thread's connection and the leases expire under a healthy worker."""
+    most = pool_size(alias)
+    if most is None or OWN_CONNECTIONS + lane_threads <= most:
+        return lane_threads
+    needed = OWN_CONNECTIONS + min(lane_threads, 1)
+    if most < needed:
+        raise ImproperlyConfigured(
+            f"DATABASES[{alias!r}]['OPTIONS']['pool'] holds at most {most} connection(s); "
+            f"a worker process needs {needed} (its main thread, its heartbeat"
+            + (", one for async runs" if lane_threads else "")
+            + f"): set 'max_size' to {OWN_CONNECTIONS + lane_threads} or more"
+        )
+    log.warning(
+        "the database pool holds at most %d connections: the async lane gets %d of the "
+        "%d ASYNC_CONNECTIONS (set the pool's max_size to %d for all of them)",
+        most,
+        most - OWN_CONNECTIONS,
+        lane_threads,
+        OWN_CONNECTIONS + lane_threads,
+    )
+    return most - OWN_CONNECTIONS

@@ -14,6 +14,7 @@ cancels them, and each cancelled run is released without using an attempt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -102,8 +103,12 @@ class AsyncLane:
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        # Each thread closes its own connections (with Django's pool: gives them back).
+        # The barrier holds a thread that closed until every other one has: otherwise
+        # one quick thread could take several of these and another keep its connection.
+        every = threading.Barrier(self._db._max_workers)
         for _ in range(self._db._max_workers):
-            self._db.submit(connections.close_all)
+            self._db.submit(_close_then_wait, every)
         self._db.shutdown(wait=True)
 
     # -- the loop's side -------------------------------------------------------
@@ -209,3 +214,11 @@ def _on_connection(work: Callable[[], T]) -> T:
 def any_async(jobs: dict[str, Any]) -> bool:
     """Whether any registered job is ``async def`` (a worker without them has no lane)."""
     return any(definition.is_async for definition in jobs.values())
+
+
+def _close_then_wait(every: threading.Barrier) -> None:
+    """On a connection thread: close its connections, then wait until every other
+    connection thread has closed its own (``AsyncLane.close``)."""
+    connections.close_all()
+    with contextlib.suppress(threading.BrokenBarrierError):
+        every.wait(timeout=5)

@@ -35,7 +35,7 @@ from ..models import JobRun
 from ..registry import all_jobs, attempts_of, get_job
 from ..schedules import Ticker, sync
 from .execution import run_to_stop
-from .health import close_broken_connections, keep_healthy
+from .health import close_broken_connections, fit_to_pool, keep_healthy
 from .heartbeat import Heartbeat
 from .lane import AsyncLane, any_async
 from .outbox import Outbox
@@ -97,8 +97,9 @@ class Worker(StopSignals):
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
         self._waker = make_waker()
+        threads = self._lane_threads()  # before the first connection: the pool fits them
         self._register()
-        self._lane = self._make_lane()
+        self._lane = self._make_lane(threads)
         # The schedules of the code this worker runs, before the start line: a worker
         # that said it started has its schedules' slots in the table.
         sync(self.clock.now())
@@ -243,15 +244,25 @@ class Worker(StopSignals):
         """Runs executed to their next stop, sync and async."""
         return self.executed + (self._lane.executed if self._lane is not None else 0)
 
-    def _make_lane(self) -> AsyncLane | None:
+    def _capacity(self) -> int:
+        """Async runs in flight at once; 0: no lane (no async job here)."""
         capacity = self.options.async_concurrency
         if capacity is None:
             capacity = int(conf.get("ASYNC_CONCURRENCY"))
-        if capacity < 1 or not any_async(all_jobs()):
+        return capacity if capacity >= 1 and any_async(all_jobs()) else 0
+
+    def _lane_threads(self) -> int:
+        """The lane's database threads (0: no lane), as many as Django's pool can hold
+        besides the worker's own connections (``health.fit_to_pool``)."""
+        wanted = int(conf.get("ASYNC_CONNECTIONS")) if self._capacity() else 0
+        return fit_to_pool(conf.database(), wanted)
+
+    def _make_lane(self, threads: int) -> AsyncLane | None:
+        if not threads:
             return None  # no async job here: the classic one-run loop, nothing more
         return AsyncLane(
-            capacity=capacity,
-            db_threads=int(conf.get("ASYNC_CONNECTIONS")),
+            capacity=self._capacity(),
+            db_threads=threads,
             clock=self.clock,
             leases=self._heartbeat(),
         )

@@ -11,8 +11,7 @@ import os
 import signal
 from types import FrameType
 
-from django.db import connections
-
+from .health import close_pools
 from .loop import Worker, WorkerOptions
 from .orphans import stop_with_parent
 
@@ -45,7 +44,7 @@ class Supervisor:
                 os.kill(pid, forward)
 
     def _spawn(self, slot: int) -> None:
-        connections.close_all()  # never share a connection across fork
+        close_pools()  # never share a connection across fork (nor a pool's)
         supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child

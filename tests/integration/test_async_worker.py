@@ -55,7 +55,7 @@ def test_sync_runs_claimed_in_a_batch_but_not_started_are_released_on_stop(
 ) -> None:
     runs = [jobs.add.enqueue(n, 1) for n in range(4)]
     w = worker(clock)
-    w._waker, w._lane = make_waker(), w._make_lane()
+    w._waker, w._lane = make_waker(), w._make_lane(w._lane_threads())
     w._batch = 4  # as after batches of async runs
     try:
         assert w.run_once()  # claims all four, starts the first

@@ -120,7 +120,7 @@ def test_list_reads_what_the_rows_hold() -> None:
 
 #: Named statements and a lazy commit need parameters written into the query (the
 #: default); a cursor that binds on the server sends each statement as text, committed
-#: as usual (tests/settings.py: DURABLE_JOBS_TEST_SERVER_SIDE_BINDING).
+#: as usual (tests/settings.py: DURABLE_JOBS_TEST_CONNECTION_OPTIONS).
 client_binding = pytest.mark.skipif(
     binds_on_server(connection), reason="server-side binding: no PREPARE, no lazy commit"
 )
@@ -152,6 +152,10 @@ def test_a_claim_commits_lazily_only_when_it_is_its_own_transaction() -> None:
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's claim statement")
+@pytest.mark.skipif(
+    bool(connection.settings_dict["OPTIONS"].get("pool")),
+    reason="a pool gives the same connection back after close(): no reconnect to see",
+)
 @pytest.mark.django_db(transaction=True)
 def test_hot_statements_keep_a_cursor_until_a_reconnect_or_query_logging() -> None:
     """``kept_cursor``: one cursor from statement to statement (claims, ``enqueue``'s

@@ -224,6 +224,10 @@ def test_runjobs_rejects_bad_arguments() -> None:
 
 
 @pytest.mark.postgres(reason="prepared statements are a PostgreSQL path")
+@pytest.mark.skipif(
+    bool(connection.settings_dict["OPTIONS"].get("pool")),
+    reason="a pool gives back a connection earlier tests prepared statements on",
+)
 @pytest.mark.django_db(transaction=True)
 def test_without_prepared_statements_pgbouncer_mode(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch

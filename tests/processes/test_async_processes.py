@@ -149,3 +149,31 @@ def test_batched_claims_never_execute_a_run_in_two_workers_at_once(workers: Work
     )
     assert len(pids) > 1, pids
     assert batches > 0  # batching was on: several runs per claim
+
+
+@pytest.mark.postgres(reason="Django's connection pool is PostgreSQL's (psycopg_pool)")
+def test_with_djangos_connection_pool_forked_workers_execute_every_run_once(
+    workers: Workers,
+) -> None:
+    """``OPTIONS={"pool": True}`` (4 connections per process) and ``--concurrency 2``:
+    each forked child makes a pool of its own (one inherited from the supervisor would
+    share its open connections with the sibling: the first child hung on its first
+    query) and gives its async lane the connections the pool has room for."""
+    options = {"DURABLE_JOBS_TEST_CONNECTION_OPTIONS": "1"}
+    worker = workers.start("pooled", "--concurrency", "2", "--async-concurrency", "10", env=options)
+    with transaction.atomic():
+        runs = [async_jobs.async_logged.enqueue(n) for n in range(RUNS)]
+    wait_until(
+        lambda: not JobRun.objects.exclude(status__in=FINISHED).exists(),
+        timeout=300,  # only keeps a broken worker from hanging the suite
+        what=f"{RUNS} runs to finish",
+        workers=[worker],
+        detail=run_statuses,
+    )
+    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == RUNS, run_statuses()
+    assert worker.terminate() == 0
+    executions = Counter(Execution.objects.values_list("run_id", flat=True))
+    assert executions == Counter({str(run.id): 1 for run in runs})
+    assert len(set(Execution.objects.values_list("pid", flat=True))) == 2  # both children
+    log = worker.log()
+    assert log.count("the async lane gets 2 of the 4 ASYNC_CONNECTIONS") == 2, log

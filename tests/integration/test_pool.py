@@ -1,0 +1,56 @@
+"""A worker on Django's connection pool (``OPTIONS={"pool": ...}``, PostgreSQL): every
+thread of a worker holds one of the pool's connections for as long as it lives, so
+the async lane gets the threads the pool has room for (``health.fit_to_pool``). The
+forked children's own pools: tests/processes/test_async_processes.py."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+
+from django_durable_jobs.worker import health
+
+POOLED = bool(connection.settings_dict["OPTIONS"].get("pool"))
+
+
+def test_the_pools_size_is_read_from_djangos_pool_and_none_without_one() -> None:
+    if POOLED:  # suite-postgresql-options: Django's default pool, 4 connections
+        assert health.pool_size("default") == 4
+    else:
+        assert health.pool_size("default") is None
+
+
+@pytest.mark.parametrize("most", [None, 6, 9])
+def test_a_pool_with_room_for_every_thread_or_no_pool_changes_nothing(
+    most: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(health, "pool_size", lambda alias: most)
+    assert health.fit_to_pool("default", 4) == 4
+    assert health.fit_to_pool("default", 0) == 0
+
+
+def test_a_small_pool_gives_the_lane_what_is_left_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(health, "pool_size", lambda alias: 4)
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
+        assert health.fit_to_pool("default", 4) == 2
+    assert caplog.messages == [
+        "the database pool holds at most 4 connections: the async lane gets 2 of the 4 "
+        "ASYNC_CONNECTIONS (set the pool's max_size to 6 for all of them)"
+    ]
+
+
+@pytest.mark.parametrize(("most", "threads"), [(2, 4), (1, 0)])
+def test_a_pool_too_small_for_the_workers_own_connections_is_refused(
+    most: int, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat would wait for the main thread's connection (30 s, then fail) and
+    the leases expire under a healthy worker: refused before the worker starts."""
+    monkeypatch.setattr(health, "pool_size", lambda alias: most)
+    with pytest.raises(ImproperlyConfigured, match=rf"holds at most {most} connection") as error:
+        health.fit_to_pool("default", threads)
+    assert f"set 'max_size' to {2 + threads} or more" in str(error.value)
