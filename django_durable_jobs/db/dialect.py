@@ -206,6 +206,17 @@ class MySQL(_Locking):
 
 
 class Postgres(_Locking):
+    """psycopg2: the ORM's claims and flow control, with ``FOR UPDATE SKIP LOCKED``."""
+
+    def cut_connection(self) -> None:
+        with connections[self.using].cursor() as cursor:  # raises: the server ends it
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+class Psycopg(Postgres):
+    fused = True
+    listens = True
+
     def claim_limited(
         self,
         owner: str,
@@ -250,15 +261,6 @@ class Postgres(_Locking):
 
     def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
         return finish.run_id in postgres_flow.finish_concurrency(self.using, [finish], now)
-
-    def cut_connection(self) -> None:
-        with connections[self.using].cursor() as cursor:  # raises: the server ends it
-            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-
-
-class Psycopg(Postgres):
-    fused = True
-    listens = True
 
     def claim(
         self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int

@@ -69,7 +69,7 @@ def claim_limited(
     (another claimer, SQLite's write lock) must not make a start look earlier than it
     is, or a throttle's window would let more runs start than it says.
     ``throttled_only``: only runs with a throttle (PostgreSQL claims the others in one
-    function call, ``dialect.Postgres.claim_limited``).
+    function call, ``dialect.Psycopg.claim_limited``).
     """
     using = conf.database()
     runs = JobRun.objects.using(using)

@@ -227,7 +227,7 @@ class Outbox:
         if not limit:  # only the outcomes: no candidates to read
             return [], postgres_flow.finish_concurrency(conf.database(), finishes, now)
         chosen = dialect.of(conf.database())
-        assert isinstance(chosen, dialect.Postgres)  # only fused dialects come here
+        assert isinstance(chosen, dialect.Psycopg)  # only fused dialects come here
         return chosen.claim_limited_finishing(
             owner, now, self.lease, self.queues, limit, self.clock, finishes
         )

@@ -69,7 +69,7 @@ def test_every_statement_on_one_key_reads_it_through_an_index(
         cursor.execute("ANALYZE django_durable_jobs_jobrun")
     clock.advance("1s")
     chosen = dialect.of("default")
-    assert isinstance(chosen, dialect.Postgres)
+    assert isinstance(chosen, dialect.Psycopg)
     claimed: list[Any] = []
     recorded: list[Any] = []
 
