@@ -74,23 +74,32 @@ def pool_size(alias: str) -> int | None:
 OWN_CONNECTIONS = 2
 
 
-def fit_to_pool(alias: str, lane_threads: int) -> int:
-    """How many database threads the async lane may have (``lane_threads`` asked,
-    0 without a lane): all of them, unless Django's pool cannot hold them besides the
-    worker's own two; then as many as it can, said once. A pool too small for the
-    worker's own connections is refused: the heartbeat would wait for the main
-    thread's connection and the leases expire under a healthy worker."""
+def check_pool(alias: str, lane_threads: int) -> int | None:
+    """The pool's size (None without one), refused if it cannot hold a worker's own
+    connections and one async lane thread when ``lane_threads`` asks for some:
+    ``runjobs --concurrency N`` asks before it forks (a child refused at start would
+    be replaced, and refused again, for ever)."""
     most = pool_size(alias)
-    if most is None or OWN_CONNECTIONS + lane_threads <= most:
-        return lane_threads
     needed = OWN_CONNECTIONS + min(lane_threads, 1)
-    if most < needed:
+    if most is not None and most < needed:
         raise ImproperlyConfigured(
             f"DATABASES[{alias!r}]['OPTIONS']['pool'] holds at most {most} connection(s); "
             f"a worker process needs {needed} (its main thread, its heartbeat"
             + (", one for async runs" if lane_threads else "")
             + f"): set 'max_size' to {OWN_CONNECTIONS + lane_threads} or more"
         )
+    return most
+
+
+def fit_to_pool(alias: str, lane_threads: int) -> int:
+    """How many database threads the async lane may have (``lane_threads`` asked,
+    0 without a lane): all of them, unless Django's pool cannot hold them besides the
+    worker's own two; then as many as it can, said once. A pool too small for the
+    worker's own connections is refused: the heartbeat would wait for the main
+    thread's connection and the leases expire under a healthy worker."""
+    most = check_pool(alias, lane_threads)
+    if most is None or OWN_CONNECTIONS + lane_threads <= most:
+        return lane_threads
     log.warning(
         "the database pool holds at most %d connections: the async lane gets %d of the "
         "%d ASYNC_CONNECTIONS (set the pool's max_size to %d for all of them)",

@@ -251,11 +251,14 @@ class Worker(StopSignals):
             capacity = int(conf.get("ASYNC_CONCURRENCY"))
         return capacity if capacity >= 1 and any_async(all_jobs()) else 0
 
+    def wanted_lane_threads(self) -> int:
+        """The database threads an async lane asks for (``ASYNC_CONNECTIONS``); 0: no lane."""
+        return int(conf.get("ASYNC_CONNECTIONS")) if self._capacity() else 0
+
     def _lane_threads(self) -> int:
         """The lane's database threads (0: no lane), as many as Django's pool can hold
         besides the worker's own connections (``health.fit_to_pool``)."""
-        wanted = int(conf.get("ASYNC_CONNECTIONS")) if self._capacity() else 0
-        return fit_to_pool(conf.database(), wanted)
+        return fit_to_pool(conf.database(), self.wanted_lane_threads())
 
     def _make_lane(self, threads: int) -> AsyncLane | None:
         if not threads:

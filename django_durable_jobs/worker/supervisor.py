@@ -11,7 +11,8 @@ import os
 import signal
 from types import FrameType
 
-from .health import close_pools
+from .. import conf
+from .health import check_pool, close_pools
 from .loop import Worker, WorkerOptions
 from .orphans import stop_with_parent
 
@@ -25,6 +26,9 @@ def run_workers(options: WorkerOptions) -> int:
         worker.install_signal_handlers()
         worker.run()
         return 0
+    # A pool too small for a worker refuses each child at its start: refused here once,
+    # before any fork, instead of children replaced and refused again for ever.
+    check_pool(conf.database(), Worker(options).wanted_lane_threads())
     return Supervisor(options).run()
 
 

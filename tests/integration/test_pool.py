@@ -54,3 +54,24 @@ def test_a_pool_too_small_for_the_workers_own_connections_is_refused(
     with pytest.raises(ImproperlyConfigured, match=rf"holds at most {most} connection") as error:
         health.fit_to_pool("default", threads)
     assert f"set 'max_size' to {2 + threads} or more" in str(error.value)
+
+
+def test_runjobs_with_several_processes_refuses_a_small_pool_before_it_forks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each child would be refused at its start and replaced, for ever: the supervisor
+    asks first (the test app has async jobs: 2 + 1 connections at least)."""
+    from django_durable_jobs.worker.loop import WorkerOptions
+    from django_durable_jobs.worker.supervisor import run_workers
+
+    forks: list[int] = []
+
+    def fork() -> int:  # the parent's side of a fork, counted
+        forks.append(1)
+        return 1
+
+    monkeypatch.setattr(health, "pool_size", lambda alias: 2)
+    monkeypatch.setattr("os.fork", fork)
+    with pytest.raises(ImproperlyConfigured, match="set 'max_size' to 6 or more"):
+        run_workers(WorkerOptions(concurrency=2, burst=True))
+    assert forks == []
