@@ -60,12 +60,12 @@ def numbered_to_named(sql: str, types: list[str], connection: Any) -> str:
     over-long value where the column refuses it)."""
     typed = binds_on_server(connection)
     for number in range(len(types), 0, -1):
-        cast = f"::{_untrimmed(types[number - 1])}" if typed else ""
+        cast = f"::{_without_length(types[number - 1])}" if typed else ""
         sql = sql.replace(f"${number}", f"%(p{number})s{cast}")
     return sql
 
 
-def _untrimmed(type_: str) -> str:
+def _without_length(type_: str) -> str:
     """``varchar(200)`` -> ``varchar``; ``numeric(10, 2)[]`` -> ``numeric[]``."""
     head, _, rest = type_.partition("(")
     return head + rest.partition(")")[2] if rest else type_
