@@ -19,6 +19,7 @@ LEGS ?= py311-dj52 py312-dj61
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
 MARIADB_URL ?= mysql://root@127.0.0.1:3306/durable_jobs
 PG_OPTIONS_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs_options
+PG_PSYCOPG2_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs_psycopg2
 PYTEST_ARGS ?=
 # The tests are in tiers, a folder and a marker each (tests/conftest.py; CONTRIBUTING.md
 # "Tests in tiers"). The SQLite suite runs every tier; PostgreSQL and MariaDB run the tiers
@@ -89,14 +90,14 @@ test-leg: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --database default --fail-level WARNING
 	@$(MAKE) $(if $(filter 1,$(PARALLEL_DATABASES)),-j2 --output-sync=target) \
 		suite-postgresql suite-mariadb LEG=$(LEG)
-	@$(MAKE) suite-postgresql-options LEG=$(LEG)
+	@$(MAKE) suite-postgresql-options suite-postgresql-psycopg2 LEG=$(LEG)
 
 # One suite per database server (separate test databases): PARALLEL_DATABASES=1 runs the
 # two side by side, each one's output printed whole when it ends. Their time is mostly
 # real worker processes waiting on leases and polls, so two on 2 cores pays, as the
 # xdist processes within a suite do; PARALLEL_DATABASES=0 runs one after the other.
 PARALLEL_DATABASES ?= 1
-.PHONY: suite-postgresql suite-mariadb suite-postgresql-options
+.PHONY: suite-postgresql suite-mariadb suite-postgresql-options suite-postgresql-psycopg2
 suite-postgresql:
 	@echo "== $(LEG) / postgresql =="
 	$(CLEAN_ENV) DATABASE_URL='$(PG_URL)' $(call pytest,$(DATABASE_TIERS))
@@ -108,6 +109,12 @@ suite-mariadb:
 suite-postgresql-options:
 	@echo "== $(LEG) / postgresql, server-side binding and a pool =="
 	$(CLEAN_ENV) DATABASE_URL='$(PG_OPTIONS_URL)' DURABLE_JOBS_TEST_CONNECTION_OPTIONS=1 \
+		$(call pytest,integration)
+# PostgreSQL through psycopg2, Django's other driver: psycopg 3 hidden from the tests
+# (scripts/psycopg2_only), the integration tier on a test database of its own.
+suite-postgresql-psycopg2:
+	@echo "== $(LEG) / postgresql through psycopg2 =="
+	$(CLEAN_ENV) DATABASE_URL='$(PG_PSYCOPG2_URL)' PYTHONPATH=scripts/psycopg2_only \
 		$(call pytest,integration)
 
 lint: .venv/$(LEG)/.installed

@@ -44,6 +44,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(_tier_of(item))
         _skip_on_other_databases(item)
+        _skip_on_psycopg2(item)
     _skip_full_fault_battery(config, items)
 
 
@@ -77,6 +78,20 @@ def _skip_on_other_databases(item: pytest.Item) -> None:
     reasons = [marker.kwargs["reason"] for marker in markers if "reason" in marker.kwargs]
     why = reasons[0] if reasons else f"needs {labels}"
     item.add_marker(pytest.mark.skip(reason=f"{why} (this run: {connection.vendor})"))
+
+
+def _skip_on_psycopg2(item: pytest.Item) -> None:
+    """``@pytest.mark.psycopg3(reason="…")``: a test of psycopg 3's own path (prepared
+    claims, kept cursors, NOTIFY) is skipped on PostgreSQL through psycopg2
+    (``make test``'s ``suite-postgresql-psycopg2``); other databases run it."""
+    from django.db import connection
+
+    marker = item.get_closest_marker("psycopg3")
+    if marker is None or connection.vendor != "postgresql":
+        return
+    if getattr(connection, "Database", None).__name__ != "psycopg":  # type: ignore[union-attr]
+        why = marker.kwargs.get("reason", "psycopg 3's path")
+        item.add_marker(pytest.mark.skip(reason=f"{why} (this run: psycopg2)"))
 
 
 @pytest.fixture

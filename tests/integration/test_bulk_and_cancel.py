@@ -58,6 +58,7 @@ def test_enqueue_many_refuses_idempotency_keys() -> None:
 
 @pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.psycopg3(reason="LISTEN/NOTIFY is psycopg 3's")
 def test_enqueue_notifies_listeners_on_commit_only() -> None:
     import psycopg
 
@@ -113,6 +114,7 @@ def test_heartbeat_notices_cancellation(clock: FakeClock) -> None:
 
 @pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.psycopg3(reason="LISTEN/NOTIFY is psycopg 3's")
 def test_a_run_becoming_runnable_notifies_listeners() -> None:
     import psycopg
     from django.utils import timezone

@@ -338,6 +338,7 @@ def test_interleaved_claimers_never_exceed_a_limit(clock: FakeClock) -> None:
 
 @pytest.mark.postgres(reason="the advisory locks of migration 0017")
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.psycopg3(reason="the PL/pgSQL flow claim is psycopg 3's")
 def test_a_claim_leaves_a_key_another_worker_holds_to_it(clock: FakeClock) -> None:
     """A claimer that waited for a key another transaction holds could wait for a
     worker that waits for one of its own keys: it moves on to the other keys."""

@@ -55,6 +55,7 @@ _BY_KEY = re.compile(r"r\.concurrency_key (= \w+\.concurrency_key|IS NULL)")
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("cache_mode", ["auto", "force_generic_plan"])
+@pytest.mark.psycopg3(reason="the PL/pgSQL flow claim is psycopg 3's")
 def test_every_statement_on_one_key_reads_it_through_an_index(
     clock: FakeClock, cache_mode: str
 ) -> None:

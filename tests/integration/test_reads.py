@@ -129,6 +129,7 @@ client_binding = pytest.mark.skipif(
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's commit only")
 @client_binding
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.psycopg3(reason="the claim's statement is psycopg 3's")
 def test_a_claim_commits_lazily_only_when_it_is_its_own_transaction() -> None:
     for _ in range(3):
         JobRunFactory.create(wake_at=T0)
@@ -157,6 +158,7 @@ def test_a_claim_commits_lazily_only_when_it_is_its_own_transaction() -> None:
     reason="a pool gives the same connection back after close(): no reconnect to see",
 )
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.psycopg3(reason="kept cursors are psycopg 3's")
 def test_hot_statements_keep_a_cursor_until_a_reconnect_or_query_logging() -> None:
     """``kept_cursor``: one cursor from statement to statement (claims, ``enqueue``'s
     INSERT) on a connection; a new one after a reconnect (a stale one would raise);
@@ -213,6 +215,7 @@ def _claims(queries: CaptureQueriesContext) -> list[str]:
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's claim statement")
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.psycopg3(reason="kept cursors are psycopg 3's")
 def test_a_kept_cursor_is_made_again_when_the_time_zone_settings_change(settings: Any) -> None:
     """The timestamp loaders a kept cursor got were chosen under the settings of the
     day (``fast_timestamps``): an override of ``USE_TZ`` or ``TIME_ZONE`` gets a new
@@ -236,6 +239,7 @@ def test_a_kept_cursor_is_made_again_when_the_time_zone_settings_change(settings
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's named statements")
 @client_binding
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.psycopg3(reason="prepared statements are psycopg 3's")
 def test_statements_deallocated_behind_our_back_are_prepared_again() -> None:
     """A ``DEALLOCATE ALL`` on the connection (PgBouncer's session reset, psycopg's own
     after a rollback once it prepared a statement, an operator) drops the statements

@@ -178,6 +178,7 @@ def test_orm_store_is_fenced_by_the_lease() -> None:
     assert [r.name for r in mine.list(str(run.id))] == ["a"]
 
 
+@pytest.mark.psycopg3(reason="psycopg 3 writes a batch's step records in one statement")
 def test_put_many_writes_each_record_or_refuses_it_alone(
     django_assert_max_num_queries: Any,
 ) -> None:

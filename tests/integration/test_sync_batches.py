@@ -136,6 +136,7 @@ def test_a_refused_outcome_in_a_batch_holds_back_none_of_the_others(
 
 
 @pytest.mark.postgres(reason="elsewhere the outcome of a limited run is never held")
+@pytest.mark.psycopg3(reason="outcomes held for the fused claim are psycopg 3's")
 def test_a_refused_outcome_among_limited_ones_holds_back_none_of_the_others(
     clock: FakeClock, quick: None
 ) -> None:

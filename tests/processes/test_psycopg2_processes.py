@@ -1,23 +1,23 @@
 """A worker on psycopg2 (Django's other PostgreSQL driver): the ORM's claims, flow
 control and polling instead of psycopg 3's one-statement path and LISTEN/NOTIFY.
 
-The worker process cannot import psycopg 3 (a ``psycopg`` module that refuses to load
-comes first on its path), so Django picks psycopg2, as in a project that has only
-psycopg2 installed. Its claims of runs under a concurrency limit went to psycopg 3's
-PL/pgSQL path and failed (``No module named 'psycopg'``) on every claim.
+The worker process cannot import psycopg 3 (``scripts/psycopg2_only``, whose ``psycopg``
+module refuses to load, comes first on its path), so Django picks psycopg2, as in a
+project that has only psycopg2 installed. Its claims of runs under a concurrency limit
+went to psycopg 3's PL/pgSQL path and failed (``No module named 'psycopg'``) on every
+claim.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from django.db import transaction
 
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus
 from tests.processes.test_async_processes import run_statuses, workers  # noqa: F401
-from tests.processes.test_worker_processes import Workers, wait_until
+from tests.processes.test_worker_processes import REPO_DIR, Workers, wait_until
 from tests.testapp import flow_jobs, jobs
 
 pytestmark = [
@@ -29,13 +29,10 @@ pytestmark = [
 
 def test_a_worker_on_psycopg2_runs_limited_and_plain_runs(
     workers: Workers,  # noqa: F811
-    tmp_path: Path,
 ) -> None:
     pytest.importorskip("psycopg2")
-    hidden = tmp_path / "without_psycopg3"
-    hidden.mkdir()
-    (hidden / "psycopg.py").write_text('raise ImportError("hidden: this process uses psycopg2")\n')
-    path = os.pathsep.join(p for p in (str(hidden), os.environ.get("PYTHONPATH", "")) if p)
+    hidden = str(REPO_DIR / "scripts" / "psycopg2_only")
+    path = os.pathsep.join(p for p in (hidden, os.environ.get("PYTHONPATH", "")) if p)
     with transaction.atomic():
         limited = [flow_jobs.one_per_key.enqueue(f"k{n % 3}") for n in range(9)]
         plain = [jobs.three_steps.enqueue(user_id=n) for n in range(5)]
