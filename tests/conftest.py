@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from django_durable_jobs.db import postgres
 from django_durable_jobs.db.claims import claim, release
 from django_durable_jobs.engine.clock import FakeClock, use
 from django_durable_jobs.engine.timeouts import TimeGuard
@@ -89,7 +90,7 @@ def _skip_on_psycopg2(item: pytest.Item) -> None:
     marker = item.get_closest_marker("psycopg3")
     if marker is None or connection.vendor != "postgresql":
         return
-    if getattr(connection, "Database", None).__name__ != "psycopg":  # type: ignore[union-attr]
+    if not postgres.available(connection.alias):  # the dialect's own test of psycopg 3
         why = marker.kwargs.get("reason", "psycopg 3's path")
         item.add_marker(pytest.mark.skip(reason=f"{why} (this run: psycopg2)"))
 

@@ -25,11 +25,13 @@ from uuid import UUID
 
 from django.db import DatabaseError, connections
 
+from .. import conf
 from ..db.claims import release
 from ..db.store import put_many
 from ..engine.clock import Clock
 from ..engine.records import RecordedStep, StepStore
 from ..models import JobRun
+from ..registry import all_jobs
 from .execution import arun_to_stop
 from .health import close_broken_connections
 from .outcome import Pending
@@ -214,6 +216,20 @@ def _on_connection(work: Callable[[], T]) -> T:
 def any_async(jobs: dict[str, Any]) -> bool:
     """Whether any registered job is ``async def`` (a worker without them has no lane)."""
     return any(definition.is_async for definition in jobs.values())
+
+
+def lane_capacity(async_concurrency: int | None) -> int:
+    """Async runs one worker process has in flight at once (``--async-concurrency``, else
+    ``ASYNC_CONCURRENCY``); 0: no lane (below 1, or no async job registered)."""
+    if async_concurrency is None:
+        async_concurrency = int(conf.get("ASYNC_CONCURRENCY"))
+    return async_concurrency if async_concurrency >= 1 and any_async(all_jobs()) else 0
+
+
+def lane_threads(capacity: int) -> int:
+    """The database threads a lane of ``capacity`` asks for (``ASYNC_CONNECTIONS``); 0
+    without a lane. Django's pool may give it fewer (``health.fit_to_pool``)."""
+    return int(conf.get("ASYNC_CONNECTIONS")) if capacity else 0
 
 
 def _close_then_wait(every: threading.Barrier) -> None:

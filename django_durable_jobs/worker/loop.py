@@ -32,12 +32,12 @@ from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..exceptions import UnknownJob
 from ..models import JobRun
-from ..registry import all_jobs, attempts_of, get_job
+from ..registry import attempts_of, get_job
 from ..schedules import Ticker, sync
 from .execution import run_to_stop
 from .health import close_broken_connections, fit_to_pool, keep_healthy
 from .heartbeat import Heartbeat
-from .lane import AsyncLane, any_async
+from .lane import AsyncLane, lane_capacity, lane_threads
 from .outbox import Outbox
 from .outcome import Pending
 from .rows import Presence
@@ -97,9 +97,11 @@ class Worker(StopSignals):
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
         self._waker = make_waker()
-        threads = self._lane_threads()  # before the first connection: the pool fits them
+        capacity = lane_capacity(self.options.async_concurrency)
+        # Before the first connection: Django's pool, if any, must hold the lane's too.
+        threads = fit_to_pool(conf.database(), lane_threads(capacity))
         self._register()
-        self._lane = self._make_lane(threads)
+        self._lane = self._make_lane(capacity, threads)
         # The schedules of the code this worker runs, before the start line: a worker
         # that said it started has its schedules' slots in the table.
         sync(self.clock.now())
@@ -244,27 +246,11 @@ class Worker(StopSignals):
         """Runs executed to their next stop, sync and async."""
         return self.executed + (self._lane.executed if self._lane is not None else 0)
 
-    def _capacity(self) -> int:
-        """Async runs in flight at once; 0: no lane (no async job here)."""
-        capacity = self.options.async_concurrency
-        if capacity is None:
-            capacity = int(conf.get("ASYNC_CONCURRENCY"))
-        return capacity if capacity >= 1 and any_async(all_jobs()) else 0
-
-    def wanted_lane_threads(self) -> int:
-        """The database threads an async lane asks for (``ASYNC_CONNECTIONS``); 0: no lane."""
-        return int(conf.get("ASYNC_CONNECTIONS")) if self._capacity() else 0
-
-    def _lane_threads(self) -> int:
-        """The lane's database threads (0: no lane), as many as Django's pool can hold
-        besides the worker's own connections (``health.fit_to_pool``)."""
-        return fit_to_pool(conf.database(), self.wanted_lane_threads())
-
-    def _make_lane(self, threads: int) -> AsyncLane | None:
-        if not threads:
+    def _make_lane(self, capacity: int, threads: int) -> AsyncLane | None:
+        if not capacity:
             return None  # no async job here: the classic one-run loop, nothing more
         return AsyncLane(
-            capacity=self._capacity(),
+            capacity=capacity,
             db_threads=threads,
             clock=self.clock,
             leases=self._heartbeat(),

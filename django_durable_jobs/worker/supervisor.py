@@ -13,6 +13,7 @@ from types import FrameType
 
 from .. import conf
 from .health import check_pool, close_pools
+from .lane import lane_capacity, lane_threads
 from .loop import Worker, WorkerOptions
 from .orphans import stop_with_parent
 
@@ -28,7 +29,7 @@ def run_workers(options: WorkerOptions) -> int:
         return 0
     # A pool too small for a worker refuses each child at its start: refused here once,
     # before any fork, instead of children replaced and refused again for ever.
-    check_pool(conf.database(), Worker(options).wanted_lane_threads())
+    check_pool(conf.database(), lane_threads(lane_capacity(options.async_concurrency)))
     return Supervisor(options).run()
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.worker.lane import lane_capacity, lane_threads
 from django_durable_jobs.worker.loop import MAX_BATCH, Worker, WorkerOptions
 from django_durable_jobs.worker.wakeup import make_waker
 from tests.testapp import async_jobs, jobs
@@ -55,7 +56,8 @@ def test_sync_runs_claimed_in_a_batch_but_not_started_are_released_on_stop(
 ) -> None:
     runs = [jobs.add.enqueue(n, 1) for n in range(4)]
     w = worker(clock)
-    w._waker, w._lane = make_waker(), w._make_lane(w._lane_threads())
+    capacity = lane_capacity(w.options.async_concurrency)
+    w._waker, w._lane = make_waker(), w._make_lane(capacity, lane_threads(capacity))
     w._batch = 4  # as after batches of async runs
     try:
         assert w.run_once()  # claims all four, starts the first
