@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,7 +135,11 @@ class Workers:
             code = worker.kill()
             worker.log_file.close()
             if failed:
-                lines = worker.log_path.read_text(errors="replace").splitlines()
+                lines = [  # the job list of the start banner left out: 80-odd lines
+                    line
+                    for line in worker.log_path.read_text(errors="replace").splitlines()
+                    if not line.startswith("  job ")
+                ]
                 print(
                     f"---- worker {worker.name} (pid {worker.pid}, exit {code}) {worker.log_path}"
                 )
@@ -177,9 +182,31 @@ def wait_until(
         if time.monotonic() > deadline:
             shown = f": {detail()}" if detail is not None else ""
             activity = database_activity()
+            events = "".join(log_events(worker) for worker in workers)
             dump_stacks(workers)
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{shown}{activity}")
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}{shown}{activity}{events}"
+            )
         time.sleep(0.05)
+
+
+#: Log lines that say a worker process started, failed or was replaced: shown in a
+#: timed-out wait's own message, which CI's summary keeps when it cuts the logs
+#: printed after it.
+EVENT = re.compile(r" wake=|exited with|crashed|replacing|Traceback|Error:|stopping|is gone")
+
+
+def log_events(worker: Worker, limit: int = 15) -> str:
+    """The last ``limit`` lines of ``worker``'s log that match ``EVENT``."""
+    lines = [
+        line
+        for line in worker.log().splitlines()
+        if EVENT.search(line) and not line.startswith("  job ")  # the job list
+    ]
+    if not lines:
+        return ""
+    shown = "\n  ".join(lines[-limit:])
+    return f"\nworker {worker.name} (pid {worker.pid}) logged:\n  {shown}"
 
 
 def dump_stacks(workers: Sequence[Worker]) -> None:
