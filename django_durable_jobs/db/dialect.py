@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from django.db import connections, transaction
 
 from ..engine.clock import Clock
-from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule
+from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule, best
 from . import flow, postgres, postgres_flow, postgres_inserts, statements
 
 #: What the claim reads of each run it picks: id, status, first start.
@@ -179,17 +179,21 @@ class MySQL(_Locking):
     def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
         """Lock up to ``limit`` of the best runnable runs.
 
-        The claim's index leads with ``status`` here (``schema.PartialIndex``: no
-        partial indexes), so the database sorts the due runs rather than reading them
-        in order, and a sorting ``FOR UPDATE`` locks every row it sorted: a concurrent
-        worker, skipping locked rows, would find nothing. So the best runs are
-        shortlisted by a read without locks, then locked by primary key alone (no
-        other condition that could lead the database to another index), no more at a
-        time than are still wanted; rows another worker holds are skipped and the
-        next ones tried. A run taken meanwhile is dropped here by its status; the
-        claim's guarded UPDATE checks the rest.
+        The claim's indexes lead with ``status`` here (``schema.PartialIndex``: no
+        partial indexes), so a read of the three runnable statuses sorts what it reads
+        (``models.best`` reads them one by one and merges), and a sorting ``FOR
+        UPDATE`` locks every row it sorted: a concurrent worker, skipping locked rows,
+        would find nothing. So the best runs are shortlisted by a read without locks,
+        then locked by primary key alone (no other condition that could lead the
+        database to another index), no more at a time than are still wanted; rows
+        another worker holds are skipped and the next ones tried. A run taken
+        meanwhile is dropped here by its status; the claim's guarded UPDATE checks
+        the rest.
         """
-        ids = list(candidates.values_list("id", flat=True)[: limit + SHORTLIST_SPARE])
+        shortlist = best(
+            candidates.values_list("id", "priority", "wake_at"), limit + SHORTLIST_SPARE
+        )
+        ids = [run_id for run_id, _, _ in shortlist]
         by_id = JobRun.objects.using(self.using).order_by()
         picked: list[tuple[Any, ...]] = []
         while ids and len(picked) < limit:

@@ -28,7 +28,7 @@ from django.db import connections, transaction
 
 from .. import conf
 from ..engine.clock import Clock
-from ..models import JobRun, JobRunQuerySet, RunStatus
+from ..models import JobRun, JobRunQuerySet, RunStatus, best
 from ..registry import JobDefinition, all_jobs
 from .flow_keys import lock, slots
 from .holds import hold
@@ -79,7 +79,9 @@ def claim_limited(
     candidates = runs.runnable(now, queue_list)
     claimed: list[JobRun] = []
     done: set[tuple[KeyId, ...]] = set()  # keys with nothing more to take now
-    for run in candidates.only(*_CANDIDATE_FIELDS, "priority")[: max(limit, CANDIDATES)]:
+    for run in best(
+        candidates.only(*_CANDIDATE_FIELDS, "priority", "wake_at"), max(limit, CANDIDATES)
+    ):
         if run.concurrency_limit is None and run.throttle_limit is None:
             break
         if throttled_only and run.throttle_limit is None:

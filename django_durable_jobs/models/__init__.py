@@ -25,5 +25,6 @@ from .runs import Dashboard as Dashboard
 from .runs import FlowKey as FlowKey
 from .runs import JobRun as JobRun
 from .runs import JobRunQuerySet as JobRunQuerySet
+from .runs import best as best
 from .steps import StepRecord as StepRecord
 from .steps import StepRecordQuerySet as StepRecordQuerySet

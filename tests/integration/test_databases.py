@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import job, publish_event
 from django_durable_jobs.db.claims import claim, renew
+from django_durable_jobs.db.dialect import SHORTLIST_SPARE
 from django_durable_jobs.db.schema import PartialIndex
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
@@ -135,11 +136,33 @@ def test_partial_indexes_exist_on_every_database(model: type[JobRun | StepRecord
             assert indexes[name]["columns"] == ["status", *declared.elsewhere[1:]], name
 
 
-def explain(sql: str) -> list[dict[str, Any]]:
+def explain(sql: str, verb: str = "EXPLAIN") -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {sql}")
+        cursor.execute(f"{verb} {sql}")
         columns = [column[0] for column in cursor.description]
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+#: The indexes a claim on MariaDB may read runnable runs through: by status and wake
+#: time (models), queued runs by status and priority (migration 0018, MariaDB only).
+CLAIM_INDEXES = (
+    "durable_run_runnable",
+    "durable_run_runnable_all",
+    "durable_run_queued_order",
+    "durable_run_queued_order_all",
+)
+
+
+def shortlist_and_lock(queues: list[str] | None, now: Any) -> tuple[str, str]:
+    """The claim's two statements for runs under no limit, captured from a claim."""
+    with CaptureQueriesContext(connection) as queries:
+        assert len(claim("w", now=now, lease=LEASE, queues=queues)) == 1
+    # flow.claim_limited looks first (the test app has limited jobs); then the claim of
+    # runs under no limit shortlists (one read per runnable status, merged) and locks.
+    selects = [q["sql"] for q in queries if q["sql"].lstrip("(").startswith("SELECT")]
+    first = next(i for i, sql in enumerate(selects) if "`concurrency_limit` IS NULL" in sql)
+    shortlist, lock = selects[first : first + 2]
+    return shortlist, lock
 
 
 @pytest.mark.mariadb(reason="the plan of the claim's statements on MariaDB")
@@ -166,20 +189,50 @@ def test_the_claim_reads_runnable_runs_through_an_index(
     JobRun.objects.bulk_create(finished + sleeping, batch_size=500)
     for queue in ("default", "mail"):
         jobs.noop.using(queue=queue).enqueue()
-    with CaptureQueriesContext(connection) as queries:
-        assert len(claim("w", now=now, lease=LEASE, queues=queues)) == 1
-    # flow.claim_limited looks first (the test app has limited jobs); then the claim of
-    # runs under no limit shortlists and locks.
-    selects = [q["sql"] for q in queries if q["sql"].startswith("SELECT")]
-    first = next(i for i, sql in enumerate(selects) if "`concurrency_limit` IS NULL" in sql)
-    shortlist, lock = selects[first : first + 2]
-    [plan] = explain(shortlist)
-    # Either runnable index serves both claims (MariaDB's optimizer may pick either)...
-    assert plan["key"] in ("durable_run_runnable", "durable_run_runnable_all"), plan
-    # ...as long as neither the finished runs nor the sleeping ones are read.
-    assert plan["type"] == "range" and int(plan["rows"]) < 10, plan
+    shortlist, lock = shortlist_and_lock(queues, now)
+    plans = [plan for plan in explain(shortlist) if plan["table"] == JobRun._meta.db_table]
+    assert len(plans) == 3, plans  # queued, sleeping, waiting
+    for plan in plans:
+        # Any of the claim's indexes (MariaDB's optimizer may pick either)...
+        assert plan["key"] in CLAIM_INDEXES, plan
+        # ...as long as neither the finished runs nor the sleeping ones are read.
+        assert plan["type"] in ("range", "ref") and int(plan["rows"]) < 10, plan
     [plan] = explain(lock)
     assert "SKIP LOCKED" in lock and plan["key"] == "PRIMARY", plan
+
+
+@pytest.mark.mariadb(reason="the plan of the claim's statements on MariaDB")
+@pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits
+@pytest.mark.parametrize("queues", [None, ["default"]], ids=["all-queues", "a-quiet-queue"])
+def test_behind_a_backlog_the_claim_reads_queued_runs_in_order(
+    clock: FakeClock, queues: list[str] | None
+) -> None:
+    """Behind thousands of due queued runs the claim does not sort them all: it reads
+    queued runs in its order (``durable_run_queued_order``) and stops, also when it
+    serves a queue other than the backlog's."""
+    now = clock.now()
+    backlog = [
+        JobRun(
+            job_name="tests.noop",
+            queue=queue,
+            status=RunStatus.QUEUED,
+            priority=index % 3,
+            created_at=now,
+            wake_at=now - timedelta(seconds=index),
+        )
+        for queue, count in (("mail", 3000), ("default", 100))
+        for index in range(count)
+    ]
+    JobRun.objects.bulk_create(backlog, batch_size=1000)
+    connection.cursor().execute(f"ANALYZE TABLE {JobRun._meta.db_table}")
+    shortlist, _ = shortlist_and_lock(queues, now)
+    verb = "ANALYZE" if getattr(connection, "mysql_is_mariadb", False) else "EXPLAIN"
+    # The first of the union's reads is the queued runs'.
+    queued = next(p for p in explain(shortlist, verb) if p["table"] == JobRun._meta.db_table)
+    assert queued["key"].startswith("durable_run_queued_order"), queued
+    assert "filesort" not in (queued["Extra"] or ""), queued
+    if verb == "ANALYZE":  # rows read, not estimated: the shortlist's length, not 3,000
+        assert float(queued["r_rows"]) <= 1 + SHORTLIST_SPARE, queued
 
 
 @pytest.mark.django_db(transaction=True)

@@ -199,6 +199,39 @@ def test_claim_order_and_attempt_counting(clock: FakeClock) -> None:
     assert JobRun.objects.get(pk=later.pk).status == RunStatus.QUEUED
 
 
+def test_the_claim_orders_runs_of_every_runnable_status_together(clock: FakeClock) -> None:
+    """Priority first, then the wake time, whatever status a run waits in: MariaDB and
+    MySQL read each status on its own and merge them (``models.best``)."""
+    now = clock.now()
+
+    def run(status: RunStatus, priority: int, ago: int, queue: str = "default") -> JobRun:
+        """A run of ``status`` due ``ago`` seconds ago (negative: not due yet)."""
+        return JobRun.objects.create(
+            job_name="tests.noop",
+            queue=queue,
+            status=status,
+            priority=priority,
+            created_at=now,
+            wake_at=now - timedelta(seconds=ago),
+        )
+
+    old_queued = run(RunStatus.QUEUED, 0, 540)
+    new_queued = run(RunStatus.QUEUED, 0, 60)
+    urgent_queued = run(RunStatus.QUEUED, 3, 1)
+    woken_sleeper = run(RunStatus.SLEEPING, 3, 300)
+    timed_out_wait = run(RunStatus.WAITING, 0, 300)
+    run(RunStatus.SLEEPING, 9, -3600)  # sleeping for another hour: not due
+    run(RunStatus.QUEUED, 9, -3600)  # enqueued to run in an hour
+    run(RunStatus.QUEUED, 9, 3600, queue="mail")
+    lease = timedelta(seconds=30)
+    first = claim("w1", now=now, lease=lease, queues=["default"], limit=3)
+    rest = claim("w2", now=now, lease=lease, queues=["default"], limit=10)
+    assert [c.pk for c in first] == [woken_sleeper.pk, urgent_queued.pk, old_queued.pk]
+    assert [c.pk for c in rest] == [timed_out_wait.pk, new_queued.pk]
+    [mail] = claim("w3", now=now, lease=lease, limit=10)  # every queue: what is left
+    assert mail.queue == "mail"
+
+
 def test_backoff_schedule() -> None:
     rng = random.Random(3)
     cap = timedelta(hours=1)
