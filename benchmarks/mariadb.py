@@ -99,7 +99,8 @@ def claim_statements(queues: list[str] | None) -> list[tuple[str, str]]:
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
         claim("bench-explain", now=timezone.now(), lease=timedelta(minutes=1), queues=queues)
         transaction.set_rollback(True)
-    selects = [q["sql"] for q in queries if q["sql"].startswith("SELECT")]
+    # A read of each runnable status merged (``models.best``) opens with "(SELECT".
+    selects = [q["sql"] for q in queries if q["sql"].lstrip("(").startswith("SELECT")]
     return [(purpose(sql), sql) for sql in selects if purpose(sql) in CLAIM_SELECTS]
 
 
