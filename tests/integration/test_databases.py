@@ -178,10 +178,12 @@ def test_the_claim_reads_runnable_runs_through_an_index(
         for status in (RunStatus.SUCCEEDED, RunStatus.FAILED)
         for _ in range(500)
     ]
-    # Runs sleeping for days are runnable by status but not due: not read either.
+    # Runs sleeping or waiting for days are runnable by status but not due: not read
+    # either (each status is read on its own: ``models.best``).
     sleeping = [
-        JobRun(job_name="tests.noop", queue=queue, status=RunStatus.SLEEPING, created_at=now)
+        JobRun(job_name="tests.noop", queue=queue, status=status, created_at=now)
         for queue in ("default", "mail")
+        for status in (RunStatus.SLEEPING, RunStatus.WAITING)
         for _ in range(200)
     ]
     for run in sleeping:
