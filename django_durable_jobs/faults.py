@@ -11,7 +11,9 @@ once. Production pays one call of an empty function per point.
 Actions: ``kill`` (``os._exit``: no cleanup, no ``finally``), ``dberror`` (the
 connection in use is terminated: a real ``pg_terminate_backend`` on PostgreSQL, an
 ``OperationalError`` elsewhere), ``pause`` (the whole process is stopped with
-``SIGSTOP`` for four leases, heartbeat thread included, then continued: a zombie).
+``SIGSTOP`` for four leases, heartbeat thread included, then continued: a zombie;
+``DURABLE_JOBS_FAULT_PAUSE`` seconds instead where set, for a test that continues the
+process itself once another worker has taken its run over).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import threading
 from django.db import OperationalError
 
 ENV = "DURABLE_JOBS_FAULT"
+#: How long ``pause`` stops the process at most, in seconds (default: four leases).
+PAUSE_ENV = "DURABLE_JOBS_FAULT_PAUSE"
 POINTS = (
     "claim.after",  # the claim committed; nothing of the run executed yet
     "step.before_record",  # a step's function returned (its side effect is done)
@@ -103,10 +107,13 @@ def fire(point: str, action: str, using: str) -> None:
 
 
 def _pause() -> None:
-    """Stop the whole process (every thread) for four leases; a helper continues it."""
+    """Stop the whole process (every thread) for four leases (``PAUSE_ENV``); a helper
+    continues it then, if no one did before."""
     from . import conf
 
-    seconds = 4 * conf.required_duration("LEASE").total_seconds()
+    seconds = float(
+        os.environ.get(PAUSE_ENV) or 4 * conf.required_duration("LEASE").total_seconds()
+    )
     subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
     os.kill(os.getpid(), signal.SIGSTOP)
     print(f"FAULT RESUMED pid={os.getpid()}", file=sys.stderr, flush=True)

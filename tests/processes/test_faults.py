@@ -16,6 +16,10 @@ the middle hit of every point, with every action at least three times.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import signal
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +56,9 @@ POSITIONS = {
     "invoke.start": (1, 2, 3),
     "fanout.start": (1, 2, 3),
 }
+#: The longest a paused worker stays frozen (``faults.PAUSE_ENV``): the test continues it
+#: sooner, once the second worker has finished the run; this bounds a stuck case.
+PAUSE_BOUND = 60
 RELAY_POINTS = {"event.matched", "invoke.start"}
 FAN_POINTS = {"fanout.start"}
 #: The slice CI runs (middle hits): every point once, every action at least three times,
@@ -90,7 +97,10 @@ def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> No
     relay = point in RELAY_POINTS
     job = fault_jobs.relay if relay else fault_jobs.fan if point in FAN_POINTS else fault_jobs.trio
     run = job.enqueue()
-    first = workers.start("first", env={faults.ENV: f"{point}:{action}:{nth}"})
+    env = {faults.ENV: f"{point}:{action}:{nth}"}
+    if action == "pause":  # frozen until the second worker has finished the run
+        env[faults.PAUSE_ENV] = str(PAUSE_BOUND)
+    first = workers.start("first", env=env)
     pump = _EventPump(run) if relay else None
 
     def pumped(condition: Callable[[], bool]) -> Callable[[], bool]:
@@ -144,6 +154,12 @@ def _settle_first(first: Worker, action: str) -> None:
         assert first.proc.wait(timeout=30) == faults.KILLED
         return
     if action == "pause":
+        # Continued now that the second worker has taken the run over and finished it
+        # (not before: a worker continued before anyone took its run finishes it).
+        fired = re.search(r"FAULT FIRED \S+ pid=(\d+)", first.log())
+        assert fired is not None, first.log()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(fired.group(1)), signal.SIGCONT)
         wait_until(
             lambda: "FAULT RESUMED" in first.log(),
             timeout=90,
