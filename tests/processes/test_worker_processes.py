@@ -74,6 +74,7 @@ class Worker:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            dump_stacks([self])  # where each of its processes is stuck, into its log
             raise AssertionError(
                 f"worker {self.name} did not exit within {timeout}s of SIGTERM"
             ) from None
