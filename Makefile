@@ -38,7 +38,13 @@ ALL_TIERS := unit or integration or processes or browser
 LAST_LEG := $(lastword $(LEGS))
 ON_LAST_LEG = $(filter $(LEG),$(LAST_LEG))
 ON_FIRST_LEG = $(filter $(LEG),$(firstword $(LEGS)))
-SQLITE_TIERS = $(if $(ON_LAST_LEG),$(ALL_TIERS),unit or integration)
+# On SQLite, of the processes tier only the tests about SQLite itself (marker `sqlite`:
+# the example project, a new user's fresh file); SQLITE_PROCESSES=1 runs all of it. The
+# tier's process behaviour (kill -9, zombies, faults) is PostgreSQL's suite's, and CI has
+# 20 minutes: on a slow day the whole tier on two databases did not fit.
+SQLITE_PROCESSES ?= 0
+SQLITE_LAST_TIERS = $(if $(filter 1,$(SQLITE_PROCESSES)),$(ALL_TIERS),unit or integration or browser or (processes and sqlite))
+SQLITE_TIERS = $(if $(ON_LAST_LEG),$(SQLITE_LAST_TIERS),unit or integration)
 DATABASE_TIERS = $(if $(ON_LAST_LEG),integration or processes,integration)
 # The processes tier on MariaDB is not in `make test` (MARIADB_PROCESSES=1 adds it): its
 # idle workers poll (no LISTEN/NOTIFY), and with it a slow day's CI took 30 minutes of
