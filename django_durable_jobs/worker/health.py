@@ -72,6 +72,10 @@ def pool_size(alias: str) -> int | None:
 #: The connections a worker process holds besides its async lane's: the main thread's
 #: (claims, sync runs) and the heartbeat's.
 OWN_CONNECTIONS = 2
+#: Django's async ORM in an async job (``acreate``, ``aenqueue``, ...) runs on asgiref's
+#: one thread-sensitive thread, which keeps a connection of its own for the process's
+#: life: uncounted, it left a lane thread of a pool of 4 waiting 30 s per write.
+ASYNC_ORM_CONNECTIONS = 1
 
 
 def check_pool(alias: str, lane_threads: int) -> int | None:
@@ -98,14 +102,16 @@ def fit_to_pool(alias: str, lane_threads: int) -> int:
     worker's own connections is refused: the heartbeat would wait for the main
     thread's connection and the leases expire under a healthy worker."""
     most = check_pool(alias, lane_threads)
-    if most is None or OWN_CONNECTIONS + lane_threads <= most:
+    reserved = OWN_CONNECTIONS + (ASYNC_ORM_CONNECTIONS if lane_threads else 0)
+    if most is None or reserved + lane_threads <= most:
         return lane_threads
+    room = max(1, most - reserved)  # check_pool made sure of OWN_CONNECTIONS + 1
     log.warning(
         "the database pool holds at most %d connections: the async lane gets %d of the "
         "%d ASYNC_CONNECTIONS (set the pool's max_size to %d for all of them)",
         most,
-        most - OWN_CONNECTIONS,
+        room,
         lane_threads,
-        OWN_CONNECTIONS + lane_threads,
+        reserved + lane_threads,
     )
-    return most - OWN_CONNECTIONS
+    return room

@@ -23,7 +23,7 @@ def test_the_pools_size_is_read_from_djangos_pool_and_none_without_one() -> None
         assert health.pool_size("default") is None
 
 
-@pytest.mark.parametrize("most", [None, 6, 9])
+@pytest.mark.parametrize("most", [None, 7, 9])
 def test_a_pool_with_room_for_every_thread_or_no_pool_changes_nothing(
     most: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -37,11 +37,19 @@ def test_a_small_pool_gives_the_lane_what_is_left_and_says_so(
 ) -> None:
     monkeypatch.setattr(health, "pool_size", lambda alias: 4)
     with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
-        assert health.fit_to_pool("default", 4) == 2
+        assert health.fit_to_pool("default", 4) == 1
+    # Of the 4: the main thread, the heartbeat, and Django's async ORM thread.
     assert caplog.messages == [
-        "the database pool holds at most 4 connections: the async lane gets 2 of the 4 "
-        "ASYNC_CONNECTIONS (set the pool's max_size to 6 for all of them)"
+        "the database pool holds at most 4 connections: the async lane gets 1 of the 4 "
+        "ASYNC_CONNECTIONS (set the pool's max_size to 7 for all of them)"
     ]
+
+
+def test_a_pool_of_three_still_gives_the_lane_one_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(health, "pool_size", lambda alias: 3)
+    assert health.fit_to_pool("default", 4) == 1
 
 
 @pytest.mark.parametrize(("most", "threads"), [(2, 4), (1, 0)])

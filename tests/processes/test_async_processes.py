@@ -176,4 +176,4 @@ def test_with_djangos_connection_pool_forked_workers_execute_every_run_once(
     assert executions == Counter({str(run.id): 1 for run in runs})
     assert len(set(Execution.objects.values_list("pid", flat=True))) == 2  # both children
     log = worker.log()
-    assert log.count("the async lane gets 2 of the 4 ASYNC_CONNECTIONS") == 2, log
+    assert log.count("the async lane gets 1 of the 4 ASYNC_CONNECTIONS") == 2, log
