@@ -78,6 +78,11 @@ OWN_CONNECTIONS = 2
 ASYNC_ORM_CONNECTIONS = 1
 
 
+def _reserved(lane_threads: int) -> int:
+    """The connections a worker process holds besides its lane's threads."""
+    return OWN_CONNECTIONS + (ASYNC_ORM_CONNECTIONS if lane_threads else 0)
+
+
 def check_pool(alias: str, lane_threads: int) -> int | None:
     """The pool's size (None without one), refused if it cannot hold a worker's own
     connections and one async lane thread when ``lane_threads`` asks for some:
@@ -90,7 +95,7 @@ def check_pool(alias: str, lane_threads: int) -> int | None:
             f"DATABASES[{alias!r}]['OPTIONS']['pool'] holds at most {most} connection(s); "
             f"a worker process needs {needed} (its main thread, its heartbeat"
             + (", one for async runs" if lane_threads else "")
-            + f"): set 'max_size' to {OWN_CONNECTIONS + lane_threads} or more"
+            + f"): set 'max_size' to {_reserved(lane_threads) + lane_threads} or more"
         )
     return most
 
@@ -98,11 +103,12 @@ def check_pool(alias: str, lane_threads: int) -> int | None:
 def fit_to_pool(alias: str, lane_threads: int) -> int:
     """How many database threads the async lane may have (``lane_threads`` asked,
     0 without a lane): all of them, unless Django's pool cannot hold them besides the
-    worker's own two; then as many as it can, said once. A pool too small for the
-    worker's own connections is refused: the heartbeat would wait for the main
-    thread's connection and the leases expire under a healthy worker."""
+    worker's other connections (``_reserved``); then as many as it can, said once. A
+    pool too small for the worker's own connections is refused: the heartbeat would
+    wait for the main thread's connection and the leases expire under a healthy
+    worker."""
     most = check_pool(alias, lane_threads)
-    reserved = OWN_CONNECTIONS + (ASYNC_ORM_CONNECTIONS if lane_threads else 0)
+    reserved = _reserved(lane_threads)
     if most is None or reserved + lane_threads <= most:
         return lane_threads
     room = max(1, most - reserved)  # check_pool made sure of OWN_CONNECTIONS + 1
