@@ -19,6 +19,7 @@ import pytest
 
 from django_durable_jobs.engine import clock
 from django_durable_jobs.models import JobRun, RunStatus
+from tests.processes.lifeline import die_with_test
 from tests.processes.test_worker_processes import (
     POLL,
     REPO_DIR,
@@ -58,6 +59,7 @@ def start_skewed(workers: Workers, name: str, seconds: float, *args: str) -> Wor
         stdout=log_file,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=die_with_test,
     )
     worker = Worker(name, proc, log_path, log_file)
     workers.started.append(worker)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import own_sqlite_file
+from tests.processes.lifeline import die_with_test
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 
@@ -54,6 +55,7 @@ def test_an_idle_worker_stopped_by_sigterm_says_it_was_idle(tmp_path: Path) -> N
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_test,
         )
         try:
             deadline = time.monotonic() + 60  # generous: the machine may be busy

@@ -30,6 +30,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from tests.processes.lifeline import die_with_test
 from tests.testapp import worker_jobs
 from tests.testapp.models import Effect, Execution
 
@@ -117,6 +118,7 @@ class Workers:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: killpg reaches forked children
+            preexec_fn=die_with_test,
         )
         worker = Worker(name, proc, log_path, log_file)
         self.started.append(worker)
