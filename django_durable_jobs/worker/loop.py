@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, connections
 
 from .. import conf, faults
-from ..db import flow, holds
+from ..db import conflicts, flow, holds
 from ..db.claims import release, requeue_expired
 from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
@@ -122,9 +122,13 @@ class Worker(StopSignals):
                     worked = self.run_once()
                     keep_healthy(conf.database())
                 except DatabaseError as exc:
+                    close_broken_connections()
+                    if conflicts.is_conflict(exc):  # another transaction first: again, at once
+                        log.info("worker %s: %s; retrying", self._owner, conflicts.describe(exc))
+                        self.stopping.wait(conflicts.pause())
+                        continue
                     # A restarted database or a dropped connection: reconnect and carry on.
                     log.warning("worker %s: database error (%s); retrying", self._owner, exc)
-                    close_broken_connections()
                     self.stopping.wait(min(self.options.poll_interval.total_seconds(), 1.0))
                     continue
                 if not worked and not self._idle():

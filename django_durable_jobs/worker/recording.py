@@ -17,13 +17,17 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from .. import conf
-from ..db import dialect, postgres, postgres_flow
+from ..db import conflicts, dialect, postgres, postgres_flow
 from ..engine.serialization import error_line
 from ..models import JobRun
 from .health import close_broken_connections
 from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of, settle, shorten, write
 
 log = logging.getLogger("django_durable_jobs.worker")
+
+#: Conflicts with concurrent transactions ``record_patiently`` retries an outcome
+#: across, besides its tries.
+CONFLICTS = 20
 
 
 def record(pending: Pending, owner: str) -> Executed | None:
@@ -122,12 +126,21 @@ def _finishes(outcomes: Sequence[tuple[Pending, str]]) -> list[postgres.Finish]:
 
 
 def record_patiently(pending: Pending, owner: str, tries: int = 3) -> None:
-    """``record``, retried across a few lost connections (a worker that stops)."""
-    for tries_left in range(tries - 1, -1, -1):
+    """``record``, retried across a few lost connections (a worker that stops), a
+    second apart, and across conflicts with concurrent transactions (``conflicts``),
+    which do not count as tries, a few milliseconds apart (up to ``CONFLICTS``)."""
+    tries_left, conflicts_left = tries - 1, CONFLICTS
+    while True:
         try:
             record(pending, owner)
             return
         except DatabaseError as exc:
+            if conflicts.is_conflict(exc) and conflicts_left:
+                conflicts_left -= 1
+                log.info("run %s: %s; retrying", pending.run.id, conflicts.describe(exc))
+                close_broken_connections()
+                time.sleep(conflicts.pause())
+                continue
             if not tries_left:
                 log.error(
                     "run not recorded: run=%s (%s); it is taken over once its lease expires",
@@ -136,6 +149,7 @@ def record_patiently(pending: Pending, owner: str, tries: int = 3) -> None:
                 )
                 return
             log.warning("run %s: database error (%s); retrying", pending.run.id, exc)
+            tries_left -= 1
             close_broken_connections()
             time.sleep(1.0)
 
