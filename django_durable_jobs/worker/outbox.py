@@ -19,6 +19,7 @@ from django.db import DatabaseError
 from .. import conf, faults
 from ..db import dialect, flow, postgres, postgres_flow
 from ..db.claims import claim, release
+from ..db.probe import any_due
 from ..engine.clock import Clock
 from ..models import JobRun
 from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of
@@ -46,6 +47,9 @@ class Outbox:
         #: PostgreSQL: whether the last claim saw runs under a limit due (the next one
         #: then asks the flow claim first); True until a claim said otherwise.
         self.limited_waiting = True
+        #: Where idle workers poll: whether the last claim took nothing (the next asks
+        #: ``probe.any_due`` first).
+        self.idle = False
 
     def hold(self) -> bool:
         """Keep ``pending`` unwritten while the worker starts the next run of its batch,
@@ -103,6 +107,8 @@ class Outbox:
             runs, recorded, pendings = fused_outcome
         elif limit == 0:  # only the outcomes (``execution.execute``)
             runs, recorded = [], frozenset()
+        elif self.idle and not any_due(using, now, self.queues):
+            runs = []  # a poll that found nothing due: no claim to build (``probe``)
         else:
             runs = claim(
                 owner,
@@ -112,6 +118,7 @@ class Outbox:
                 clock=self.clock,
                 limit=limit,
             )
+            self.idle = not runs
             recorded = frozenset()  # no outcome here: recorded on their own above
         previous, self.owner, self.pending, self.held = self.owner, owner, None, []
         if pendings:

@@ -1,0 +1,57 @@
+"""Whether anything is due, asked cheaply: the poll of an idle worker.
+
+Where idle workers poll (SQLite, MariaDB/MySQL, psycopg2), each poll was a whole
+claim: Django built and compiled the flow claim's and the claim's querysets every
+``POLL_INTERVAL`` to find, most of the time, nothing (an idle worker polling every
+0.1 s used 4.5 % of a core on MariaDB, 2.4 % on SQLite; now 0.7 % and 0.6 %). After a
+claim that took nothing, the worker asks this first: one statement, compiled once
+per database and queue list, whose only changing parameter is the time. Something
+due (a run of another queue is not): the full claim, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections
+
+from ..models import JobRun
+
+#: A time no run is due at, to find the time's place among the compiled parameters.
+_MARK = datetime(2999, 12, 31, 23, 59, 58, tzinfo=UTC)
+
+#: (database alias, queues) -> the statement, its parameters, the time's place among
+#: them; None where the time could not be told apart (then every poll claims).
+_COMPILED: dict[tuple[str, tuple[str, ...] | None], tuple[str, list[Any], int] | None] = {}
+
+
+def any_due(using: str, now: datetime, queues: Sequence[str] | None) -> bool:
+    """Whether ``JobRun.objects.runnable(now, queues)`` has a run: what a claim at
+    ``now`` would look at (under a limit or not)."""
+    key = (using, None if queues is None else tuple(queues))
+    if key not in _COMPILED:
+        _COMPILED[key] = _compile(using, queues)
+    compiled = _COMPILED[key]
+    if compiled is None:
+        return True
+    sql, params, at = compiled
+    params = [*params]
+    params[at] = _adapted(using, now)
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
+
+
+def _compile(using: str, queues: Sequence[str] | None) -> tuple[str, list[Any], int] | None:
+    runs = JobRun.objects.using(using).runnable(_MARK, queues).order_by().values_list("pk")[:1]
+    sql, params = runs.query.get_compiler(using).as_sql()
+    places = [index for index, value in enumerate(params) if value == _adapted(using, _MARK)]
+    return (sql, list(params), places[0]) if len(places) == 1 else None
+
+
+def _adapted(using: str, when: datetime) -> Any:
+    """``when`` as Django sends it for ``wake_at__lte`` on this database."""
+    field = JobRun._meta.get_field("wake_at")
+    return field.get_db_prep_value(field.get_prep_value(when), connections[using], prepared=True)
