@@ -85,16 +85,16 @@ def _reserved(lane_threads: int) -> int:
 
 def check_pool(alias: str, lane_threads: int) -> int | None:
     """The pool's size (None without one), refused if it cannot hold a worker's own
-    connections and one async lane thread when ``lane_threads`` asks for some:
-    ``runjobs --concurrency N`` asks before it forks (a child refused at start would
-    be replaced, and refused again, for ever)."""
+    connections (``_reserved``) and, when ``lane_threads`` asks for some, one async
+    lane thread: ``runjobs --concurrency N`` asks before it forks (a child refused at
+    start would be replaced, and refused again, for ever)."""
     most = pool_size(alias)
-    needed = OWN_CONNECTIONS + min(lane_threads, 1)
+    needed = _reserved(lane_threads) + min(lane_threads, 1)
     if most is not None and most < needed:
         raise ImproperlyConfigured(
             f"DATABASES[{alias!r}]['OPTIONS']['pool'] holds at most {most} connection(s); "
             f"a worker process needs {needed} (its main thread, its heartbeat"
-            + (", one for async runs" if lane_threads else "")
+            + (", Django's async ORM thread, one for async runs" if lane_threads else "")
             + f"): set 'max_size' to {_reserved(lane_threads) + lane_threads} or more"
         )
     return most
@@ -111,7 +111,7 @@ def fit_to_pool(alias: str, lane_threads: int) -> int:
     reserved = _reserved(lane_threads)
     if most is None or reserved + lane_threads <= most:
         return lane_threads
-    room = max(1, most - reserved)  # check_pool made sure of OWN_CONNECTIONS + 1
+    room = most - reserved  # at least 1: check_pool made sure of it
     log.warning(
         "the database pool holds at most %d connections: the async lane gets %d of the "
         "%d ASYNC_CONNECTIONS (set the pool's max_size to %d for all of them)",

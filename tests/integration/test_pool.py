@@ -45,14 +45,7 @@ def test_a_small_pool_gives_the_lane_what_is_left_and_says_so(
     ]
 
 
-def test_a_pool_of_three_still_gives_the_lane_one_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(health, "pool_size", lambda alias: 3)
-    assert health.fit_to_pool("default", 4) == 1
-
-
-@pytest.mark.parametrize(("most", "threads", "full"), [(2, 4, 7), (1, 0, 2)])
+@pytest.mark.parametrize(("most", "threads", "full"), [(2, 4, 7), (3, 4, 7), (1, 0, 2)])
 def test_a_pool_too_small_for_the_workers_own_connections_is_refused(
     most: int, threads: int, full: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -63,13 +56,24 @@ def test_a_pool_too_small_for_the_workers_own_connections_is_refused(
         health.fit_to_pool("default", threads)
     # The size fit_to_pool asks for too: main, heartbeat, async ORM thread, the lane's.
     assert f"set 'max_size' to {full} or more" in str(error.value)
+    # A pool of 3 with async jobs: a lane thread would find none free, and wait 30 s
+    # for one on every write (the async ORM thread keeps the third).
+    needs = "needs 4 (its main thread, its heartbeat, Django's async ORM thread, one for"
+    assert (needs in str(error.value)) == bool(threads)
+
+
+def test_a_pool_of_two_serves_a_worker_without_async_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(health, "pool_size", lambda alias: 2)
+    assert health.fit_to_pool("default", 0) == 0
 
 
 def test_runjobs_with_several_processes_refuses_a_small_pool_before_it_forks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each child would be refused at its start and replaced, for ever: the supervisor
-    asks first (the test app has async jobs: 2 + 1 connections at least)."""
+    asks first (the test app has async jobs: 3 + 1 connections at least)."""
     from django_durable_jobs.worker.loop import WorkerOptions
     from django_durable_jobs.worker.supervisor import run_workers
 
