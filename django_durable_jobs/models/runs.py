@@ -129,14 +129,22 @@ def best(runs: Runs, count: int) -> Runs:
     then the wake time (``durable_run_runnable``: due runs only, not those sleeping for
     days), so one ordered read of the three runnable statuses sorts every due run:
     behind a backlog of 100,000 queued runs, 100 ms a claim. There, each status is read
-    on its own, queued runs in the order of an index of their own
-    (``durable_run_queued_order``, migration 0018: no sort, it stops after ``count``),
-    and the three are merged. The columns it orders by must be among those read.
+    on its own, queued runs under no limit in the order of an index of their own
+    (``durable_run_unlimited_order``, migrations 0018 and 0019: no sort, it stops after
+    ``count``), and the parts are merged. The columns it orders by must be among those read.
     """
     if connections[runs.db].features.supports_partial_indexes:
         return runs[:count]
     ordering = runs.query.order_by
-    each = [runs.filter(status=status)[:count] for status in RUNNABLE]
+    queued = runs.filter(status=RunStatus.QUEUED)
+    each = [
+        # Runs under no limit in the claim's order (``durable_run_unlimited_order``,
+        # migration 0019); runs under one through the wake time, which leaves out those
+        # held by a full key (no wake time: sorted first, they were read by every claim).
+        queued.filter(concurrency_limit__isnull=True)[:count],
+        queued.filter(concurrency_limit__isnull=False)[:count],
+        *(runs.filter(status=status)[:count] for status in RUNNABLE if status != RunStatus.QUEUED),
+    ]
     return each[0].union(*each[1:], all=True).order_by(*ordering)[:count]
 
 
@@ -211,8 +219,9 @@ class JobRun(models.Model):
                 name="durable_run_runnable",
             ),
             # The same for a worker that serves every queue. (MariaDB and MySQL also
-            # have queued runs in the claim's order, ``durable_run_queued_order`` and
-            # ``..._all``: built by migration 0018 there only, so not declared here.)
+            # have queued runs under no limit in the claim's order,
+            # ``durable_run_unlimited_order`` and ``..._all``: built by migrations 0018
+            # and 0019 there only, so not declared here.)
             PartialIndex(
                 fields=("-priority", "wake_at"),
                 where=Q(status__in=RUNNABLE),

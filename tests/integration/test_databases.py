@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import job, publish_event
+from django_durable_jobs.db import flow
 from django_durable_jobs.db.claims import claim, renew
 from django_durable_jobs.db.dialect import SHORTLIST_SPARE
 from django_durable_jobs.db.schema import PartialIndex
@@ -144,12 +145,13 @@ def explain(sql: str, verb: str = "EXPLAIN") -> list[dict[str, Any]]:
 
 
 #: The indexes a claim on MariaDB may read runnable runs through: by status and wake
-#: time (models), queued runs by status and priority (migration 0018, MariaDB only).
+#: time (models), queued runs under no limit by priority (migrations 0018, 0019: MariaDB
+#: and MySQL only).
 CLAIM_INDEXES = (
     "durable_run_runnable",
     "durable_run_runnable_all",
-    "durable_run_queued_order",
-    "durable_run_queued_order_all",
+    "durable_run_unlimited_order",
+    "durable_run_unlimited_order_all",
 )
 
 
@@ -160,7 +162,7 @@ def shortlist_and_lock(queues: list[str] | None, now: Any) -> tuple[str, str]:
     # flow.claim_limited looks first (the test app has limited jobs); then the claim of
     # runs under no limit shortlists (one read per runnable status, merged) and locks.
     selects = [q["sql"] for q in queries if q["sql"].lstrip("(").startswith("SELECT")]
-    first = next(i for i, sql in enumerate(selects) if "`concurrency_limit` IS NULL" in sql)
+    first = next(i for i, sql in enumerate(selects) if "`throttle_limit` IS NULL" in sql)
     shortlist, lock = selects[first : first + 2]
     return shortlist, lock
 
@@ -193,7 +195,9 @@ def test_the_claim_reads_runnable_runs_through_an_index(
         jobs.noop.using(queue=queue).enqueue()
     shortlist, lock = shortlist_and_lock(queues, now)
     plans = [plan for plan in explain(shortlist) if plan["table"] == JobRun._meta.db_table]
-    assert len(plans) == 3, plans  # queued, sleeping, waiting
+    # Queued, sleeping, waiting (``best``'s read of queued runs under a limit cannot
+    # match a claim of runs under none: MariaDB does not read it).
+    assert len(plans) == 3, plans
     for plan in plans:
         # Any of the claim's indexes (MariaDB's optimizer may pick either)...
         assert plan["key"] in CLAIM_INDEXES, plan
@@ -210,7 +214,7 @@ def test_behind_a_backlog_the_claim_reads_queued_runs_in_order(
     clock: FakeClock, queues: list[str] | None
 ) -> None:
     """Behind thousands of due queued runs the claim does not sort them all: it reads
-    queued runs in its order (``durable_run_queued_order``) and stops, also when it
+    queued runs in its order (``durable_run_unlimited_order``) and stops, also when it
     serves a queue other than the backlog's."""
     now = clock.now()
     backlog = [
@@ -231,7 +235,7 @@ def test_behind_a_backlog_the_claim_reads_queued_runs_in_order(
     verb = "ANALYZE" if getattr(connection, "mysql_is_mariadb", False) else "EXPLAIN"
     # The first of the union's reads is the queued runs'.
     queued = next(p for p in explain(shortlist, verb) if p["table"] == JobRun._meta.db_table)
-    assert queued["key"].startswith("durable_run_queued_order"), queued
+    assert queued["key"].startswith("durable_run_unlimited_order"), queued
     assert "filesort" not in (queued["Extra"] or ""), queued
     if verb == "ANALYZE":  # rows read, not estimated: the shortlist's length, not 3,000
         assert float(queued["r_rows"]) <= 1 + SHORTLIST_SPARE, queued
@@ -269,3 +273,45 @@ def test_a_claim_in_progress_leaves_the_other_runs_to_a_concurrent_claim(
     second_ids = {run.pk for run in got["second"]}
     assert len(first_ids) == 1 and len(second_ids) == 1  # not "nothing to claim"
     assert first_ids != second_ids and first_ids | second_ids <= runs
+
+
+@pytest.mark.mariadb(reason="the plan of the claim's statements on MariaDB")
+@pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits
+def test_a_saturated_keys_held_backlog_is_not_read_by_every_claim(clock: FakeClock) -> None:
+    """Runs held back by a full concurrency key are queued without a wake time, which
+    MariaDB sorts first: an index in the claim's order held them ahead of every due run
+    of their priority, and each claim read them all (61 ms a claim behind 50,000 held
+    runs, in a review). Neither the flow claim's look nor the claim reads them."""
+    now = clock.now()
+    held = [
+        JobRun(
+            job_name="tests.limited",
+            status=RunStatus.QUEUED,
+            concurrency_limit=1,
+            concurrency_key="k",
+            created_at=now,
+            wake_at=None,
+        )
+        for _ in range(3000)
+    ]
+    due = [
+        JobRun(job_name="tests.noop", status=RunStatus.QUEUED, created_at=now, wake_at=now)
+        for _ in range(100)
+    ]
+    JobRun.objects.bulk_create(held + due, batch_size=1000)
+    connection.cursor().execute(f"ANALYZE TABLE {JobRun._meta.db_table}")
+    with CaptureQueriesContext(connection) as queries:
+        assert len(claim("w", now=now, lease=LEASE)) == 1
+    reads = [
+        q["sql"]
+        for q in queries
+        if q["sql"].lstrip("(").startswith("SELECT") and "UNION ALL" in q["sql"]
+    ]
+    assert len(reads) == 2, reads  # the flow claim's look, the claim's shortlist
+    verb = "ANALYZE" if getattr(connection, "mysql_is_mariadb", False) else "EXPLAIN"
+    for read in reads:
+        for plan in explain(read, verb):
+            if plan["table"] != JobRun._meta.db_table:
+                continue
+            rows = float(plan["r_rows"] if verb == "ANALYZE" else plan["rows"])
+            assert rows <= 1 + max(SHORTLIST_SPARE, flow.CANDIDATES), (plan, read)
