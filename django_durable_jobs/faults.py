@@ -114,6 +114,10 @@ def _pause() -> None:
     seconds = float(
         os.environ.get(PAUSE_ENV) or 4 * conf.required_duration("LEASE").total_seconds()
     )
-    subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
+    helper = subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
     os.kill(os.getpid(), signal.SIGSTOP)
+    # Continued early (by the test): the helper goes too, or its late SIGCONT could
+    # reach another process that got this pid meanwhile.
+    helper.kill()
+    helper.wait()
     print(f"FAULT RESUMED pid={os.getpid()}", file=sys.stderr, flush=True)
