@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import (
     BigIntegerField,
     DateTimeField,
@@ -21,6 +23,7 @@ from django.db.models.functions import Coalesce, Least
 from django.dispatch import Signal
 
 from . import conf, signals
+from .db import conflicts
 from .db.event_log import OrmEventLog
 from .db.migrated import needs_tables
 from .db.store import child_run_outcome
@@ -41,6 +44,8 @@ class EventLog(OrmEventLog):
     def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
         return publish_event(event, payload, key=key).id
 
+
+log = logging.getLogger("django_durable_jobs.events")
 
 #: PostgreSQL's ``now()``: the time the transaction started (``Now()`` is the statement's).
 TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())
@@ -114,8 +119,37 @@ def _committed(event: Event, woken_at: datetime | None) -> None:
     # After the commit, the runs the publisher's transaction did not wake: those that
     # parked meanwhile (each either is seen here or sees the event when it re-checks
     # after parking), and those another transaction held locked.
-    wake_waiters(event, unwoken_since=woken_at)
+    _wake_after_commit(event, woken_at)
     signals.event_published.send(sender=Event, event=event)
+
+
+#: Conflicts with concurrent transactions the pass after the commit is retried across.
+AFTER_COMMIT_TRIES = 10
+
+
+def _wake_after_commit(event: Event, woken_at: datetime | None) -> None:
+    """The pass after the commit, its own transaction: retried after a conflict with a
+    worker's (a deadlock on MariaDB, seen in the process tests). It must not raise:
+    the event is committed, and an error here reached the publisher's ``atomic()``
+    exit (a view answered 500 for an event it had published). If it still fails, the
+    runs it did not wake find the event at their next re-check (``EVENT_POLL``)."""
+    for tries_left in range(AFTER_COMMIT_TRIES - 1, -1, -1):
+        try:
+            wake_waiters(event, unwoken_since=woken_at)
+            return
+        except DatabaseError as exc:
+            if tries_left and conflicts.is_conflict(exc):
+                time.sleep(conflicts.pause())
+                continue
+            log.warning(
+                "event %s (%r): the runs waiting for it were not all woken after its "
+                "commit (%s); they find it at their next re-check (EVENT_POLL %s)",
+                event.pk,
+                event.name,
+                conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
+                conf.get("EVENT_POLL"),
+            )
+            return
 
 
 def publish_on(

@@ -13,15 +13,18 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, connections, transaction
 
+from django_durable_jobs import events, publish_event
 from django_durable_jobs.db import conflicts, dialect
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.attempt import Succeeded
 from django_durable_jobs.engine.clock import FakeClock
-from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.models import Event, JobRun, RunStatus
 from django_durable_jobs.worker import recording
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from django_durable_jobs.worker.outcome import Pending, _pending
+from tests.conftest import Driver
 from tests.testapp import jobs
+from tests.testapp.event_jobs import waiter
 from tests.testapp.models import Effect
 
 
@@ -184,3 +187,55 @@ def test_an_outcome_is_recorded_across_conflicts_without_using_its_tries(
     # until its lease expired, and was executed again.
     assert (run.status, run.result, tried[0]) == (RunStatus.SUCCEEDED, "done", 6)
     assert len(sleeps) == 5 and max(sleeps) <= conflicts.MOST
+
+
+@pytest.mark.postgres(reason="row locks and deadlocks: a server database")
+@pytest.mark.mariadb
+@pytest.mark.django_db(transaction=True)
+def test_the_wake_up_after_an_events_commit_is_retried_after_a_conflict(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in the MariaDB process tests: the pass after the commit deadlocked with a
+    worker, and the error reached the publisher after its event had committed."""
+    conflict = deadlock()
+    run = waiter.enqueue("k1")
+    driver.drain()
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING
+    real, calls = events.wake_waiters, [0]
+
+    def conflicting(*args: Any, **kwargs: Any) -> int:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise conflict
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(events, "wake_waiters", conflicting)
+    published = publish_event("keyed", {"n": 1}, key="k1")  # autocommit: the pass runs now
+    assert calls[0] == 2 and Event.objects.filter(pk=published.pk).exists()
+    driver.drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+
+
+@pytest.mark.postgres(reason="a server that ends the session: PostgreSQL or MariaDB")
+@pytest.mark.mariadb
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_wake_up_after_the_commit_does_not_fail_the_publisher(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = waiter.enqueue("k2")
+    driver.drain()
+
+    def lost(*args: Any, **kwargs: Any) -> int:
+        end_this_session()  # raises: a real lost connection, not a conflict
+        return 0
+
+    monkeypatch.setattr(events, "wake_waiters", lost)
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.events"):
+        published = publish_event("keyed", {"n": 2}, key="k2")  # autocommit: the pass now
+    connection.close()
+    # Committed, and the publisher was not told otherwise: the run, not woken, finds
+    # the event at its next re-check (EVENT_POLL).
+    assert Event.objects.filter(pk=published.pk).exists()
+    assert "were not all woken after its commit" in caplog.text
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING
