@@ -65,20 +65,23 @@ def _drop(schema_editor: Any, table: str, names: list[str]) -> None:
             )
 
 
-def forwards(apps: Any, schema_editor: Any) -> None:
+def _swap(
+    apps: Any, schema_editor: Any, new: dict[str, tuple[str, ...]], old: dict[str, tuple[str, ...]]
+) -> None:
+    """``new`` created, then ``old`` dropped (MariaDB and MySQL only)."""
     if schema_editor.connection.vendor != "mysql":
         return
     table = _table(apps, schema_editor)
-    _create(schema_editor, table, INDEXES)
-    _drop(schema_editor, table, list(REPLACED))
+    _create(schema_editor, table, new)
+    _drop(schema_editor, table, list(old))
+
+
+def forwards(apps: Any, schema_editor: Any) -> None:
+    _swap(apps, schema_editor, INDEXES, REPLACED)
 
 
 def backwards(apps: Any, schema_editor: Any) -> None:
-    if schema_editor.connection.vendor != "mysql":
-        return
-    table = _table(apps, schema_editor)
-    _create(schema_editor, table, REPLACED)
-    _drop(schema_editor, table, list(INDEXES))
+    _swap(apps, schema_editor, REPLACED, INDEXES)
 
 
 class Migration(migrations.Migration):

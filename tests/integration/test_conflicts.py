@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, connections, transaction
@@ -26,6 +27,17 @@ from tests.conftest import Driver
 from tests.testapp import jobs
 from tests.testapp.event_jobs import waiter
 from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T = TypeVar("T", bound=Callable[..., Any])
+
+
+def on_a_server(test: T) -> T:
+    """A test of row locks, deadlocks or a server that ends the session: PostgreSQL or
+    MariaDB (SQLite has one writer and no server)."""
+    server = pytest.mark.postgres(reason="row locks, deadlocks, sessions: a server database")
+    return cast(T, server(pytest.mark.mariadb(test)))
 
 
 def deadlock() -> DatabaseError:
@@ -56,9 +68,7 @@ def deadlock() -> DatabaseError:
     return raised[0]
 
 
-@pytest.mark.postgres(reason="row locks and deadlocks: a server database")
-@pytest.mark.mariadb
-@pytest.mark.django_db(transaction=True)
+@on_a_server
 def test_a_deadlock_is_a_conflict() -> None:
     exc = deadlock()
     assert conflicts.is_conflict(exc)
@@ -67,7 +77,6 @@ def test_a_deadlock_is_a_conflict() -> None:
 
 
 @pytest.mark.postgres(reason="SERIALIZABLE snapshots: PostgreSQL's serialization failure")
-@pytest.mark.django_db(transaction=True)
 def test_a_serialization_failure_is_a_conflict() -> None:
     pk = Effect.objects.create(name="a").pk
     read, raised = threading.Event(), list[DatabaseError]()
@@ -98,7 +107,6 @@ def test_a_serialization_failure_is_a_conflict() -> None:
     assert "could not serialize access" in conflicts.describe(exc)
 
 
-@pytest.mark.django_db(transaction=True)
 def test_a_refused_value_is_not_a_conflict() -> None:
     run = jobs.noop.enqueue()
     with pytest.raises(IntegrityError) as refused, transaction.atomic():
@@ -116,9 +124,7 @@ def end_this_session() -> None:
         cursor.execute("SELECT 1")
 
 
-@pytest.mark.postgres(reason="a server that ends the session: PostgreSQL or MariaDB")
-@pytest.mark.mariadb
-@pytest.mark.django_db(transaction=True)
+@on_a_server
 def test_a_lost_connection_is_not_a_conflict() -> None:
     with pytest.raises(DatabaseError) as lost:
         end_this_session()
@@ -126,9 +132,7 @@ def test_a_lost_connection_is_not_a_conflict() -> None:
     assert not conflicts.is_conflict(lost.value)
 
 
-@pytest.mark.postgres(reason="row locks and deadlocks: a server database")
-@pytest.mark.mariadb
-@pytest.mark.django_db(transaction=True)
+@on_a_server
 def test_the_worker_claims_again_at_once_after_a_conflict(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -161,9 +165,7 @@ def test_the_worker_claims_again_at_once_after_a_conflict(
     assert not [r for r in caplog.records if "database error" in r.message]
 
 
-@pytest.mark.postgres(reason="row locks and deadlocks: a server database")
-@pytest.mark.mariadb
-@pytest.mark.django_db(transaction=True)
+@on_a_server
 def test_an_outcome_is_recorded_across_conflicts_without_using_its_tries(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,9 +191,7 @@ def test_an_outcome_is_recorded_across_conflicts_without_using_its_tries(
     assert len(sleeps) == 5 and max(sleeps) <= conflicts.MOST
 
 
-@pytest.mark.postgres(reason="row locks and deadlocks: a server database")
-@pytest.mark.mariadb
-@pytest.mark.django_db(transaction=True)
+@on_a_server
 def test_the_wake_up_after_an_events_commit_is_retried_after_a_conflict(
     driver: Driver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,9 +217,7 @@ def test_the_wake_up_after_an_events_commit_is_retried_after_a_conflict(
     assert run.status == RunStatus.SUCCEEDED, run.error
 
 
-@pytest.mark.postgres(reason="a server that ends the session: PostgreSQL or MariaDB")
-@pytest.mark.mariadb
-@pytest.mark.django_db(transaction=True)
+@on_a_server
 def test_a_failed_wake_up_after_the_commit_does_not_fail_the_publisher(
     driver: Driver, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
