@@ -9,13 +9,13 @@ Either way the child gets ``signum`` (the worker treats it as "stop at once").
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
 import sys
 import threading
 import time
+from typing import Any
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -24,11 +24,29 @@ PR_SET_PDEATHSIG = 1
 CHECK_EVERY = 1.0
 
 
+def signal_on_parent_death(signum: int) -> None:
+    """Ask Linux to send ``signum`` to this process when its parent dies
+    (``PR_SET_PDEATHSIG``); elsewhere nothing. Safe between fork and exec: the C
+    function was looked up at import."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+
+
+def _find_prctl() -> Any:
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _find_prctl()
+
+
 def stop_with_parent(parent: int, signum: int) -> None:
     """Send ``signum`` to this process once ``parent`` (its supervisor) is gone."""
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    signal_on_parent_death(signum)
     watcher = threading.Thread(
         target=_watch, args=(parent, signum), name="durable-jobs-parent-watch", daemon=True
     )
