@@ -47,7 +47,8 @@ def any_due(using: str, now: datetime, queues: Sequence[str] | None) -> bool:
 def _compile(using: str, queues: Sequence[str] | None) -> tuple[str, list[Any], int] | None:
     runs = JobRun.objects.using(using).runnable(_MARK, queues).order_by().values_list("pk")[:1]
     sql, params = runs.query.get_compiler(using).as_sql()
-    places = [index for index, value in enumerate(params) if value == _adapted(using, _MARK)]
+    mark = _adapted(using, _MARK)
+    places = [index for index, value in enumerate(params) if value == mark]
     return (sql, list(params), places[0]) if len(places) == 1 else None
 
 

@@ -30,8 +30,8 @@ def polling() -> Iterator[None]:
         yield
 
 
-def due(now: object = T0, queues: list[str] | None = None) -> bool:
-    return probe.any_due("default", now, queues)  # type: ignore[arg-type]
+def due(now: datetime = T0, queues: list[str] | None = None) -> bool:
+    return probe.any_due("default", now, queues)
 
 
 def test_nothing_due_in_an_empty_table_or_among_runs_not_runnable() -> None:
