@@ -7,6 +7,10 @@ task. Their database work (claims are the main thread's) goes to a small pool of
 async job runs there too. The worker's heartbeat renews the leases of every run in
 flight, and every write of a run is fenced by its lease like a sync run's.
 
+A run's slot is free once its job code stopped: its outcome then waits for the lane's
+recorder (a few milliseconds, with other runs' outcomes in one commit) while the next
+run is claimed and started; its lease is held until the outcome is recorded.
+
 Stopping: ``drain`` waits for the runs in flight to finish (or suspend); ``abandon``
 cancels them, and each cancelled run is released without using an attempt.
 """
@@ -61,6 +65,9 @@ class AsyncLane:
         self._loop = asyncio.new_event_loop()
         #: None until the loop made the task (the slot is taken from the hand-over).
         self._tasks: dict[UUID, asyncio.Task[None] | None] = {}
+        #: Runs of ``_tasks`` whose job code stopped, their outcome not yet recorded:
+        #: their slots are free.
+        self._stopped: set[UUID] = set()
         self._changed = threading.Condition()
         #: Outcomes waiting for the recorder, and whether it is at work.
         self._outcomes: list[tuple[Pending, str, asyncio.Future[None]]] = []
@@ -75,11 +82,18 @@ class AsyncLane:
 
     # -- the main thread's side ------------------------------------------------
     def in_flight(self) -> int:
+        """Runs in hand: executing, or stopped with their outcome not yet recorded."""
         with self._changed:
             return len(self._tasks)
 
     def free(self) -> int:
-        return max(self.capacity - self.in_flight(), 0)
+        """Slots for runs to claim: the runs in hand whose job code still executes
+        take one each."""
+        with self._changed:
+            return max(self.capacity - self._executing(), 0)
+
+    def _executing(self) -> int:
+        return len(self._tasks) - len(self._stopped)
 
     def start(self, run: JobRun, owner: str) -> None:
         """Execute ``run`` (claimed by ``owner``) to its next stop and record it."""
@@ -94,7 +108,7 @@ class AsyncLane:
         """Wait until a slot is free (or every run finished); False on time-out."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: not self._tasks if until_empty else len(self._tasks) < self.capacity,
+                lambda: not self._tasks if until_empty else self._executing() < self.capacity,
                 timeout=seconds,
             )
 
@@ -191,6 +205,9 @@ class AsyncLane:
                 io=self.io,
                 put=self.put,
             )
+            with self._changed:  # its slot is free: the next claim need not wait for this
+                self._stopped.add(run.id)
+                self._changed.notify_all()
             await self._record(pending, owner)
             self.executed += 1
         except asyncio.CancelledError:
@@ -202,6 +219,7 @@ class AsyncLane:
             self.leases.drop(run.id)
             with self._changed:
                 self._tasks.pop(run.id, None)
+                self._stopped.discard(run.id)
                 self._changed.notify_all()
 
 

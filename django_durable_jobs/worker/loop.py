@@ -187,6 +187,11 @@ class Worker(StopSignals):
         pending = self._pending
         owner = str(LeaseOwner.new(self.options.worker_id))
         limit = self._next_batch(lane)
+        if limit < 1:  # --max-runs: the async runs in hand are the last ones
+            self.flush()
+            if lane is not None:
+                lane.wait(self.options.poll_interval.total_seconds(), until_empty=True)
+            return True
         runs = self._record_and_claim(pending, owner, now, limit)
         self._dispatch(runs, owner, limit)
         return bool(runs) or pending is not None
@@ -231,9 +236,10 @@ class Worker(StopSignals):
     def _next_batch(self, lane: AsyncLane | None) -> int:
         """How many runs the next claim may take: never more than this process can
         start soon (the lane's free slots, or sync runs that have been quick: the
-        sync runs of one batch wait for each other). The batch doubles while claims
-        come back full and their sync runs quick, and falls back to one run after a
-        slow sync run."""
+        sync runs of one batch wait for each other), nor than ``--max-runs`` leaves
+        besides the runs in hand (0: none). The batch doubles while claims come back
+        full and their sync runs quick, and falls back to one run after a slow sync
+        run."""
         if self._slow or self._single:
             self._batch = 1
             self._single = max(self._single - 1, 0)
@@ -243,7 +249,8 @@ class Worker(StopSignals):
         self._slow = self._full = False
         batch = min(self._batch, max(lane.free(), 1)) if lane is not None else self._batch
         if self.options.max_runs is not None:  # no more than it may still execute
-            batch = min(batch, max(self.options.max_runs - self.runs_done(), 1))
+            in_hand = lane.in_flight() if lane is not None else 0
+            batch = min(batch, self.options.max_runs - self.runs_done() - in_hand)
         return batch
 
     def runs_done(self) -> int:

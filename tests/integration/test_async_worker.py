@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.worker import lane
 from django_durable_jobs.worker.lane import lane_capacity, lane_threads
 from django_durable_jobs.worker.loop import MAX_BATCH, Worker, WorkerOptions
+from django_durable_jobs.worker.recording import record_all
 from django_durable_jobs.worker.wakeup import make_waker
 from tests.testapp import async_jobs, jobs
 from tests.testapp.models import Effect
@@ -51,6 +55,43 @@ def test_the_batch_grows_with_async_runs_and_never_past_the_free_slots(
     assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 40
 
 
+def test_a_run_that_stopped_frees_its_slot_before_its_outcome_is_recorded(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One slot, two runs, a database slow to take the first outcome: the second run
+    is claimed and executes meanwhile (the slot was not held for the recorder), and
+    both outcomes are recorded."""
+    first = async_jobs.async_io.enqueue(0.01, tag="-first")
+    async_jobs.async_io.enqueue(0.01, tag="-second")
+    overlapped = threading.Event()
+
+    def slow_first_write(outcomes: Sequence[tuple[Any, str]]) -> None:
+        if not overlapped.is_set() and outcomes[0][0].run.pk == first.pk:
+            # Held until the second run's first step committed (10 s at most).
+            for _ in range(200):
+                if Effect.objects.filter(name="touch-second").exists():
+                    overlapped.set()
+                    break
+                threading.Event().wait(0.05)
+        record_all(outcomes)
+
+    monkeypatch.setattr(lane, "record_all", slow_first_write)
+    assert worker(clock, async_concurrency=1).run() == 2
+    assert overlapped.is_set(), "the second run waited for the first one's outcome"
+    assert set(JobRun.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+
+
+def test_max_runs_counts_the_async_runs_in_hand(clock: FakeClock) -> None:
+    """``--max-runs 3`` with room for ten async runs: three are claimed, executed and
+    recorded, the others are left queued, unclaimed."""
+    for n in range(10):
+        async_jobs.async_io.enqueue(0.05, tag=str(n))
+    assert worker(clock, async_concurrency=10, max_runs=3).run() == 3
+    rows = list(JobRun.objects.values_list("status", "attempt", "lease_owner"))
+    assert sorted(rows).count((RunStatus.SUCCEEDED, 1, "")) == 3
+    assert sorted(rows).count((RunStatus.QUEUED, 0, "")) == 7
+
+
 def test_sync_runs_claimed_in_a_batch_but_not_started_are_released_on_stop(
     clock: FakeClock,
 ) -> None:
@@ -82,7 +123,6 @@ def test_record_all_records_every_outcome_and_a_refused_one_holds_back_no_other(
 
     from django_durable_jobs.db.claims import claim
     from django_durable_jobs.worker.execution import run_to_stop
-    from django_durable_jobs.worker.recording import record_all
 
     for n in range(3):
         jobs.add.enqueue(n, 1)
