@@ -71,6 +71,11 @@ class UserCall:
 #: A step's decisions: yields ``Io``/``UserCall``, is sent their results, returns the step's.
 Plan = Generator[Io | UserCall, Any, T]
 
+#: Asked before each step: an exception to raise there, None to go on, or an ``Io`` whose
+#: work answers (a question only the database can settle, asked the way the engine does
+#: its other database work: off the event loop for an async job).
+Interrupt = Callable[[], BaseException | Io | None]
+
 
 class StepCore:
     """The state of one attempt and the helpers its steps share."""
@@ -85,7 +90,7 @@ class StepCore:
         clock: Clock | None = None,
         limits: StepLimits | None = None,
         records: Sequence[RecordedStep] | None = None,
-        interrupt: Callable[[], BaseException | None] | None = None,
+        interrupt: Interrupt | None = None,
         children: ChildRuns | None = None,
         mark_starts: bool = False,
         batches: ChildBatches | None = None,
@@ -146,8 +151,12 @@ class StepCore:
             )
         if (why := unstorable(name)) is not None:
             raise InvalidName(f"job {self.job_name!r}: step name {name!r} cannot be stored: {why}")
-        if self._interrupt is not None and (stop := self._interrupt()) is not None:
-            raise stop
+        if self._interrupt is not None:
+            stop = self._interrupt()
+            if isinstance(stop, Io):
+                stop = yield stop
+            if stop is not None:
+                raise stop
         if name in self._used:
             raise StepDuplicateError(
                 f"job {self.job_name!r} run {self.run_id}: step name {name!r} is used twice "

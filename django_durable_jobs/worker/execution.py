@@ -32,7 +32,7 @@ from ..engine.attempt import (
     run_logger,
 )
 from ..engine.clock import Clock, current
-from ..engine.core import StepLimits
+from ..engine.core import Interrupt, StepLimits
 from ..engine.serialization import ErrorInfo
 from ..engine.steps import StepEngine
 from ..engine.sync_steps import STEP_LOST, Steps
@@ -57,7 +57,7 @@ def execute(
     owner: str | None = None,
     guard: TimeGuard | None = None,
     rng: random.Random | None = None,
-    interrupt: Callable[[], BaseException | None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> Executed:
     """Run ``run`` (already claimed by ``owner``) to its next stop and record it through
     the worker's own writer (``Outbox``: on PostgreSQL the claim's statement), so
@@ -86,7 +86,7 @@ def run_to_stop(
     owner: str | None = None,
     guard: TimeGuard | None = None,
     rng: random.Random | None = None,
-    interrupt: Callable[[], BaseException | None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> Pending:
     """Run ``run`` to its next stop; the outcome is returned, not yet written.
 
@@ -134,7 +134,7 @@ async def arun_to_stop(
     clock: Clock | None = None,
     owner: str | None = None,
     rng: random.Random | None = None,
-    interrupt: Callable[[], BaseException | None] | None = None,
+    interrupt: Interrupt | None = None,
     io: IoRunner | None = None,
     put: StepWriter | None = None,
 ) -> Pending:
@@ -213,7 +213,7 @@ def _engine(
     definition: JobDefinition,
     clock: Clock,
     owner: str | None,
-    interrupt: Callable[[], BaseException | None] | None,
+    interrupt: Interrupt | None,
 ) -> dict[str, Any]:
     """What the step engine of one attempt is built from, sync or async alike."""
     using = conf.database()

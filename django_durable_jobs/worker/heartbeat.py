@@ -3,10 +3,10 @@ the leases of every run in hand and notices runs cancelled meanwhile."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from uuid import UUID
 
@@ -16,6 +16,7 @@ from .. import conf, faults
 from ..db.claims import renew, renew_held
 from ..db.store import LeaseLost
 from ..engine.clock import Clock
+from ..engine.core import Interrupt, Io
 from ..exceptions import RunCancelled
 from ..models import JobRun, RunStatus
 from .rows import Presence
@@ -41,10 +42,14 @@ class Heartbeat(threading.Thread):
         self._renewed: dict[UUID, float] = {}  # run id -> monotonic time of claim or renewal
         self._done = threading.Event()
 
-    def hold(self, owner: str, run_id: UUID) -> None:
+    def hold(self, owner: str, run_id: UUID, since: float | None = None) -> None:
+        """Renew ``run_id``'s lease (``owner``'s) from now on. ``since``: the monotonic
+        time its lease was last made, when not now (the claim was sent then); holding
+        a run again keeps that time, so that a process frozen in between is noticed."""
         with self._lock:
+            if self._held.get(run_id) != owner:
+                self._renewed[run_id] = time.monotonic() if since is None else since
             self._held[run_id] = owner
-            self._renewed[run_id] = time.monotonic()
             self._last = run_id
             self._cancelled.discard(run_id)
 
@@ -54,25 +59,29 @@ class Heartbeat(threading.Thread):
             self._held.pop(key, None)  # type: ignore[arg-type]
             self._renewed.pop(key, None)  # type: ignore[arg-type]
 
-    def interruption(self) -> BaseException | None:
-        """Asked by the engine before each step of the run held last (the sync one): a
-        cancellation, or a lease lost while this process was frozen."""
+    def interruption(self) -> BaseException | Io | None:
+        """``interruption_for`` the run held last (the sync one)."""
         return self._interruption(self._last) or self._stale(self._last)
 
-    def checked_interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
-        """``interruption_for`` plus the lease check of a frozen process (sync runs: it
-        queries the database, so not from an event loop)."""
+    def interruption_for(self, run_id: UUID) -> Interrupt:
+        """What the engine of ``run_id`` asks before each step, sync or async: a
+        cancellation, or, when its lease was not renewed for a whole lease, the
+        database's word on whether this worker still holds it."""
         return lambda: self._interruption(run_id) or self._stale(run_id)
 
-    def _stale(self, run_id: UUID | None) -> BaseException | None:
+    def _stale(self, run_id: UUID | None) -> Io | None:
         """Not renewed for a whole lease (SIGSTOP, a VM pause): another worker may own
-        the run now. Ask before the next step's side effect, not after it."""
+        the run now. Ask before the next step's side effect, not after it: an ``Io``,
+        so that an async run asks off its event loop."""
         with self._lock:
             owner, renewed = self._held.get(run_id), self._renewed.get(run_id)  # type: ignore[arg-type]
         if owner is None or run_id is None or renewed is None:
             return None
         if time.monotonic() - renewed < self.lease.total_seconds():
             return None
+        return Io(functools.partial(self._still_held, owner, run_id), write=True)
+
+    def _still_held(self, owner: str, run_id: UUID) -> LeaseLost | None:
         if renew(owner, [run_id], now=self.clock.now(), lease=self.lease):
             with self._lock:
                 self._renewed[run_id] = time.monotonic()
@@ -81,10 +90,6 @@ class Heartbeat(threading.Thread):
             f"run {run_id}: worker {owner} was not renewed for a whole lease and lost it; "
             "the next step is not started"
         )
-
-    def interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]:
-        """What the engine of ``run_id`` asks before each step."""
-        return lambda: self._interruption(run_id)
 
     def _interruption(self, run_id: UUID | None) -> BaseException | None:
         if run_id not in self._cancelled:

@@ -27,12 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from .. import conf
 from ..db.claims import release
 from ..db.store import put_many
 from ..engine.clock import Clock
+from ..engine.core import Interrupt
 from ..engine.records import RecordedStep, StepStore
 from ..models import JobRun
 from ..registry import all_jobs
@@ -48,9 +49,9 @@ T = TypeVar("T")
 class Leases(Protocol):
     """The part of the worker's heartbeat the lane uses."""
 
-    def hold(self, owner: str, run_id: UUID) -> None: ...
+    def hold(self, owner: str, run_id: UUID, since: float | None = None) -> None: ...
     def drop(self, run_id: UUID) -> None: ...
-    def interruption_for(self, run_id: UUID) -> Callable[[], BaseException | None]: ...
+    def interruption_for(self, run_id: UUID) -> Interrupt: ...
 
 
 class AsyncLane:
@@ -177,8 +178,8 @@ class AsyncLane:
                 outcomes = [(pending, owner) for pending, owner, _ in batch]
                 try:
                     await self.io(functools.partial(record_all, outcomes))
-                except Exception:  # the lease decides: the run is taken over
-                    log.exception("run outcomes not recorded (%d runs)", len(batch))
+                except Exception:  # the lease decides: a run not recorded is taken over
+                    log.exception("run outcomes: the recorder failed (%d runs)", len(batch))
                 for _, _, done in batch:
                     done.set_result(None)
         finally:
@@ -224,11 +225,15 @@ class AsyncLane:
 
 
 def _on_connection(work: Callable[[], T]) -> T:
+    """``work`` on a lane thread; a connection it broke is dropped (this thread then
+    reconnects on its next query), whether the error was raised or, as the batched
+    step writes do, handed back per record: kept, a cut connection failed every later
+    run that this thread served ("the connection is closed")."""
     try:
         return work()
-    except DatabaseError:
-        close_broken_connections()  # this thread reconnects on its next query
-        raise
+    finally:
+        if any(c.errors_occurred for c in connections.all(initialized_only=True)):
+            close_broken_connections()
 
 
 def any_async(jobs: dict[str, Any]) -> bool:

@@ -192,17 +192,19 @@ class Worker(StopSignals):
             if lane is not None:
                 lane.wait(self.options.poll_interval.total_seconds(), until_empty=True)
             return True
+        sent = time.monotonic()  # the leases it takes are made after this
         runs = self._record_and_claim(pending, owner, now, limit)
-        self._dispatch(runs, owner, limit)
+        self._dispatch(runs, owner, limit, sent)
         return bool(runs) or pending is not None
 
-    def _dispatch(self, runs: list[JobRun], owner: str, limit: int) -> None:
-        """Hand async runs to the lane, execute the first sync run, keep the others."""
+    def _dispatch(self, runs: list[JobRun], owner: str, limit: int, sent: float) -> None:
+        """Hand async runs to the lane, execute the first sync run, keep the others.
+        ``sent``: when the claim was sent (its leases are at most that old)."""
         lane = self._lane
         sync_runs = []
         for run in runs:
             if lane is not None and _is_async(run):
-                lane.start(run, owner)
+                self._hand_over(lane, run, owner, sent)
             else:
                 sync_runs.append(run)
         if len(runs) > 1:
@@ -213,9 +215,33 @@ class Worker(StopSignals):
             first, waiting = sync_runs[0], self._keep_waiting(sync_runs[1:], owner)
             beat = self._heartbeat()
             for run in waiting:  # their leases are renewed until they start
-                beat.hold(owner, run.id)
+                beat.hold(owner, run.id, since=sent)
             self._backlog.extend(waiting)
-            self._execute(first)
+            self._execute(first, since=sent)
+
+    def _hand_over(self, lane: AsyncLane, run: JobRun, owner: str, sent: float) -> None:
+        """Start an async run in the lane; after a database error at once (the claim's
+        connection cut), give it back without an attempt, as a sync run is."""
+        beat = self._heartbeat()
+        beat.hold(owner, run.id, since=sent)  # first: a freeze from here on is noticed
+        try:
+            faults.hit("claim.after", conf.database())
+        except DatabaseError:
+            beat.drop(run.id)
+            self._give_back_unexecuted(run)
+            return
+        lane.start(run, owner)
+
+    def _give_back_unexecuted(self, run: JobRun) -> None:
+        """A database error before ``run`` executed: give it back at once instead of
+        letting its lease expire, which would count an attempt that never was
+        (X_ATTEMPTS_EXHAUSTED)."""
+        with contextlib.suppress(DatabaseError):  # still down: the lease decides
+            log.warning(
+                "run released: run=%s database error before it executed (released=%s)",
+                run.id,
+                self._release(run),
+            )
 
     def _keep_waiting(self, runs: list[JobRun], owner: str) -> list[JobRun]:
         """The sync runs of a batch that may wait for the first to finish. A run on its
@@ -329,7 +355,7 @@ class Worker(StopSignals):
             self._beat.start()
         return self._beat
 
-    def _execute(self, run: JobRun) -> None:
+    def _execute(self, run: JobRun, since: float | None = None) -> None:
         log.debug(
             "run claimed: run=%s job=%s attempt=%s from=%s",
             run.id,
@@ -340,7 +366,7 @@ class Worker(StopSignals):
         self._in_hand, self._guard = run, TimeGuard()
         started = time.monotonic()
         beat = self._heartbeat()
-        beat.hold(self._owner, run.id)
+        beat.hold(self._owner, run.id, since=since)
         try:
             faults.hit("claim.after", conf.database())
             self._pending = run_to_stop(
@@ -348,7 +374,7 @@ class Worker(StopSignals):
                 clock=self.clock,
                 owner=self._owner,
                 guard=self._guard,
-                interrupt=beat.checked_interruption_for(run.id),
+                interrupt=beat.interruption_for(run.id),
             )
         except StopNow:
             released = self._release(run)
@@ -357,14 +383,8 @@ class Worker(StopSignals):
             return
         except DatabaseError:
             # Outside the attempt (its first read, the engine's setup): nothing of the job
-            # ran, so give the run back at once instead of letting its lease expire,
-            # which would count an attempt that never was (X_ATTEMPTS_EXHAUSTED).
-            with contextlib.suppress(DatabaseError):  # still down: the lease decides
-                log.warning(
-                    "run released: run=%s database error before it executed (released=%s)",
-                    run.id,
-                    self._release(run),
-                )
+            # ran.
+            self._give_back_unexecuted(run)
             raise
         finally:
             self._in_hand = self._guard = None

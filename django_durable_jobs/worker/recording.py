@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from .. import conf
+from .. import conf, faults
 from ..db import conflicts, dialect, postgres, postgres_flow
 from ..engine.serialization import error_line
 from ..models import JobRun
@@ -70,18 +70,22 @@ def record_all(outcomes: Sequence[tuple[Pending, str]]) -> None:
     instead of one per run, for async runs that stopped together. Each outcome is
     committed before it is settled (its parent woken, its signals sent). If the
     database refuses any of them, each is recorded on its own instead (in short if
-    need be), so that one bad outcome does not hold back the others."""
-    if len(outcomes) == 1:
-        record_patiently(*outcomes[0])
-        return
+    need be), so that one bad outcome does not hold back the others; one alone, or
+    all after a lost connection, are retried a few times (``record_patiently``)."""
+    using = conf.database()
+    written: list[bool] | None = None
     try:
-        written = write_all(outcomes)
+        faults.hit("outcome.before", using)
+        if len(outcomes) > 1:
+            written = write_all(outcomes)
     except (DatabaseError, *UNSTORABLE):
         close_broken_connections()
+    if written is None:
         for pending, owner in outcomes:
             record_patiently(pending, owner)
-        return
-    settle_all(outcomes, written)
+    else:
+        settle_all(outcomes, written)
+    faults.hit("outcome.after", using)
 
 
 def settle_all(outcomes: Sequence[tuple[Pending, str]], written: Sequence[bool]) -> list[Executed]:

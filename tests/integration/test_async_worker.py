@@ -3,18 +3,24 @@ adaptive batched claims, and what a stopping worker does with runs it claimed.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
+import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import DatabaseError
 
+from django_durable_jobs.db import dialect
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker import lane
-from django_durable_jobs.worker.lane import lane_capacity, lane_threads
+from django_durable_jobs.worker.heartbeat import Heartbeat
+from django_durable_jobs.worker.lane import AsyncLane, lane_capacity, lane_threads
 from django_durable_jobs.worker.loop import MAX_BATCH, Worker, WorkerOptions
 from django_durable_jobs.worker.recording import record_all
 from django_durable_jobs.worker.wakeup import make_waker
@@ -22,6 +28,7 @@ from tests.testapp import async_jobs, jobs
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
+LEASE = timedelta(seconds=30)
 
 
 def worker(clock: FakeClock, **options: Any) -> Worker:
@@ -81,6 +88,53 @@ def test_a_run_that_stopped_frees_its_slot_before_its_outcome_is_recorded(
     assert set(JobRun.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
 
 
+@pytest.mark.postgres(reason="the server ends the session: pg_terminate_backend")
+def test_a_lane_thread_drops_a_connection_its_work_broke_without_raising(
+    clock: FakeClock,
+) -> None:
+    """The batched step writes hand a database error back per record instead of
+    raising it: the lane thread must still drop the connection, or every later run it
+    serves fails with "the connection is closed" (the async fault matrix found it)."""
+
+    def cut_and_carry_on() -> str:
+        try:
+            dialect.of("default").cut_connection()
+        except DatabaseError as exc:
+            return type(exc).__name__  # handed back, not raised
+        return "not cut"
+
+    async def twice() -> tuple[str, int]:
+        return await one.io(cut_and_carry_on), await one.io(JobRun.objects.count)
+
+    one = AsyncLane(capacity=1, db_threads=1, clock=clock, leases=Heartbeat(clock, LEASE, LEASE))
+    try:
+        got = asyncio.run_coroutine_threadsafe(twice(), one._loop).result(timeout=30)
+    finally:
+        one.close()
+    assert got == ("OperationalError", 0)
+
+
+def test_an_async_run_frozen_past_its_lease_asks_before_its_first_step(clock: FakeClock) -> None:
+    """Its process froze between the claim and the run's first step, for longer than a
+    lease, and another worker took the run over meanwhile: the step's side effect must
+    not happen (the lane asks the database, off its event loop, as a sync run does)."""
+    from django_durable_jobs.db.claims import claim
+
+    run = async_jobs.async_io.enqueue(0.01, tag="-late")
+    [claimed] = claim("w-frozen", now=clock.now(), lease=LEASE)
+    JobRun.objects.filter(pk=run.pk).update(lease_owner="w-other")  # taken over
+    beat = Heartbeat(clock, LEASE, LEASE)  # never beats: the process was frozen
+    beat.hold("w-frozen", claimed.pk, since=time.monotonic() - LEASE.total_seconds() - 1)
+    one = AsyncLane(capacity=1, db_threads=1, clock=clock, leases=beat)
+    try:
+        one.start(claimed, "w-frozen")  # holds it again: the claim's time is kept
+        assert one.wait(30, until_empty=True)
+    finally:
+        one.close()
+    assert not Effect.objects.filter(name="touch-late").exists()
+    assert JobRun.objects.get(pk=run.pk).lease_owner == "w-other"
+
+
 def test_max_runs_counts_the_async_runs_in_hand(clock: FakeClock) -> None:
     """``--max-runs 3`` with room for ten async runs: three are claimed, executed and
     recorded, the others are left queued, unclaimed."""
@@ -119,8 +173,6 @@ def test_sync_runs_claimed_in_a_batch_but_not_started_are_released_on_stop(
 def test_record_all_records_every_outcome_and_a_refused_one_holds_back_no_other(
     clock: FakeClock,
 ) -> None:
-    from datetime import timedelta
-
     from django_durable_jobs.db.claims import claim
     from django_durable_jobs.worker.execution import run_to_stop
 

@@ -10,8 +10,12 @@ where the fault sits between a step's effect and its record (``step.before_recor
 and a heartbeat that kills or stops the process inside a step): there, exactly that
 one step's effect happened twice.
 
+The points a run of an ``async def`` job passes (``ASYNC_POINTS``) are injected for
+``atrio`` too, the same job executed by the worker's async lane.
+
 The whole matrix runs under ``make faults`` (marker ``faults``); CI runs ``CI_SLICE``:
-the middle hit of every point, with every action at least three times.
+the middle hit of every point, with every action at least three times, and
+``ASYNC_CI_SLICE``.
 """
 
 from __future__ import annotations
@@ -79,24 +83,52 @@ CI_SLICE = {
 }
 
 
+#: The points of the async lane's paths (``atrio``), and the slice of them CI runs.
+ASYNC_POINTS = (
+    "claim.after",
+    "step.before_record",
+    "step.recorded",
+    "suspend.write",
+    "outcome.before",
+    "outcome.after",
+    "heartbeat",
+)
+ASYNC_CI_SLICE = {
+    ("claim.after", "dberror"),
+    ("step.before_record", "kill"),
+    ("step.recorded", "dberror"),
+    ("outcome.before", "dberror"),
+    ("outcome.after", "kill"),
+}
+
+
 def _cases() -> list[Any]:
     cases: list[Any] = []
-    for point in faults.POINTS:
-        for action in faults.ACTIONS:
-            for where, nth in zip(("first", "middle", "last"), POSITIONS[point], strict=True):
-                in_ci = where == "middle" and (point, action) in CI_SLICE
-                marks = [] if in_ci else [pytest.mark.faults]
-                cases.append(
-                    pytest.param(point, action, nth, id=f"{point}-{action}-{where}", marks=marks)
-                )
+    for kind, points, in_slice in (
+        ("", faults.POINTS, CI_SLICE),
+        ("async-", ASYNC_POINTS, ASYNC_CI_SLICE),
+    ):
+        for point in points:
+            for action in faults.ACTIONS:
+                for where, nth in zip(("first", "middle", "last"), POSITIONS[point], strict=True):
+                    in_ci = where == "middle" and (point, action) in in_slice
+                    marks = [] if in_ci else [pytest.mark.faults]
+                    case = f"{kind}{point}-{action}-{where}"
+                    cases.append(pytest.param(bool(kind), point, action, nth, id=case, marks=marks))
     return cases
 
 
-@pytest.mark.parametrize(("point", "action", "nth"), _cases())
-def test_fault_matrix(workers: Workers, point: str, action: str, nth: int) -> None:  # noqa: F811
+@pytest.mark.parametrize(("is_async", "point", "action", "nth"), _cases())
+def test_fault_matrix(
+    workers: Workers,  # noqa: F811
+    is_async: bool,
+    point: str,
+    action: str,
+    nth: int,
+) -> None:
     relay = point in RELAY_POINTS
     job = fault_jobs.relay if relay else fault_jobs.fan if point in FAN_POINTS else fault_jobs.trio
-    run = job.enqueue()
+    run = (fault_jobs.atrio if is_async else job).enqueue()
     env = {faults.ENV: f"{point}:{action}:{nth}"}
     # Frozen until the second worker has finished the run; not a heartbeat pause: it
     # stops the process wherever the main thread is, on SQLite perhaps holding the write

@@ -42,6 +42,19 @@ def trio(ctx: Any) -> list[str]:
     return done
 
 
+@job(name="tests.faults.atrio", retries=3, backoff=0)
+async def atrio(ctx: Any) -> list[str]:
+    """``trio`` as an ``async def`` job, executed by the worker's async lane: its claims,
+    step records and outcomes take the lane's paths (hand-over, batched step writes,
+    the recorder)."""
+    done = []
+    for i in (1, 2, 3):
+        done.append(await ctx.step.run(f"s{i}", _effect, f"s{i}", ctx.run_id))
+        await ctx.step.publish(f"pub{i}", TRIO_EVENT, {"round": i}, key=f"{ctx.run_id}:{i}")
+        await ctx.step.sleep(f"nap{i}", "50ms")
+    return done
+
+
 @job(name="tests.faults.child", retries=3, backoff=0)
 def child(ctx: Any, n: int) -> int:
     ctx.step.run("c", _effect, f"child{n}", ctx.run_id)
