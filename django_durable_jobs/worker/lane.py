@@ -191,8 +191,14 @@ class AsyncLane:
             self._tasks[run.id] = task
 
     def _cancel_all(self) -> None:
+        """Cancel the runs still executing; those that stopped keep waiting for their
+        outcome's write (released now, they would execute again)."""
         with self._changed:
-            tasks = [task for task in self._tasks.values() if task is not None]
+            tasks = [
+                task
+                for run_id, task in self._tasks.items()
+                if task is not None and run_id not in self._stopped
+            ]
         for task in tasks:
             task.cancel()
 

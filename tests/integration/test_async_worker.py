@@ -88,6 +88,26 @@ def test_a_run_that_stopped_frees_its_slot_before_its_outcome_is_recorded(
     assert set(JobRun.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
 
 
+def test_a_drain_that_times_out_lets_a_stopped_runs_outcome_be_written(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while a finished run's outcome is being written, and the drain times out
+    before the write ends: the run must not be cancelled and released (it would execute
+    again), its outcome lands."""
+    run = async_jobs.async_io.enqueue(0.01, tag="-drained")
+    w = worker(clock, async_concurrency=1, drain_timeout=timedelta(seconds=0.1))
+
+    def slow_write(outcomes: Sequence[tuple[Any, str]]) -> None:
+        w.stopping.set()  # the signal arrives now
+        threading.Event().wait(1.0)  # longer than the drain
+        record_all(outcomes)
+
+    monkeypatch.setattr(lane, "record_all", slow_write)
+    w.run()
+    row = JobRun.objects.get(pk=run.pk)
+    assert (row.status, row.attempt, row.lease_owner) == (RunStatus.SUCCEEDED, 1, "")
+
+
 @pytest.mark.postgres(reason="the server ends the session: pg_terminate_backend")
 def test_a_lane_thread_drops_a_connection_its_work_broke_without_raising(
     clock: FakeClock,
