@@ -115,7 +115,11 @@ def _pause() -> None:
         os.environ.get(PAUSE_ENV) or 4 * conf.required_duration("LEASE").total_seconds()
     )
     helper = subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
-    os.kill(os.getpid(), signal.SIGSTOP)
+    # To this thread: sent to the process (os.kill), the stop is taken by some thread
+    # and this one, unless it was the main thread, ran on for a moment (in the async
+    # lane's threads and the heartbeat's, 29 times in 40), killing the helper and even
+    # starting a write before the process stopped. The whole process stops either way.
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     # Continued early (by the test): the helper goes too, or its late SIGCONT could
     # reach another process that got this pid meanwhile.
     helper.kill()

@@ -21,11 +21,16 @@ the middle hit of every point, with every action at least three times, and
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +38,7 @@ import pytest
 from django_durable_jobs import faults
 from django_durable_jobs.events import publish_event
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
+from tests.processes.lifeline import die_with_test
 from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
     Worker,
     Workers,
@@ -289,6 +295,67 @@ def test_a_database_error_before_the_run_executes_gives_it_back_without_an_attem
     assert effects(run) == {"s1": 1}
     assert "database error before it executed" in worker.log()
     assert worker.terminate() == 0
+
+
+#: A process whose second thread pauses it (the async lane's and the heartbeat's faults
+#: fire off the main thread), on one CPU: the thread that takes a process-directed stop
+#: (the main one) then waits for the caller to yield, which widens the window.
+PAUSED_FROM_A_THREAD = """
+import os
+from concurrent.futures import ThreadPoolExecutor
+from django_durable_jobs import faults
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+ThreadPoolExecutor(1).submit(faults._pause).result()
+"""
+
+
+def test_a_pause_fired_off_the_main_thread_keeps_its_helper(tmp_path: Any) -> None:
+    """Sent to the process, the stop was taken by the main thread, and the caller ran
+    on for a moment (19 times in 20 here): it killed the helper that continues the
+    process and began its write, then froze holding SQLite's write lock (the worker
+    taking over could not start, and nothing would continue the frozen one)."""
+    for trial in range(3):
+        out = tmp_path / f"paused{trial}.log"
+        with out.open("wb") as sink:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", PAUSED_FROM_A_THREAD],
+                env={**os.environ, faults.PAUSE_ENV: "30"},
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_test,
+            )
+        helpers: list[int] = []
+        try:
+            stopped = functools.partial(_state_is, proc.pid, "T")
+            wait_until(stopped, timeout=30, what="the process to stop")
+            time.sleep(0.1)  # the moment the calling thread ran on
+            helpers = _children(proc.pid)
+            assert [pid for pid in helpers if not _state_is(pid, "Z")], "its helper was killed"
+            assert "FAULT RESUMED" not in out.read_text()
+            os.kill(proc.pid, signal.SIGCONT)
+            assert proc.wait(timeout=30) == 0
+            assert "FAULT RESUMED" in out.read_text()
+        finally:
+            for pid in [proc.pid, *helpers]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _state_is(pid: int, state: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == state
+    except FileNotFoundError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    return [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
 
 
 def test_fault_points_are_inert_unless_armed() -> None:
