@@ -66,17 +66,18 @@ def test_a_run_that_stopped_frees_its_slot_before_its_outcome_is_recorded(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One slot, two runs, a database slow to take the first outcome: the second run
-    is claimed and executes meanwhile (the slot was not held for the recorder), and
-    both outcomes are recorded."""
+    is claimed meanwhile (the slot was not held for the recorder), and both outcomes
+    are recorded. (Claimed, not executed: with Django's pool the lane may get a single
+    connection thread, the one this write holds.)"""
     first = async_jobs.async_io.enqueue(0.01, tag="-first")
-    async_jobs.async_io.enqueue(0.01, tag="-second")
+    second = async_jobs.async_io.enqueue(0.01, tag="-second")
     overlapped = threading.Event()
 
     def slow_first_write(outcomes: Sequence[tuple[Any, str]]) -> None:
         if not overlapped.is_set() and outcomes[0][0].run.pk == first.pk:
-            # Held until the second run's first step committed (10 s at most).
+            # Held until the second run was claimed (10 s at most).
             for _ in range(200):
-                if Effect.objects.filter(name="touch-second").exists():
+                if JobRun.objects.filter(pk=second.pk, status=RunStatus.RUNNING).exists():
                     overlapped.set()
                     break
                 threading.Event().wait(0.05)
