@@ -37,7 +37,6 @@ class Heartbeat(threading.Thread):
         self.presence = presence
         self._lock = threading.Lock()
         self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
-        self._last: UUID | None = None
         self._cancelled: set[UUID] = set()
         self._renewed: dict[UUID, float] = {}  # run id -> monotonic time of claim or renewal
         self._done = threading.Event()
@@ -50,18 +49,12 @@ class Heartbeat(threading.Thread):
             if self._held.get(run_id) != owner:
                 self._renewed[run_id] = time.monotonic() if since is None else since
             self._held[run_id] = owner
-            self._last = run_id
             self._cancelled.discard(run_id)
 
-    def drop(self, run_id: UUID | None = None) -> None:
+    def drop(self, run_id: UUID) -> None:
         with self._lock:
-            key = run_id if run_id is not None else self._last
-            self._held.pop(key, None)  # type: ignore[arg-type]
-            self._renewed.pop(key, None)  # type: ignore[arg-type]
-
-    def interruption(self) -> BaseException | Io | None:
-        """``interruption_for`` the run held last (the sync one)."""
-        return self._interruption(self._last) or self._stale(self._last)
+            self._held.pop(run_id, None)
+            self._renewed.pop(run_id, None)
 
     def interruption_for(self, run_id: UUID) -> Interrupt:
         """What the engine of ``run_id`` asks before each step, sync or async: a
@@ -69,13 +62,13 @@ class Heartbeat(threading.Thread):
         database's word on whether this worker still holds it."""
         return lambda: self._interruption(run_id) or self._stale(run_id)
 
-    def _stale(self, run_id: UUID | None) -> Io | None:
+    def _stale(self, run_id: UUID) -> Io | None:
         """Not renewed for a whole lease (SIGSTOP, a VM pause): another worker may own
         the run now. Ask before the next step's side effect, not after it: an ``Io``,
         so that an async run asks off its event loop."""
         with self._lock:
-            owner, renewed = self._held.get(run_id), self._renewed.get(run_id)  # type: ignore[arg-type]
-        if owner is None or run_id is None or renewed is None:
+            owner, renewed = self._held.get(run_id), self._renewed.get(run_id)
+        if owner is None or renewed is None:
             return None
         if time.monotonic() - renewed < self.lease.total_seconds():
             return None
@@ -91,7 +84,7 @@ class Heartbeat(threading.Thread):
             "the next step is not started"
         )
 
-    def _interruption(self, run_id: UUID | None) -> BaseException | None:
+    def _interruption(self, run_id: UUID) -> BaseException | None:
         if run_id not in self._cancelled:
             return None
         return RunCancelled("the run was cancelled while it executed")

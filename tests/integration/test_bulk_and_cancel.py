@@ -102,14 +102,15 @@ def test_heartbeat_notices_cancellation(clock: FakeClock) -> None:
     [claimed] = claim("w", now=clock.now(), lease=LEASE)
     beat = _Heartbeat(clock, LEASE, timedelta(seconds=10))
     beat.hold("w", claimed.pk)
+    interruption = beat.interruption_for(claimed.pk)
     beat._beat("w", claimed.pk)
-    assert beat.interruption() is None  # still ours: the lease was renewed
+    assert interruption() is None  # still ours: the lease was renewed
     JobRun.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
     beat._beat("w", claimed.pk)
-    stop = beat.interruption()
+    stop = interruption()
     assert stop is not None and getattr(stop, "code", "") == "X_RUN_CANCELLED"
     beat.hold("w", claimed.pk)  # a new hold starts clean
-    assert beat.interruption() is None
+    assert interruption() is None
 
 
 @pytest.mark.postgres(reason="LISTEN/NOTIFY is PostgreSQL's")
