@@ -1,9 +1,14 @@
 """The app's own signals. Each is sent with ``sender`` = the ``JobRun`` class (or
 ``Event`` for ``event_published``) and the keyword arguments listed."""
 
+import logging
+from typing import Any
+
 from django.dispatch import Signal
 
 from .engine.vocabulary import StepKind
+
+log = logging.getLogger("django_durable_jobs.signals")
 
 run_enqueued = Signal()  # run
 run_started = Signal()  # run
@@ -23,3 +28,20 @@ SUSPENDED_REASON = {
     StepKind.INVOKE: "child",
     StepKind.FANOUT: "child",
 }
+
+
+def announce(signal: Signal, **kwargs: Any) -> None:
+    """Send ``signal`` from the worker, about what is already committed: a receiver
+    that raises is logged (ERROR, with its traceback) and the others still run. Raised
+    out of ``send``, it stopped ``runjobs`` (a sync run's outcome) or skipped the rest of
+    an async batch's outcomes (their parents not woken)."""
+    sender = kwargs.pop("sender")
+    for receiver, response in signal.send_robust(sender=sender, **kwargs):
+        if isinstance(response, Exception):
+            log.error(
+                "signal receiver %s raised %s: %s",
+                getattr(receiver, "__qualname__", receiver),
+                type(response).__name__,
+                response,
+                exc_info=response,
+            )

@@ -170,7 +170,9 @@ class OrmStepStore:
         if record.status is StepStatus.COMPLETED and record.kind is StepKind.RUN:
             faults.hit("step.recorded", self.using)
         if record.status is StepStatus.COMPLETED:
-            signals.step_completed.send(sender=JobRun, run_id=record.run_id, step=record)
+            signals.announce(
+                signals.step_completed, sender=JobRun, run_id=record.run_id, step=record
+            )
 
     def _refused(self, record: RecordedStep) -> DurableJobsError:
         """Why a fenced write did not land: the run was cancelled, or taken over."""

@@ -113,7 +113,7 @@ def run_to_stop(
         logger=run_logger(run_id, run.job_name, run.attempt),
         scheduled_at=run.scheduled_at,
     )
-    signals.run_started.send(sender=JobRun, run=run)
+    signals.announce(signals.run_started, sender=JobRun, run=run)
     with otel.run_span(run.job_name, run_id, run.attempt, run.trace_context) as done:
         outcome = run_attempt(
             definition.fn,
@@ -165,7 +165,7 @@ async def arun_to_stop(
         scheduled_at=run.scheduled_at,
     )
     if signals.run_started.has_listeners(JobRun):  # receivers may use the ORM: off the loop
-        await io(lambda: signals.run_started.send(sender=JobRun, run=run))
+        await io(lambda: signals.announce(signals.run_started, sender=JobRun, run=run))
     with otel.run_span(run.job_name, run_id, run.attempt, run.trace_context) as done:
         outcome = await arun_attempt(
             definition.fn,

@@ -269,9 +269,10 @@ def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
 
 def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
     if isinstance(outcome, Succeeded):
-        signals.run_succeeded.send(sender=JobRun, run=run)
+        signals.announce(signals.run_succeeded, sender=JobRun, run=run)
     elif isinstance(outcome, Suspended):
-        signals.run_suspended.send(
+        signals.announce(
+            signals.run_suspended,
             sender=JobRun,
             run=run,
             step=outcome.step,
@@ -282,7 +283,8 @@ def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
             reason=signals.SUSPENDED_REASON[outcome.kind],
         )
     else:
-        signals.run_failed.send(
+        signals.announce(
+            signals.run_failed,
             sender=JobRun,
             run=run,
             error=outcome.error,
