@@ -19,9 +19,10 @@ from django_durable_jobs.db import dialect
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker import lane
+from django_durable_jobs.worker.batching import MAX_BATCH
 from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.lane import AsyncLane, lane_capacity, lane_threads
-from django_durable_jobs.worker.loop import MAX_BATCH, Worker, WorkerOptions
+from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from django_durable_jobs.worker.recording import record_all
 from django_durable_jobs.worker.wakeup import make_waker
 from tests.testapp import async_jobs, jobs
@@ -69,15 +70,17 @@ def test_a_run_that_stopped_frees_its_slot_before_its_outcome_is_recorded(
     is claimed meanwhile (the slot was not held for the recorder), and both outcomes
     are recorded. (Claimed, not executed: with Django's pool the lane may get a single
     connection thread, the one this write holds.)"""
-    first = async_jobs.async_io.enqueue(0.01, tag="-first")
-    second = async_jobs.async_io.enqueue(0.01, tag="-second")
-    overlapped = threading.Event()
+    runs = [async_jobs.async_io.enqueue(0.01, tag=tag) for tag in ("-a", "-b")]
+    first_write, overlapped = threading.Event(), threading.Event()
 
     def slow_first_write(outcomes: Sequence[tuple[Any, str]]) -> None:
-        if not overlapped.is_set() and outcomes[0][0].run.pk == first.pk:
-            # Held until the second run was claimed (10 s at most).
+        if not first_write.is_set():
+            first_write.set()
+            # Which run came first is the database's choice (MariaDB's may differ from
+            # the enqueues' order). Held until the other was claimed (10 s at most).
+            other = [run.pk for run in runs if run.pk != outcomes[0][0].run.pk]
             for _ in range(200):
-                if JobRun.objects.filter(pk=second.pk, status=RunStatus.RUNNING).exists():
+                if JobRun.objects.filter(pk__in=other, status=RunStatus.RUNNING).exists():
                     overlapped.set()
                     break
                 threading.Event().wait(0.05)
@@ -174,7 +177,7 @@ def test_sync_runs_claimed_in_a_batch_but_not_started_are_released_on_stop(
     w = worker(clock)
     capacity = lane_capacity(w.options.async_concurrency)
     w._waker, w._lane = make_waker(), w._make_lane(capacity, lane_threads(capacity))
-    w._batch = 4  # as after batches of async runs
+    w._batching.size = 4  # as after batches of async runs
     try:
         assert w.run_once()  # claims all four, starts the first
         w.flush()
