@@ -30,12 +30,11 @@ SUSPENDED_REASON = {
 }
 
 
-def announce(signal: Signal, **kwargs: Any) -> None:
+def announce(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` from the worker, about what is already committed: a receiver
     that raises is logged (ERROR, with its traceback) and the others still run. Raised
     out of ``send``, it stopped ``runjobs`` (a sync run's outcome) or skipped the rest of
     an async batch's outcomes (their parents not woken)."""
-    sender = kwargs.pop("sender")
     for receiver, response in signal.send_robust(sender=sender, **kwargs):
         if isinstance(response, Exception):
             log.error(
