@@ -35,8 +35,9 @@ from ..db.store import put_many
 from ..engine.clock import Clock
 from ..engine.core import Interrupt
 from ..engine.records import RecordedStep, StepStore
+from ..exceptions import UnknownJob
 from ..models import JobRun
-from ..registry import all_jobs
+from ..registry import all_jobs, get_job
 from .execution import arun_to_stop
 from .health import close_broken_connections
 from .outcome import Pending
@@ -240,6 +241,15 @@ def _on_connection(work: Callable[[], T]) -> T:
     finally:
         if any(c.errors_occurred for c in connections.all(initialized_only=True)):
             close_broken_connections()
+
+
+def is_async_run(run: JobRun) -> bool:
+    """Whether ``run``'s job is ``async def`` (an unknown job is not: the sync path
+    fails it with X_JOB_UNKNOWN)."""
+    try:
+        return get_job(run.job_name).is_async
+    except UnknownJob:
+        return False
 
 
 def any_async(jobs: dict[str, Any]) -> bool:

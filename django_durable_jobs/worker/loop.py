@@ -30,14 +30,14 @@ from ..db.claims import release, requeue_expired
 from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
-from ..exceptions import UnknownJob
 from ..models import JobRun
-from ..registry import attempts_of, get_job
+from ..registry import attempts_of
 from ..schedules import Ticker, sync
+from .batching import Batching
 from .execution import run_to_stop
 from .health import close_broken_connections, fit_to_pool, keep_healthy
 from .heartbeat import Heartbeat
-from .lane import AsyncLane, lane_capacity, lane_threads
+from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
 from .outbox import Outbox
 from .outcome import Pending
 from .rows import Presence
@@ -84,13 +84,8 @@ class Worker(StopSignals):
         self._lane: AsyncLane | None = None
         #: Sync runs claimed in a batch and not started yet (released if the worker stops).
         self._backlog: list[JobRun] = []
-        #: How many runs the next claim may take: adapts to the backlog (``_next_batch``).
-        self._batch = 1
-        #: Whether the last claim took all it could, whether it brought sync runs, and
-        #: whether a sync run since was slow.
-        self._full = self._sync_claimed = self._slow = False
-        #: Claims still to take one run (after runs on their last attempt came in a batch).
-        self._single = 0
+        #: How many runs the next claim may take (``batching``).
+        self._batching = Batching()
         self._schedules = Ticker()
         self._presence: Presence | None = None
 
@@ -203,14 +198,13 @@ class Worker(StopSignals):
         lane = self._lane
         sync_runs = []
         for run in runs:
-            if lane is not None and _is_async(run):
+            if lane is not None and is_async_run(run):
                 self._hand_over(lane, run, owner, sent)
             else:
                 sync_runs.append(run)
         if len(runs) > 1:
             log.info("runs claimed: %d in one round trip (limit %d)", len(runs), limit)
-        self._full = bool(runs) and len(runs) == limit
-        self._sync_claimed = bool(sync_runs)
+        self._batching.claimed(len(runs), limit, sync=bool(sync_runs))
         if sync_runs:
             first, waiting = sync_runs[0], self._keep_waiting(sync_runs[1:], owner)
             beat = self._heartbeat()
@@ -254,30 +248,19 @@ class Worker(StopSignals):
             if most is None or run.attempt < most:  # unknown: failed when it starts
                 waiting.append(run)
                 continue
-            self._single = MAX_SYNC_BATCH  # claims of one run for a while
+            self._batching.one_at_a_time()
             with contextlib.suppress(DatabaseError):  # else its lease gives it back
                 release(run, owner, now=self.clock.now())
         return waiting
 
     def _next_batch(self, lane: AsyncLane | None) -> int:
-        """How many runs the next claim may take: never more than this process can
-        start soon (the lane's free slots, or sync runs that have been quick: the
-        sync runs of one batch wait for each other), nor than ``--max-runs`` leaves
-        besides the runs in hand (0: none). The batch doubles while claims come back
-        full and their sync runs quick, and falls back to one run after a slow sync
-        run."""
-        if self._slow or self._single:
-            self._batch = 1
-            self._single = max(self._single - 1, 0)
-        elif self._full:
-            most = MAX_SYNC_BATCH if lane is None or self._sync_claimed else MAX_BATCH
-            self._batch = min(self._batch * 2, most)
-        self._slow = self._full = False
-        batch = min(self._batch, max(lane.free(), 1)) if lane is not None else self._batch
-        if self.options.max_runs is not None:  # no more than it may still execute
+        """How many runs the next claim may take (``batching``): the lane's free slots
+        and what ``--max-runs`` leaves besides the runs in hand (0: none) bound it."""
+        left = None
+        if self.options.max_runs is not None:
             in_hand = lane.in_flight() if lane is not None else 0
-            batch = min(batch, self.options.max_runs - self.runs_done() - in_hand)
-        return batch
+            left = self.options.max_runs - self.runs_done() - in_hand
+        return self._batching.next(free=lane.free() if lane is not None else None, left=left)
 
     def runs_done(self) -> int:
         """Runs executed to their next stop, sync and async."""
@@ -390,7 +373,7 @@ class Worker(StopSignals):
             self._in_hand = self._guard = None
             beat.drop(run.id)
             if time.monotonic() - started > QUICK_RUN:
-                self._slow = True
+                self._batching.slow = True
         self.executed += 1
 
     def _release(self, run: JobRun) -> bool:
@@ -405,18 +388,8 @@ class Worker(StopSignals):
             return release(run, self._owner, now=self.clock.now())
 
 
-#: The most runs one claim takes (with an async lane), and with sync runs only.
-MAX_BATCH = 50
-MAX_SYNC_BATCH = 32
 #: A sync run that takes longer (seconds) makes the next claim take one run.
 QUICK_RUN = 0.02
-
-
-def _is_async(run: JobRun) -> bool:
-    try:
-        return get_job(run.job_name).is_async
-    except UnknownJob:
-        return False  # the sync path fails it with X_JOB_UNKNOWN
 
 
 def _queues(queues: Sequence[str] | None) -> list[str] | None:

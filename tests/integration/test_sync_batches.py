@@ -15,7 +15,8 @@ from django_durable_jobs.db import dialect
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker import loop, outbox
-from django_durable_jobs.worker.loop import MAX_SYNC_BATCH, Worker, WorkerOptions
+from django_durable_jobs.worker.batching import MAX_SYNC_BATCH
+from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from django_durable_jobs.worker.outcome import batchable, plain
 from tests.testapp import fanout_jobs, flow_jobs, hole_jobs, jobs
 from tests.testapp.models import Effect
@@ -75,7 +76,7 @@ def test_an_outcome_held_too_long_is_written_before_the_next_run_starts(
 ) -> None:
     runs = [jobs.add.enqueue(n, 1) for n in range(8)]
     w = worker(clock)
-    w._batch = 4
+    w._batching.size = 4
     assert w.run_once()  # claims four, executes the first
     assert w.run_once()  # the second: the first's outcome is held
     assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 0
@@ -114,7 +115,7 @@ def test_a_refused_outcome_in_a_batch_holds_back_none_of_the_others(
     clock.advance("1s")  # claimed first
     runs = [jobs.add.enqueue(n, 1) for n in range(3)]
     w = worker(clock)
-    w._batch = 4
+    w._batching.size = 4
     assert w.run_once()  # claims the four, executes the failing one
     assert w.run_once()  # the second; the first's outcome is held
     [held] = w._outbox.held
@@ -142,7 +143,7 @@ def test_a_refused_outcome_among_limited_ones_holds_back_none_of_the_others(
 ) -> None:
     runs = [flow_jobs.one_per_key.enqueue(key) for key in ("k0", "k1", "k2")]
     w = worker(clock)
-    w._batch = 3
+    w._batching.size = 3
     assert w.run_once()  # the flow claim takes the three, executes one
     assert w.run_once()  # the second; the first's outcome is held
     [held] = w._outbox.held
@@ -183,7 +184,7 @@ def test_a_run_on_its_last_attempt_is_given_back_instead_of_waiting_in_a_batch(
     # worker killed meanwhile would use it up before the run ever started.
     runs = [fanout_jobs.square.enqueue(n) for n in range(4)]
     w = worker(clock)
-    w._batch = 4
+    w._batching.size = 4
     assert w.run_once()  # claims the four, executes one, gives the other three back
     assert w._backlog == []
     rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
@@ -208,7 +209,7 @@ def test_runs_under_a_limit_claimed_together_free_their_slots(
     for key in ("k0", "k0", "k1", "k2"):
         flow_jobs.one_per_key.enqueue(key)
     w = worker(clock)
-    w._batch = 4
+    w._batching.size = 4
     assert w.run_once()  # the flow claim takes three (three keys), executes one
     assert len(w._backlog) == 2
     k0 = JobRun.objects.filter(concurrency_key="k0")
