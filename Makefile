@@ -66,6 +66,11 @@ DJANGO_py311-dj52 := Django>=5.2,<5.3
 PYENV_py312-dj61 := 3.12.1
 PYBIN_py312-dj61 := python3.12
 DJANGO_py312-dj61 := Django>=6.1,<6.2
+# Not in LEGS (CI has 20 minutes): the newest Python with the Django release between
+# the two, for `make test LEGS=py313-dj60` by hand.
+PYENV_py313-dj60 := 3.13.0
+PYBIN_py313-dj60 := python3.13
+DJANGO_py313-dj60 := Django>=6.0,<6.1
 
 FIRST_LEG := $(firstword $(LEGS))
 # The leg a single-leg target works on (test-leg, venv-leg); defaults to the first.
@@ -152,7 +157,7 @@ venv-leg: .venv/$(LEG)/.installed
 # given the interpreter, it checks that it has the headers a C extension is built with)
 # and the leg's interpreter, each with a one-line message instead of a build failure.
 .venv/%/.installed: pyproject.toml
-	@test -n "$(PYENV_$*)" || { echo "unknown leg '$*' (known: py311-dj52 py312-dj61)" >&2; exit 2; }
+	@test -n "$(PYENV_$*)" || { echo "unknown leg '$*' (known: py311-dj52 py312-dj61 py313-dj60)" >&2; exit 2; }
 	@PYENV_VERSION=$(PYENV_$*) scripts/system-packages $(PYBIN_$*)
 	@PYENV_VERSION=$(PYENV_$*) $(PYBIN_$*) -c 'import venv, ensurepip' 2>/dev/null || { echo \
 		"make test needs $(PYBIN_$*) with venv: pyenv install $(PYENV_$*)" \
