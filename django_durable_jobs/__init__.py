@@ -27,6 +27,7 @@ from .exceptions import (
     StepDuplicateError,
     StepNotFound,
     StepOutputInvalid,
+    StepUsageError,
     Suspension,
     UnknownJob,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "StepDuplicateError",
     "StepNotFound",
     "StepOutputInvalid",
+    "StepUsageError",
     "Suspension",
     "Throttle",
     "UnknownJob",

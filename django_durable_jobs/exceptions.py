@@ -69,6 +69,15 @@ class InvalidName(DurableJobsError, ValueError):
     retryable = False
 
 
+class StepUsageError(DurableJobsError, TypeError):
+    """The step API called in a way no retry can fix: a step function that is not
+    callable, or async in a sync job; a step of an ``async def`` job that was never
+    awaited; a naive ``sleep_until`` time; a ``match`` that is not a string."""
+
+    code = "X_STEP_USAGE"
+    retryable = False
+
+
 class RunCancelled(DurableJobsError):
     """The run was cancelled while it executed; it stops at its next step."""
 

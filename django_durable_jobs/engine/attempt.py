@@ -149,6 +149,7 @@ async def arun_attempt(
     try:
         async with scope:
             value = await fn(ctx, *args, **kwargs)
+        ctx.step.check_awaited()  # a step called without ``await`` never ran
         return Succeeded(_storable_result(ctx, value, max_result_bytes))
     except TimeoutError as exc:
         if scope.expired():
@@ -156,6 +157,8 @@ async def arun_attempt(
         return _stopped(exc)
     except (Suspension, Exception, *JOB_EXITS) as stop:
         return _stopped(stop)
+    finally:
+        ctx.step.check_awaited(fail=False)
 
 
 def _stopped(stop: BaseException) -> Outcome:

@@ -25,7 +25,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..exceptions import Suspension
+from ..exceptions import StepUsageError, Suspension
 from .clock import aware
 from .core import Io, Plan, UserCall
 from .durations import Duration, after, format_duration, parse_duration
@@ -44,6 +44,11 @@ class StepEngine(Waits):
     def _run(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Plan[Any]:
+        if not callable(fn):
+            raise StepUsageError(
+                f"job {self.job_name!r}: step {name!r}: run(name, fn, ...) takes a function "
+                f"to call, got {fn!r}"
+            )
         existing = yield from self._begin(name)
         if existing is not None and existing.status is StepStatus.COMPLETED:
             return self._replay(existing)
@@ -101,7 +106,12 @@ class StepEngine(Waits):
 
     @staticmethod
     def _until(name: str, when: datetime) -> Callable[[datetime], datetime]:
-        aware(when, f"sleep_until({name!r}) time")
+        if not isinstance(when, datetime):
+            raise StepUsageError(f"sleep_until({name!r}) takes a datetime, got {when!r}")
+        try:
+            aware(when, f"sleep_until({name!r}) time")
+        except ValueError as exc:
+            raise StepUsageError(str(exc)) from None
         return lambda now: when
 
     def _sleep(self, name: str, wake_at_from: Callable[[datetime], datetime]) -> Plan[None]:

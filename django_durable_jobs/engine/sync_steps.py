@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ..exceptions import StepUsageError
 from . import fanout, otel
 from .core import (
     DEFAULT_EVENT_POLL,
@@ -177,7 +178,7 @@ class Steps(StepEngine):
             close = getattr(value, "close", None)
             if close is not None:
                 close()
-            raise TypeError(
+            raise StepUsageError(
                 f"job {self.job_name!r}: step {work.name!r} returned an awaitable; "
                 "async step functions need an async def job (await ctx.step.run(...))"
             )

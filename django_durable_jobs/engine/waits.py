@@ -8,11 +8,13 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from ..exceptions import (
     ChildRunFailed,
     InvalidName,
     JobTimeoutError,
+    StepUsageError,
     Suspension,
 )
 from .core import MAX_EVENT_NAME, MAX_KEY, Io, Plan, StepCore, _executions
@@ -153,7 +155,10 @@ def _check_wait(name: str, event: str, timeout: Duration, match: str | None) -> 
     """The arguments of ``wait_for_event``, checked before anything is read or written."""
     limit = parse_duration(timeout)
     if match is not None and not isinstance(match, str):
-        raise TypeError(f"wait_for_event({name!r}): match must be a str, got {match!r}")
+        raise StepUsageError(
+            f"wait_for_event({name!r}): match must be a str, got {match!r}"
+            + (f" (write match=str({match!r}))" if isinstance(match, int | UUID) else "")
+        )
     if not isinstance(event, str) or not event or len(event) > MAX_EVENT_NAME:
         raise InvalidName(
             f"wait_for_event({name!r}): event names are non-empty strings of at most "

@@ -86,3 +86,33 @@ def test_is_async_tells_the_kinds_apart() -> None:
     from tests.testapp import jobs
 
     assert async_jobs.async_io.is_async and not jobs.add.is_async
+
+
+@pytest.mark.parametrize("returned", [False, True], ids=["dropped", "returned"])
+def test_a_step_never_awaited_fails_the_run_at_once(
+    driver: Driver, returned: bool, recwarn: pytest.WarningsRecorder
+) -> None:
+    """Without ``await`` the step's function never ran, and the run succeeded (or failed
+    on "Object of type coroutine is not JSON serializable"), retried."""
+    run = async_jobs.async_forgot_await.enqueue(returned)
+    executed = driver.step()
+    assert executed is not None and isinstance(executed.outcome, Failed)
+    assert executed.outcome.error.code == "X_STEP_USAGE" and not executed.outcome.retryable
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.attempt == 1
+    assert "ctx.step.run('send') was never awaited" in run.error
+    assert not Effect.objects.filter(name="sent").exists()
+    # Closed by the check: no "coroutine ... was never awaited" warning later.
+    import gc
+
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+def test_steps_awaited_through_gather_are_awaited(driver: Driver) -> None:
+    run = async_jobs.async_gathered.enqueue()
+    executed = driver.step()
+    assert executed is not None and executed.outcome == Succeeded(["a", "b"])
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert Effect.objects.filter(run_id=str(run.id)).count() == 2

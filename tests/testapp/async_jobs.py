@@ -82,3 +82,24 @@ async def async_logged(ctx: Any, n: int) -> int:
 async def _double(n: int) -> int:
     await asyncio.sleep(0.001)
     return n * 2
+
+
+@job(name="tests.async_forgot_await", retries=3, backoff=0)
+async def async_forgot_await(ctx: Any, returned: bool) -> Any:
+    """A step called without ``await`` (the newcomer's slip): its coroutine is made and
+    dropped, or returned as the job's value."""
+    pending = ctx.step.run("send", effect, "sent", ctx.run_id)
+    if returned:
+        return pending
+    await ctx.step.run("after", effect, "after", ctx.run_id)
+    return "done"
+
+
+@job(name="tests.async_gathered", retries=0)
+async def async_gathered(ctx: Any) -> list[Any]:
+    """Steps awaited through ``asyncio.gather`` (tasks): awaited, though not directly."""
+    return list(
+        await asyncio.gather(
+            ctx.step.run("a", effect, "a", ctx.run_id), ctx.step.run("b", effect, "b", ctx.run_id)
+        )
+    )

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import iscoroutinefunction
 
 from django_durable_jobs.engine.async_steps import AsyncSteps, inline
 from django_durable_jobs.engine.clock import FakeClock
@@ -27,6 +27,7 @@ from django_durable_jobs.exceptions import (
     JobTimeoutError,
     StepDuplicateError,
     StepOutputInvalid,
+    StepUsageError,
     Suspension,
 )
 
@@ -40,11 +41,11 @@ class Awaited:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._steps, name)
-        if not inspect.iscoroutinefunction(method):
+        if not iscoroutinefunction(method):
             return method
 
         def awaited(*args: Any, **kwargs: Any) -> Any:
-            if name == "run":
+            if name == "run" and callable(args[1]):
                 args = (args[0], _as_async(args[1]), *args[2:])
             return asyncio.run(method(*args, **kwargs))
 
@@ -319,8 +320,12 @@ def test_sleep_until(h: Harness) -> None:
     h.clock.set(when)
     h.attempt().sleep_until("until", when)
     assert h.record("until").status is StepStatus.COMPLETED
-    with pytest.raises(ValueError, match="aware"):
+    # Wrong use, which no retry fixes: the run fails at once.
+    with pytest.raises(StepUsageError, match="aware") as naive:
         h.attempt().sleep_until("naive", datetime(2030, 1, 1))
+    with pytest.raises(StepUsageError, match="takes a datetime"):
+        h.attempt().sleep_until("text", "2030-01-01T00:00:00Z")
+    assert naive.value.code == "X_STEP_USAGE" and not naive.value.retryable
 
 
 def test_sleep_zero_completes_without_suspending(h: Harness) -> None:
@@ -453,8 +458,16 @@ def test_required_wait_times_out_with_job_timeout(h: Harness) -> None:
 
 
 def test_wait_match_must_be_a_string(h: Harness) -> None:
-    with pytest.raises(TypeError, match="match"):
+    with pytest.raises(
+        StepUsageError, match=r"match must be a str, got 42 \(write match=str\(42\)\)"
+    ):
         h.attempt().wait_for_event("w", "e", match=42)
+
+
+def test_a_step_function_that_is_not_callable_is_a_usage_error(h: Harness) -> None:
+    with pytest.raises(StepUsageError, match="takes a function to call, got 42") as info:
+        h.attempt().run("n", 42)
+    assert not info.value.retryable and list(h.store.list("run-1")) == []
 
 
 # -- publish and invoke ------------------------------------------------------------
@@ -514,3 +527,15 @@ def test_invoke_failure_and_timeout(h: Harness) -> None:
     with pytest.raises(JobTimeoutError, match="did not finish"):
         attempt().invoke("slow", "jobs.child", timeout="10m")
     assert h.record("slow").status is StepStatus.FAILED
+
+
+def test_an_async_step_function_in_a_sync_job_is_a_usage_error() -> None:
+    h = Harness("sync")
+
+    async def fetch() -> int:
+        return 1
+
+    with pytest.raises(StepUsageError, match="returned an awaitable") as info:
+        h.attempt().run("fetch", fetch)
+    assert not info.value.retryable
+    assert h.record("fetch").status is StepStatus.FAILED
