@@ -73,11 +73,28 @@ def loads(text: str) -> Any:
 
 
 def roundtrip(value: Any, *, limit: int | None = None, max_depth: int = MAX_DEPTH) -> Any:
-    """What a stored ``value`` reads back as (a tuple becomes a list, keys strings)."""
+    """What a stored ``value`` reads back as (a tuple becomes a list, keys strings).
+    Two keys of one dict that become the same string (``1`` and ``"1"``) would lose a
+    value without a word: ``NotStorable``."""
     # Most jobs return None: no encoding for the constants (at most 5 bytes: "false").
     if (value is None or value is True or value is False) and (limit is None or limit >= 5):
         return value
-    return loads(dumps(value, limit=limit, max_depth=max_depth))
+    return json.loads(dumps(value, limit=limit, max_depth=max_depth), object_pairs_hook=_object)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A decoded JSON object, unless two of its keys were one: JSON's keys are strings,
+    and ``json.dumps`` writes ``1``, ``1.0``, ``True`` and ``None`` as ``"1"``,
+    ``"1.0"``, ``"true"`` and ``"null"``."""
+    decoded = dict(pairs)
+    if len(decoded) < len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise NotStorable(
+            f"two of a dict's keys become the same JSON key {twice!r} (JSON's keys are "
+            "strings: 1 and '1' are one key there)"
+        )
+    return decoded
 
 
 def check_payload(value: Any, *, what: str, limit: int) -> Any:
@@ -175,6 +192,22 @@ def _has_nul(value: Any) -> bool:
 
 #: The widest error type a run or a step row holds (``error_type`` columns).
 MAX_ERROR_TYPE = 200
+#: The longest error message and traceback stored (and logged), in characters.
+MAX_ERROR_MESSAGE = 20_000
+MAX_TRACEBACK = 50_000
+
+
+def cut(text: str, limit: int) -> str:
+    """``text``, or its first three quarters of ``limit`` characters and its last
+    quarter (a traceback's last line names the error) with how much was left out.
+
+    >>> cut("a" * 30 + "z", 20).splitlines()
+    ['aaaaaaaaaaaaaaa', '[... 11 characters cut ...]', 'aaaaz']
+    """
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 3 // 4, limit // 4
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
 
 
 def storable_text(text: str) -> str:
@@ -242,12 +275,15 @@ class ErrorInfo:
     @classmethod
     def of(cls, exc: BaseException) -> ErrorInfo:
         """The failure as stored: texts made storable (an error message may carry
-        any character, a NUL included), the type cut to its column."""
+        any character, a NUL included), the type cut to its column, the message and
+        the traceback cut to ``MAX_ERROR_MESSAGE`` and ``MAX_TRACEBACK`` characters (an
+        HTTP error that carries a response body of megabytes was stored four times
+        over, a run's and its step's message and traceback, and logged whole)."""
         kind = storable_text(f"{type(exc).__module__}.{type(exc).__qualname__}")
         return cls(
             type=kind if len(kind) <= MAX_ERROR_TYPE else kind[: MAX_ERROR_TYPE - 3] + "...",
-            message=storable_text(_message(exc)),
-            traceback=storable_text(_traceback(exc)),
+            message=storable_text(cut(_message(exc), MAX_ERROR_MESSAGE)),
+            traceback=storable_text(cut(_traceback(exc), MAX_TRACEBACK)),
             # Only our codes are stable; another library's ``.code`` (SystemExit's int,
             # ValidationError's None) is not an error code.
             code=exc.code if isinstance(exc, DurableJobsError) else "",

@@ -18,7 +18,7 @@ from django.db import DatabaseError, transaction
 
 from .. import conf, faults
 from ..db import conflicts, dialect, postgres, postgres_flow
-from ..engine.serialization import error_line
+from ..engine.serialization import cut, error_line
 from ..models import JobRun
 from .health import close_broken_connections
 from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of, settle, shorten, write
@@ -200,16 +200,24 @@ def log_outcome(run: JobRun, executed: Executed, *, batched: bool = False) -> No
     elif executed.status == "succeeded":
         info("run succeeded: run=%s job=%s attempt=%s", run.id, run.job_name, run.attempt)
     else:
+        # An attempt that will be retried (queued again) is not the run's end.
+        retried = executed.status == "queued"
         log.warning(
-            "run failed: run=%s job=%s attempt=%s code=%s status=%s error=%s",
+            "%s: run=%s job=%s attempt=%s code=%s status=%s%s error=%s",
+            "attempt failed, will retry" if retried else "run failed",
             run.id,
             run.job_name,
             run.attempt,
             run.error_code or "-",
             executed.status,
+            f" retry_at={run.wake_at.isoformat()}" if retried and run.wake_at else "",
             # The user's own exception has no code: its type says what it was.
-            error_line("" if run.error_code else run.error_type, run.error),
+            cut(error_line("" if run.error_code else run.error_type, run.error), LOGGED_ERROR),
         )
+
+
+#: The most of an error message a worker's log line carries, in characters.
+LOGGED_ERROR = 2_000
 
 
 def log_batch(outcomes: Sequence[Executed]) -> None:

@@ -258,9 +258,36 @@ def test_the_run_failed_line_names_the_users_exception_or_our_code(
     JobRunFactory.create(job_name="tests.nowhere")  # its module is not deployed here
     with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
         worker(clock, max_runs=2).run()
-    failed = [r.getMessage() for r in caplog.records if r.msg.startswith("run failed")]
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    # Its first attempt is retried: not the run's end, and the line says when it retries.
     (own,) = [line for line in failed if "job=tests.always_fails " in line]
-    assert "attempt=1 code=- " in own and own.endswith("error=ValueError: always fails")
+    assert own.startswith("attempt failed, will retry: ")
+    assert "attempt=1 code=- status=queued retry_at=" in own
+    assert own.endswith("error=ValueError: always fails")
     # Our own errors carry a code, which says the type already.
     (unknown,) = [line for line in failed if "job=tests.nowhere " in line]
+    assert unknown.startswith("run failed: ")
     assert "code=X_JOB_UNKNOWN status=failed error=no job is registered as " in unknown
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_huge_error_is_stored_and_logged_cut(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 5 MB message was stored four times (the run's and its step's message and
+    traceback) and logged whole: a 30 MB admin page and a 5 MB log line."""
+    from django_durable_jobs.engine.serialization import MAX_ERROR_MESSAGE, MAX_TRACEBACK
+
+    run = jobs.huge_error.enqueue(5_000_000)
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
+        worker(clock, max_runs=1).run()
+    run.refresh_from_db()
+    step = run.steps.get(name="fetch")
+    assert run.status == RunStatus.FAILED
+    stored = [(run.error, MAX_ERROR_MESSAGE), (run.traceback, MAX_TRACEBACK)]
+    for text, limit in [*stored, (step.error, MAX_ERROR_MESSAGE), (step.traceback, MAX_TRACEBACK)]:
+        assert len(text) < limit + 100 and "characters cut ...]" in text
+        assert text.rstrip().endswith("end of body")
+    (line,) = [r.getMessage() for r in caplog.records if r.msg.startswith("%s: run=")]
+    assert line.startswith("run failed: ") and len(line) < 2_500
+    assert line.endswith("end of body")

@@ -115,3 +115,13 @@ from . import (  # noqa: E402,F401
     schedule_jobs,
     worker_jobs,
 )
+
+
+@job(name="tests.huge_error", retries=0)
+def huge_error(ctx: Any, size: int) -> None:
+    """A step that fails with an error the size of an HTTP response body."""
+
+    def fetch() -> None:
+        raise RuntimeError("HTTP 502: " + "<html>" * (size // 6) + " end of body")
+
+    ctx.step.run("fetch", fetch)
