@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
+from inspect import Parameter, Signature
 from typing import Any, TypeVar
 
 from .engine.cron import Cron, crons
@@ -127,6 +128,7 @@ def define(
     ``@job`` (``declare.py``) calls this with ``Job``, the definition you can enqueue;
     the rules live here, next to ``JobOptions``, which applies the same ones.
     """
+    _takes_ctx(function)
     job_name = _origin(function) if name is None else _text(name, "name", longest=200)
     definition = kind(
         name=job_name,
@@ -150,6 +152,32 @@ def define(
         _takes_a_payload(definition)
     register_job(definition)
     return definition
+
+
+def _takes_ctx(function: Callable[..., Any]) -> None:
+    """A job function is called as ``fn(ctx, *args, **kwargs)``: refuse, at import, one
+    that cannot take the context first (``def send()``, ``def send(*, user_id)``),
+    which failed in the worker on every attempt. (``def send(user_id)`` takes the
+    context as ``user_id``: ``check_arguments`` says so at enqueue.)"""
+    if not callable(function):
+        raise TypeError(f"@job decorates a function, got {function!r}")
+    try:
+        signature = signature_of(function)
+    except (TypeError, ValueError):  # a callable without a readable signature
+        return
+    params = signature.parameters.values()
+    positional = (
+        Parameter.POSITIONAL_ONLY,
+        Parameter.POSITIONAL_OR_KEYWORD,
+        Parameter.VAR_POSITIONAL,
+    )
+    if not any(p.kind in positional for p in params):
+        ctx = Parameter("ctx", Parameter.POSITIONAL_OR_KEYWORD)
+        wanted = Signature([ctx, *(p.replace(annotation=p.empty) for p in params)])
+        raise TypeError(
+            f"@job {_origin(function)}: a job function takes the run's context first, "
+            f"ctx, then its arguments: def {getattr(function, '__name__', 'job')}{wanted}"
+        )
 
 
 def _takes_a_payload(definition: JobDefinition) -> None:
@@ -308,10 +336,21 @@ def check_arguments(
             parameters=[p.replace(annotation=p.empty) for p in params],
             return_annotation=signature.empty,
         )
+        shown = getattr(definition.fn, "__name__", definition.name)
+        first = next(iter(signature.parameters), None)
+        hint = (
+            f" (its first parameter, {first!r}, receives the run's context: did you mean "
+            f"def {shown}(ctx, {str(bare)[1:]}?)"
+            if first is not None and first not in CONTEXT_NAMES
+            else ""
+        )
         raise InvalidPayload(
-            f"job {definition.name!r}: {where}{exc}; the job is "
-            f"{getattr(definition.fn, '__name__', definition.name)}{bare}"
+            f"job {definition.name!r}: {where}{exc}; the job is {shown}{bare}{hint}"
         ) from None
+
+
+#: The names a job function's first parameter, the run's context, usually has.
+CONTEXT_NAMES = frozenset({"ctx", "context", "_ctx", "_", "c", "self", "cls"})
 
 
 def _origin(fn: Callable[..., Any]) -> str:

@@ -76,3 +76,16 @@ def test_invalid_payload_is_a_type_error_as_django_tasks_documents() -> None:
     with pytest.raises(TypeError):  # code written for django.tasks catches it
         add.enqueue({1, 2}, 3)
     assert issubclass(PayloadTooLarge, InvalidPayload)
+
+
+@pytest.mark.django_db
+def test_two_keys_that_json_makes_one_are_refused_at_enqueue() -> None:
+    """``{1: "a", "1": "b"}`` was stored as ``{"1": "b"}``: a value lost without a word."""
+    with pytest.raises(
+        InvalidPayload,
+        match=r"argument 'b' cannot be stored as JSON: two of a dict's keys become the same "
+        r"JSON key '1'",
+    ):
+        add.enqueue(1, b={1: "a", "1": "b"})
+    assert not JobRun.objects.exists()
+    assert add.enqueue(1, {1: "a"}).args == [1, {"1": "a"}]  # JSON's keys are strings

@@ -337,3 +337,36 @@ def test_the_constants_come_back_as_they_are_and_still_count_towards_a_limit(val
     with pytest.raises(NotStorable) as excinfo:
         roundtrip(value, limit=len(dumps(value)) - 1)
     assert excinfo.value.too_large is True
+
+
+def test_keys_become_strings_and_two_that_become_one_are_refused() -> None:
+    """JSON's keys are strings: ``{1: x}`` is stored (and read back) as ``{"1": x}``;
+    ``{1: "a", "1": "b"}`` would keep one value without a word."""
+    from django_durable_jobs.engine.serialization import NotStorable, roundtrip
+
+    assert roundtrip({1: "a", "b": [{2.5: None, None: 1}]}) == {
+        "1": "a",
+        "b": [{"2.5": None, "null": 1}],
+    }
+    for clash, key in (({1: "a", "1": "b"}, "'1'"), ({"x": [{True: 1, "true": 2}]}, "'true'")):
+        with pytest.raises(NotStorable, match=f"become the same JSON key {key}"):
+            roundtrip(clash)
+
+
+def test_a_huge_error_is_stored_cut_with_its_end() -> None:
+    from django_durable_jobs.engine.serialization import (
+        MAX_ERROR_MESSAGE,
+        MAX_TRACEBACK,
+        ErrorInfo,
+    )
+
+    try:
+        raise ValueError("start " + "x" * 5_000_000 + " the end")
+    except ValueError as exc:
+        info = ErrorInfo.of(exc)
+    assert len(info.message) < MAX_ERROR_MESSAGE + 100
+    assert info.message.startswith("start xxx") and info.message.endswith("x the end")
+    assert f"[... {5_000_014 - MAX_ERROR_MESSAGE} characters cut ...]" in info.message
+    assert len(info.traceback) < MAX_TRACEBACK + 100
+    assert info.traceback.startswith("Traceback (most recent call last):")
+    assert info.traceback.endswith(" the end\n")
