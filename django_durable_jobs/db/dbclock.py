@@ -79,7 +79,10 @@ class DatabaseClock:
             try:
                 offset, uncertainty = measure_offset(using)
             except (DatabaseError, SynchronousOnlyOperation) as exc:
-                log.warning(
+                # On an event loop the ORM refuses any query: not the clock's problem, and
+                # a sync enqueue() there raises SynchronousOnlyOperation itself next.
+                on_loop = isinstance(exc, SynchronousOnlyOperation)
+                (log.debug if on_loop else log.warning)(
                     "cannot read the database's clock (%s); keeping offset %s", exc, self._offset
                 )
                 self._due_at = time.monotonic() + RETRY_SECONDS

@@ -70,6 +70,10 @@ def _parse(value: object) -> timedelta:
     raise _invalid(value, "expected a timedelta, a number of seconds or a string")
 
 
+#: A bare number, as text.
+_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
+
+
 @functools.lru_cache(maxsize=512)
 def _parse_text(value: str) -> timedelta:
     """A duration string: the same few (settings, decorators) come back on every run."""
@@ -77,6 +81,10 @@ def _parse_text(value: str) -> timedelta:
     if text == "0":  # zero needs no unit ("0 retries at once"); "5" stays ambiguous
         return timedelta(0)
     if not _WHOLE.fullmatch(text):
+        if text.startswith("-") and _WHOLE.fullmatch(text[1:].strip()):
+            raise _invalid(value, "it is negative")
+        if _NUMBER.fullmatch(text):  # "5": seconds? minutes? (a number, not a str, is seconds)
+            raise _invalid(value, f'a number in a string needs a unit: "{text}s" for seconds')
         raise _invalid(
             value, 'write a number with a unit, e.g. "250ms", "30s", "5m", "1h30m", "3d", "1w"'
         )

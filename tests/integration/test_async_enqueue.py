@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -68,3 +69,22 @@ def test_async_enqueue_joins_a_transaction_opened_on_the_same_thread() -> None:
     with pytest.raises(RuntimeError):
         async_to_sync(view)()
     assert not JobRun.objects.exists()  # rolled back with the caller's transaction
+
+
+def test_a_sync_enqueue_in_an_async_view_raises_djangos_error_and_warns_of_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It logged "cannot read the database's clock (You cannot call this from an async
+    context...)" at WARNING first, a clock problem that is not one."""
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    from django_durable_jobs.engine import clock
+
+    async def view() -> None:
+        clock.current().measure()  # type: ignore[attr-defined]
+        jobs.add.enqueue(1, 2)
+
+    with caplog.at_level(logging.WARNING), pytest.raises(SynchronousOnlyOperation):
+        async_to_sync(view)()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert not JobRun.objects.exists()

@@ -119,6 +119,13 @@ def test_rejected_forms(value: object) -> None:
 def test_rejection_says_what_to_write() -> None:
     with pytest.raises(InvalidDuration, match=r'"30s"'):
         parse_duration("5 mins")
+    # "-5s" is a number with a unit: what is wrong is its sign; "5" lacks the unit.
+    with pytest.raises(InvalidDuration, match=r"'-5s': it is negative$"):
+        parse_duration("-5s")
+    with pytest.raises(
+        InvalidDuration, match=r'\'2.5\': a number in a string needs a unit: "2.5s"'
+    ):
+        parse_duration("2.5")
 
 
 def test_overflow_is_not_a_bare_overflow_error() -> None:

@@ -83,7 +83,7 @@ def error_cell(run: JobRun) -> str:
 class Command(BaseCommand):
     help = (
         "Inspect and operate runs: show, list, retry, cancel, wake, replay, publish, purge; "
-        "list schedules."
+        "list schedules and workers; print stats."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
