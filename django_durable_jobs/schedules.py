@@ -13,6 +13,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -21,7 +22,7 @@ from django.db.models import Min
 from . import conf
 from .db import dialect
 from .engine.cron import Cron, check_expr, latest_slot, next_slot, zone
-from .exceptions import InvalidSchedule, UnknownJob
+from .exceptions import InvalidPayload, InvalidSchedule, UnknownJob
 from .models import JobRun, Schedule
 from .registry import JobDefinition, JobOptions, all_jobs, get_job
 
@@ -190,13 +191,17 @@ def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
         return None
     # Missed slots (no worker ran): only the latest one starts, once.
     slot = max(schedule.next_run_at, latest_slot(expr, tz, now), key=datetime.timestamp)
-    run = enqueue_job(
-        job,
-        schedule.args,
-        schedule.kwargs,
-        JobOptions(idempotency_key=slot_key(schedule.pk, slot), run_after=slot),
-        now=now,
-    )
+    try:
+        run = enqueue_job(
+            job,
+            _arguments(schedule.args, list),
+            _arguments(schedule.kwargs, dict),
+            JobOptions(idempotency_key=slot_key(schedule.pk, slot), run_after=slot),
+            now=now,
+        )
+    except InvalidPayload as exc:  # arguments the job refuses (a row edited by hand)
+        _disable(schedule, f"cannot start: {exc}")
+        return None
     # In the same transaction as the insert: no worker sees the run without them.
     JobRun.objects.using(conf.database()).filter(pk=run.pk).update(
         schedule=schedule, scheduled_at=slot
@@ -207,6 +212,17 @@ def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
     schedule.save(update_fields=["last_run_at", "next_run_at"])
     log.info("schedule %s: started run %s for slot %s", schedule.pk, run.id, slot.isoformat())
     return run
+
+
+def _arguments(value: Any, kind: type) -> Any:
+    """A schedule's stored ``args`` (a list) or ``kwargs`` (a dict); anything else (the
+    column takes any JSON) is refused as enqueue refuses arguments."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        what = "args must be a JSON list" if kind is list else "kwargs must be a JSON object"
+        raise InvalidPayload(f"{what}, got {value!r}")
+    return value
 
 
 def _disable(schedule: Schedule, why: str) -> None:

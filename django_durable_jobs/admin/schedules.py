@@ -22,9 +22,9 @@ from django.utils.safestring import SafeString
 from .. import schedules
 from ..engine import clock
 from ..engine.cron import check_expr, zone
-from ..exceptions import InvalidSchedule, UnknownJob
+from ..exceptions import InvalidPayload, InvalidSchedule, UnknownJob
 from ..models import Schedule
-from ..registry import get_job
+from ..registry import check_arguments, get_job
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Schedule]
@@ -54,6 +54,27 @@ class ScheduleForm(_ModelForm):
         name = self.cleaned_data.get("job_name")
         _valid(get_job, name)
         return str(name)
+
+    def clean(self) -> dict[str, Any]:
+        """The arguments, checked as ``enqueue`` checks them: a schedule whose runs
+        cannot start is refused here, not on every tick of every worker."""
+        data = super().clean() or {}
+        name, args, kwargs = data.get("job_name"), data.get("args"), data.get("kwargs")
+        if name is None or self.has_error("args") or self.has_error("kwargs"):
+            return data  # the field's own error is shown
+        args = [] if args is None else args
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(args, list):
+            self.add_error("args", f"a JSON list of positional arguments, got {args!r}")
+        elif not isinstance(kwargs, dict):
+            self.add_error("kwargs", f"a JSON object of keyword arguments, got {kwargs!r}")
+        else:
+            try:
+                check_arguments(get_job(name), args, kwargs)
+            except InvalidPayload as exc:
+                raise ValidationError(str(exc)) from None
+            data["args"], data["kwargs"] = args, kwargs
+        return data
 
 
 def _valid(check: Any, value: Any) -> Any:

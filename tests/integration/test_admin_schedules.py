@@ -57,6 +57,15 @@ def test_adding_a_schedule_shows_its_next_five_runs_in_its_time_zone(
         ("cron", "30 26 * * *", "Bad hour"),
         ("timezone", "Europe/Pari", "unknown time zone &#x27;Europe/Pari&#x27;"),
         ("job_name", "tests.slott", "did you mean &#x27;tests.slot&#x27;"),
+        # Arguments the job cannot take: every worker's tick would refuse them.
+        (
+            "args",
+            "[1, 2]",
+            "too many positional arguments; the job is slot(ctx, label=&#x27;&#x27;)",
+        ),
+        ("kwargs", '{"lable": "x"}', "unexpected keyword argument &#x27;lable&#x27;"),
+        ("args", '{"label": "x"}', "a JSON list of positional arguments"),
+        ("kwargs", "[1]", "a JSON object of keyword arguments"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_error(

@@ -136,6 +136,31 @@ def test_a_schedule_whose_job_is_gone_is_disabled_and_says_why(clock: FakeClock)
     assert not schedule.enabled and "no job is registered as 'tests.renamed'" in schedule.note
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"args": [1, 2]}, "too many positional arguments"),
+        ({"kwargs": {"lable": "x"}}, "unexpected keyword argument 'lable'"),
+        ({"args": {"label": "x"}}, "args must be a JSON list"),
+    ],
+    ids=["args", "kwargs", "not-a-list"],
+)
+def test_a_schedule_whose_arguments_the_job_refuses_is_disabled_and_the_others_start(
+    clock: FakeClock, fields: dict[str, Any], says: str
+) -> None:
+    """Edited by hand (or saved before the admin checked arguments): its InvalidPayload
+    stopped every worker's tick, and each worker with it, on every restart."""
+    clock.set(T0)
+    bad, good = add("* * * * *", T0), add("* * * * *", T0)
+    Schedule.objects.filter(pk=bad.pk).update(**fields)
+    clock.advance("1m")
+    (run,) = start_due(clock.now()).started
+    assert run.schedule_id == good.pk
+    bad.refresh_from_db()
+    assert not bad.enabled and bad.note.startswith("cannot start: ") and says in bad.note
+
+
 @pytest.fixture
 def declared() -> Iterator[None]:
     yield
