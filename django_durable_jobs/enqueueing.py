@@ -78,8 +78,10 @@ def enqueue_job(
             dialect.of(db).insert_run(run)
         else:
             JobRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
-            key = run.idempotency_key
+            key, new = run.idempotency_key, run.pk
             run = JobRun.objects.using(db).get(job_name=job.name, idempotency_key=key)
+            if run.pk != new:  # the key's run: no second run_enqueued, no second cancel keys
+                outcome = "existing"
         holds.let_go_after_commit(db, job.name, held, run.concurrency_limit or 0)
     if outcome == "new" and job.cancel_on:
         gates.add_cancel_keys(run, job, clean_args, clean_kwargs, db)

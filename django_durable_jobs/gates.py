@@ -34,15 +34,19 @@ def gated(job: JobDefinition) -> bool:
 
 def save_gated(run: JobRun, job: JobDefinition, now: datetime, using: str) -> tuple[JobRun, str]:
     """Write ``run`` past its job's rate limit and debounce; returns the run to give
-    back and what happened: "skipped", "debounced" (an existing run) or "new"."""
+    back and what happened: "skipped", "debounced" (an existing run), "existing" (the
+    run of its idempotency key) or "new"."""
     runs = JobRun.objects.using(using)
     with transaction.atomic(using=using):
+        if run.idempotency_key is not None:  # the key's run, if any, before any gate
+            key = runs.filter(job_name=run.job_name, idempotency_key=run.idempotency_key)
+            if (keyed := _latest(key).first()) is not None:
+                return keyed, "existing"
         if job.rate_limit is not None:
             flow_keys.lock(using, job.name, "rate_limit", run.rate_limit_key or "")
             if _over_rate(runs, run, job.rate_limit, now):
                 run.status, run.finished_at, run.wake_at = RunStatus.SKIPPED, now, None
-                run.save(using=using, force_insert=True)
-                return run, "skipped"
+                return _insert(runs, run, "skipped")
         if job.debounce is not None:
             flow_keys.lock(using, job.name, "debounce", run.debounce_key or "")
             existing = _debounce(runs, run, job.debounce, now)
@@ -52,8 +56,19 @@ def save_gated(run: JobRun, job: JobDefinition, now: datetime, using: str) -> tu
             if job.debounce.timeout is not None:
                 first_wake = min(first_wake, now + job.debounce.timeout)
             run.wake_at = max(run.wake_at or now, first_wake)
-        run.save(using=using, force_insert=True)
-        return run, "new"
+        return _insert(runs, run, "new")
+
+
+def _insert(runs: JobRunQuerySet, run: JobRun, outcome: str) -> tuple[JobRun, str]:
+    """Insert ``run``; with an idempotency key another enqueue may have taken meanwhile
+    (read above, inserted since), that one's run instead ("existing"). A plain insert
+    failed there with the key's IntegrityError."""
+    if run.idempotency_key is None:
+        run.save(using=runs.db, force_insert=True)
+        return run, outcome
+    runs.bulk_create([run], ignore_conflicts=True)
+    keyed = _latest(runs.filter(job_name=run.job_name, idempotency_key=run.idempotency_key)).get()
+    return (run, outcome) if keyed.pk == run.pk else (keyed, "existing")
 
 
 def _over_rate(runs: JobRunQuerySet, run: JobRun, limit: Limit, now: datetime) -> bool:

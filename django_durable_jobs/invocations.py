@@ -22,6 +22,7 @@ from .engine.fanout import key_prefix
 from .engine.records import Call, ChildOutcome
 from .enqueueing import _checked_arguments as checked_arguments  # one rule for arguments
 from .enqueueing import enqueue_job
+from .exceptions import StepUsageError
 from .models import FINISHED, CancelKey, JobRun, JobRunQuerySet
 from .registry import JobDefinition, JobOptions, get_job
 
@@ -37,6 +38,7 @@ class OrmChildRuns:
         self, parent_run_id: str, step: str, job: Any, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> str:
         definition = job if isinstance(job, JobDefinition) else get_job(str(job))
+        refuse_gated(definition, f"step {step!r}: invoke")
         child = enqueue_job(
             definition,
             args,
@@ -107,15 +109,21 @@ class OrmChildBatches:
         )
 
 
+def refuse_gated(job: JobDefinition, what: str) -> None:
+    """A child run is awaited by its parent: a job whose enqueue may skip the run (rate
+    limit) or hand back another's (debounce) cannot be one. Without this, a skipped child
+    left its parent waiting until the step's timeout, and a debounced one gave two
+    parents one child's result."""
+    if gates.gated(job):
+        raise StepUsageError(
+            f"{what} of job {job.name!r}: it has a rate_limit or debounce, which a child "
+            "run cannot have (its parent waits for it); enqueue its runs from a step instead"
+        )
+
+
 def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
     job = call.job if isinstance(call.job, JobDefinition) else get_job(str(call.job))
-    if gates.gated(job):
-        # Decided at enqueue, one run at a time: a skipped or debounced child would
-        # leave its parent waiting for it until the step's timeout.
-        raise ValueError(
-            f"child {key}: job {job.name!r} has a rate_limit or debounce, which a "
-            "fan-out cannot apply; enqueue its runs from a step instead"
-        )
+    refuse_gated(job, f"child {key}: a fan-out")
     args, kwargs = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
     run = JobRun.new(
         job_name=job.name,

@@ -270,6 +270,6 @@ def test_a_fan_out_of_a_rate_limited_job_is_refused_with_a_clear_error(
     parent = fanout_jobs.rate_limited.enqueue()
     driver.drain()
     parent.refresh_from_db()
-    assert parent.status == RunStatus.FAILED
+    assert parent.status == RunStatus.FAILED and parent.error_code == "X_STEP_USAGE"
     assert "'tests.welcome_once'" in parent.error and "rate_limit" in parent.error
     assert not JobRun.objects.filter(parent=parent).exists()

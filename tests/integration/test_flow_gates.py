@@ -251,3 +251,55 @@ def test_concurrent_enqueues_pass_a_rate_limit_once(clock: FakeClock) -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(statuses) == ["queued", "skipped", "skipped", "skipped"]
+
+
+# -- idempotency keys and children of gated jobs ------------------------------------------
+
+
+@pytest.mark.parametrize("gate", ["rate_limit", "debounce"])
+def test_an_idempotency_key_gives_back_its_run_past_a_gate(
+    driver: Driver, clock: FakeClock, gate: str
+) -> None:
+    """The second enqueue with the key raised IntegrityError (the gate's plain insert);
+    for a debounce, once the first run had left ``queued``."""
+    enqueued: list[JobRun] = []
+    signals.run_enqueued.connect(
+        lambda run, **kw: enqueued.append(run), weak=False, dispatch_uid="t"
+    )
+    try:
+        if gate == "rate_limit":
+            first = flow_jobs.welcome_once.using(idempotency_key="k").enqueue(1)
+            again = flow_jobs.welcome_once.using(idempotency_key="k").enqueue(1)
+        else:
+            first = flow_jobs.digest.using(idempotency_key="k").enqueue(1, ["a"])
+            clock.advance(timedelta(minutes=5))
+            driver.step(first)  # started: debounce would make a new run
+            again = flow_jobs.digest.using(idempotency_key="k").enqueue(1, ["b"])
+    finally:
+        signals.run_enqueued.disconnect(dispatch_uid="t")
+    assert again.pk == first.pk and JobRun.objects.count() == 1
+    assert [run.pk for run in enqueued] == [first.pk]  # announced once
+
+
+def test_an_idempotency_key_announces_its_run_once_without_a_gate() -> None:
+    enqueued: list[JobRun] = []
+    signals.run_enqueued.connect(
+        lambda run, **kw: enqueued.append(run), weak=False, dispatch_uid="t"
+    )
+    try:
+        runs = [flow_jobs.global_limit.using(idempotency_key="k").enqueue(1) for _ in range(2)]
+    finally:
+        signals.run_enqueued.disconnect(dispatch_uid="t")
+    assert runs[0].pk == runs[1].pk and [run.pk for run in enqueued] == [runs[0].pk]
+
+
+def test_invoking_a_gated_job_fails_the_parent_at_once(driver: Driver) -> None:
+    """A rate-limited child was skipped and its parent waited until the step's timeout;
+    a debounced one handed two parents one child's result."""
+    parent = flow_jobs.invokes_gated.enqueue(1)
+    driver.drain()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED and parent.attempt == 1
+    assert parent.error_code == "X_STEP_USAGE"
+    assert "invoke of job 'tests.welcome_once': it has a rate_limit or debounce" in parent.error
+    assert not JobRun.objects.filter(parent=parent).exists()

@@ -173,3 +173,9 @@ def _charge(run_id: str) -> str:
 def quick_digest(ctx: Any, user_id: int, edits: list[str]) -> list[str]:
     Effect.objects.create(name=f"digest:{','.join(edits)}", run_id=ctx.run_id)
     return edits
+
+
+@job(name="tests.invokes_gated", retries=3)
+def invokes_gated(ctx: Any, user_id: int) -> int:
+    """Awaits a rate-limited job as a child: a skipped child would never finish."""
+    return int(ctx.step.invoke("welcome", welcome_once, user_id, timeout="1h"))
