@@ -21,7 +21,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from asgiref.sync import markcoroutinefunction
 
-from ..exceptions import StepUsageError
+from ..exceptions import StepUsageError, Suspension
 from . import fanout, otel
 from .core import DEFAULT_WAIT_TIMEOUT, Io, Plan, UserCall
 from .durations import Duration
@@ -218,6 +218,9 @@ class AsyncSteps(StepEngine):
                 work = plan.send(sent) if failure is None else plan.throw(failure)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
+            except Suspension as suspension:  # the job must let it unwind (``swallowed``)
+                self.suspended = suspension
+                raise
             sent, failure = None, None
             try:
                 sent = await self._do(work)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from ..exceptions import (
     JobTimeoutError,
     RetryAfter,
     StepOutputInvalid,
+    StepUsageError,
     Suspension,
 )
 from .durations import format_duration
@@ -124,6 +126,7 @@ def run_attempt(
         limit = timeout.total_seconds() if timeout else None
         with guard.limit(limit, lambda: _timed_out(ctx, timeout)):
             value = fn(ctx, *args, **kwargs)
+        _not_swallowed(ctx)
         return Succeeded(_storable_result(ctx, value, max_result_bytes))
     except Overrun as overrun:  # a timeout the job tried to swallow
         return Failed(ErrorInfo.of(overrun.error), retryable=False)
@@ -146,10 +149,16 @@ async def arun_attempt(
     current ``await`` (an ``except Exception`` cannot catch it).
     """
     scope = asyncio.timeout(timeout.total_seconds() if timeout else None)
+    began = time.monotonic()
     try:
         async with scope:
             value = await fn(ctx, *args, **kwargs)
         ctx.step.check_awaited()  # a step called without ``await`` never ran
+        _not_swallowed(ctx)
+        if timeout is not None and time.monotonic() - began > timeout.total_seconds():
+            # The cancellation never landed: the job blocked the event loop past its
+            # timeout (time.sleep), or caught CancelledError and carried on.
+            return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
         return Succeeded(_storable_result(ctx, value, max_result_bytes))
     except TimeoutError as exc:
         if scope.expired():
@@ -159,6 +168,19 @@ async def arun_attempt(
         return _stopped(stop)
     finally:
         ctx.step.check_awaited(fail=False)
+
+
+def _not_swallowed(ctx: JobContext | AsyncJobContext) -> None:
+    """A job that returned although one of its steps suspended the run caught the
+    ``Suspension`` (``except BaseException:``, a bare ``except:``) and carried on: the
+    sleep or wait never happened. That is a bug to fix, not a success: ``StepUsageError``."""
+    suspension = ctx.step.suspended
+    if suspension is not None:
+        raise StepUsageError(
+            f"job {ctx.job_name!r} run {ctx.run_id}: step {suspension.step!r} suspended the "
+            "run, but the job carried on: an `except BaseException:` or a bare `except:` "
+            "caught the Suspension; let it propagate (catch Exception instead)"
+        )
 
 
 def _stopped(stop: BaseException) -> Outcome:

@@ -15,6 +15,7 @@ from ..exceptions import (
     JobTimeoutError,
     StepDuplicateError,
     StepOutputInvalid,
+    Suspension,
 )
 from . import otel
 from .clock import Clock, SystemClock
@@ -116,6 +117,9 @@ class StepCore:
         self._batches = batches
         self._used: list[str] = []
         self._replayed: list[str] = []
+        #: The suspension a step of this attempt raised, if any: the attempt must end
+        #: with it (``attempt.swallowed``).
+        self.suspended: Suspension | None = None
 
     # -- the trace -------------------------------------------------------
     @property

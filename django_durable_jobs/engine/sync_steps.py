@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..exceptions import StepUsageError
+from ..exceptions import StepUsageError, Suspension
 from . import fanout, otel
 from .core import (
     DEFAULT_EVENT_POLL,
@@ -160,6 +160,9 @@ class Steps(StepEngine):
                 work = plan.send(sent) if failure is None else plan.throw(failure)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
+            except Suspension as suspension:  # the job must let it unwind (``swallowed``)
+                self.suspended = suspension
+                raise
             sent, failure = None, None
             try:
                 sent = self._do(work)

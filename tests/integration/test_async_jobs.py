@@ -116,3 +116,31 @@ def test_steps_awaited_through_gather_are_awaited(driver: Driver) -> None:
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert Effect.objects.filter(run_id=str(run.id)).count() == 2
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["blocked-loop", "swallowed-cancel"])
+def test_an_async_job_past_its_timeout_fails_even_if_the_cancellation_never_landed(
+    driver: Driver, swallow: bool
+) -> None:
+    run = async_jobs.async_blocks_the_loop.enqueue(swallow)
+    executed = driver.step()
+    assert executed is not None and isinstance(executed.outcome, Failed)
+    assert executed.outcome.error.code == "X_JOB_TIMEOUT" and not executed.outcome.retryable
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.result is None
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_job_that_swallows_its_suspension_fails_instead_of_skipping_the_sleep(
+    driver: Driver, kind: str
+) -> None:
+    from tests.testapp import jobs
+
+    job = jobs.swallows_sleep if kind == "sync" else async_jobs.async_swallows_sleep
+    run = job.enqueue()
+    executed = driver.step()
+    assert executed is not None and isinstance(executed.outcome, Failed)
+    assert executed.outcome.error.code == "X_STEP_USAGE" and not executed.outcome.retryable
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.attempt == 1
+    assert "step 'nap' suspended the run, but the job carried on" in run.error

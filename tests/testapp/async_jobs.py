@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import Any
@@ -103,3 +104,22 @@ async def async_gathered(ctx: Any) -> list[Any]:
             ctx.step.run("a", effect, "a", ctx.run_id), ctx.step.run("b", effect, "b", ctx.run_id)
         )
     )
+
+
+@job(name="tests.async_swallows_sleep", retries=3, backoff=0)
+async def async_swallows_sleep(ctx: Any) -> str:
+    with contextlib.suppress(BaseException):  # the mistake under test
+        await ctx.step.sleep("nap", "1h")
+    return "woke early"
+
+
+@job(name="tests.async_blocks_the_loop", retries=3, timeout="100ms")
+async def async_blocks_the_loop(ctx: Any, swallow: bool) -> str:
+    """Past its timeout without the cancellation landing: the loop is blocked by a sync
+    sleep, or the job catches the CancelledError and carries on."""
+    if swallow:
+        with contextlib.suppress(BaseException):  # the mistake under test
+            await asyncio.sleep(0.4)
+    else:
+        time.sleep(0.3)
+    return "late"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -125,3 +126,12 @@ def huge_error(ctx: Any, size: int) -> None:
         raise RuntimeError("HTTP 502: " + "<html>" * (size // 6) + " end of body")
 
     ctx.step.run("fetch", fetch)
+
+
+@job(name="tests.swallows_sleep", retries=3, backoff=0)
+def swallows_sleep(ctx: Any) -> str:
+    """Catches everything around a sleep: the Suspension too (a bug to report)."""
+    with contextlib.suppress(BaseException):  # the mistake under test
+        ctx.step.sleep("nap", "1h")
+    ctx.step.run("after", effect, "after-nap", ctx.run_id)
+    return "woke early"
