@@ -59,8 +59,13 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
     >>> publish_event("order.paid", {"order_id": 7}, key="42")  # doctest: +SKIP
     """
     _event_name(event)
-    if key is not None and (not isinstance(key, str) or len(key) > 255):
-        raise TypeError(f"event {event!r}: key must be a string of <= 255 chars, got {key!r}")
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"event {event!r}: key must be a string, got {key!r}")
+    if key is not None and len(key) > 255:  # a name that cannot be stored, as a long name
+        raise InvalidName(
+            f"event {event!r}: key is {len(key)} characters, over the 255 a key may have: "
+            f"{key[:40]!r}..."
+        )
     if key is not None and (why := unstorable(key)) is not None:
         raise InvalidName(f"event {event!r}: key {key!r} cannot be stored: {why}")
     clean = check_payload(

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from ..exceptions import InvalidName
 from .durations import Duration, parse_duration
+from .serialization import unstorable
 from .signatures import signature_of
 
 #: The name of one of the job's parameters, or a callable of the job's arguments.
@@ -73,8 +75,12 @@ class Limit:
             value = bound.arguments[self.key]
             value = value if isinstance(value, str) else str(value)
         if len(value) > 255:
-            raise ValueError(
+            raise InvalidName(
                 f"job {job_name!r}: the {self.kind} key {value[:40]!r}... is longer than 255 chars"
+            )
+        if (why := unstorable(value)) is not None:  # PostgreSQL refused it, MariaDB kept it
+            raise InvalidName(
+                f"job {job_name!r}: the {self.kind} key {value!r} cannot be stored: {why}"
             )
         return value
 

@@ -176,3 +176,19 @@ def test_bad_input_writes_nothing(
     with pytest.raises(error):
         publish_event(event, payload, key=key)  # type: ignore[arg-type]
     assert not Event.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_key_too_long_is_a_name_error_and_jobs_publish_says_it_in_one_line() -> None:
+    """``jobs publish --key <300 chars>`` printed a TypeError's traceback."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from django_durable_jobs import InvalidName, publish_event
+
+    with pytest.raises(InvalidName, match="key is 300 characters, over the 255"):
+        publish_event("x", key="k" * 300)
+    with pytest.raises(CommandError, match="key is 300 characters, over the 255"):
+        call_command("jobs", "publish", "x", "--key", "k" * 300)
+    with pytest.raises(TypeError, match="key must be a string, got 7"):
+        publish_event("x", key=7)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
+from django.db import connections, transaction
 from django.urls import reverse
 
 from django_durable_jobs import Concurrency, Throttle, job, runs
@@ -73,6 +73,27 @@ def test_a_key_function_must_return_text() -> None:
     with pytest.raises(TypeError, match=r"tests\.by_region.*returned 3"):
         flow_jobs.by_region.enqueue({"region": 3})
     assert not JobRun.objects.exists()
+
+
+@pytest.mark.parametrize(("key", "says"), [("a\x00b", "NUL character"), ("r" * 256, "255 chars")])
+def test_a_key_no_database_stores_is_refused_the_same_everywhere(key: str, says: str) -> None:
+    """A NUL in a key was a DataError on PostgreSQL (the caller's transaction aborted)
+    and stored as it was on MariaDB."""
+    from django_durable_jobs import InvalidName
+    from django_durable_jobs.registry import unregister
+
+    @job(name="tests.odd_key", concurrency=Concurrency(1, key=lambda odd: key if odd else "k"))
+    def odd_key(ctx: Any, odd: bool) -> None:
+        return None
+
+    try:
+        with transaction.atomic():
+            with pytest.raises(InvalidName, match=says):
+                odd_key.enqueue(True)
+            assert odd_key.enqueue(False).concurrency_key == "k"  # the transaction is usable
+    finally:
+        unregister("tests.odd_key")
+    assert JobRun.objects.count() == 1
 
 
 # -- concurrency in the claim ----------------------------------------------------------------
