@@ -86,13 +86,20 @@ class AsyncSteps(StepEngine):
     """
 
     def __init__(
-        self, *, io: IoRunner = in_thread, put: StepWriter | None = None, **engine: Any
+        self,
+        *,
+        io: IoRunner = in_thread,
+        put: StepWriter | None = None,
+        call: IoRunner | None = None,
+        **engine: Any,
     ) -> None:
         """``io``: how blocking work is run off the loop; ``put``: how a step record is
-        written (default: ``store.put`` through ``io``); the rest is ``StepEngine``'s."""
+        written (default: ``store.put`` through ``io``); ``call``: how a sync step
+        function runs off the loop (default: ``io``); the rest is ``StepEngine``'s."""
         super().__init__(**engine)
         self._io = io
         self._put = put
+        self._call_sync = call or io
 
     @classmethod
     def twin(cls, steps: StepEngine, *, io: IoRunner) -> AsyncSteps:
@@ -101,7 +108,7 @@ class AsyncSteps(StepEngine):
         records must be read already (a step ran), so that neither reads them again."""
         twin = cls.__new__(cls)
         twin.__dict__.update(steps.__dict__)
-        twin._io = io
+        twin._io = twin._call_sync = io
         twin._put = None
         return twin
 
@@ -251,7 +258,7 @@ class AsyncSteps(StepEngine):
     async def _user_code(self, work: UserCall) -> Any:
         if inspect.iscoroutinefunction(work.fn):
             return await work.fn(*work.args, **work.kwargs)
-        value = await self._io(functools.partial(work.fn, *work.args, **work.kwargs))
+        value = await self._call_sync(functools.partial(work.fn, *work.args, **work.kwargs))
         return (await value) if inspect.isawaitable(value) else value
 
 

@@ -137,6 +137,7 @@ async def arun_to_stop(
     interrupt: Interrupt | None = None,
     io: IoRunner | None = None,
     put: StepWriter | None = None,
+    call: IoRunner | None = None,
 ) -> Pending:
     """``run_to_stop`` for an ``async def`` job, awaited. ``io`` runs the database work
     off the loop (default: Django's ``sync_to_async``, as the async ORM does); ``put``
@@ -155,7 +156,8 @@ async def arun_to_stop(
         return refused
     assert definition is not None
     run_id = str(run.id)
-    steps = AsyncSteps(io=io, put=put, **_engine(run, run_id, definition, clock, owner, interrupt))
+    engine = _engine(run, run_id, definition, clock, owner, interrupt)
+    steps = AsyncSteps(io=io, put=put, call=call, **engine)
     ctx = AsyncJobContext(
         step=steps,
         run_id=run_id,

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
-from django.db import connections
+from django.db import close_old_connections, connections
 
 from .. import conf
 from ..db.claims import release
@@ -64,6 +64,10 @@ class AsyncLane:
         self.leases = leases
         self.executed = 0
         self._db = ThreadPoolExecutor(db_threads, thread_name_prefix="durable-jobs-db")
+        #: Sync step functions run here, not on the database threads: one that hangs
+        #: past its ``step_timeout`` (an HTTP call without a timeout) must not stop the
+        #: lane from writing the records and outcomes of every other run.
+        self._calls = ThreadPoolExecutor(db_threads, thread_name_prefix="durable-jobs-step")
         self._loop = asyncio.new_event_loop()
         #: None until the loop made the task (the slot is taken from the hand-over).
         self._tasks: dict[UUID, asyncio.Task[None] | None] = {}
@@ -128,11 +132,21 @@ class AsyncLane:
         for _ in range(self._db._max_workers):
             self._db.submit(_close_then_wait, every)
         self._db.shutdown(wait=True)
+        # The step threads close theirs too, but a step function still running (hung
+        # past its timeout) is not waited for.
+        calls = threading.Barrier(self._calls._max_workers)
+        for _ in range(self._calls._max_workers):
+            self._calls.submit(_close_then_wait, calls)
+        self._calls.shutdown(wait=False)
 
     # -- the loop's side -------------------------------------------------------
     async def io(self, work: Callable[[], T]) -> T:
         """Database work (and sync step functions) on the lane's connection threads."""
         return await self._loop.run_in_executor(self._db, _on_connection, work)
+
+    async def call(self, work: Callable[[], T]) -> T:
+        """A sync step function, on the lane's step threads (``_calls``)."""
+        return await self._loop.run_in_executor(self._calls, _as_unit_of_work, work)
 
     async def put(self, store: StepStore, record: RecordedStep) -> None:
         """Write a step record; the records that runs reach while the writer is busy
@@ -212,6 +226,7 @@ class AsyncLane:
                 interrupt=self.leases.interruption_for(run.id),
                 io=self.io,
                 put=self.put,
+                call=self.call,
             )
             with self._changed:  # its slot is free: the next claim need not wait for this
                 self._stopped.add(run.id)
@@ -241,6 +256,16 @@ def _on_connection(work: Callable[[], T]) -> T:
     finally:
         if any(c.errors_occurred for c in connections.all(initialized_only=True)):
             close_broken_connections()
+
+
+def _as_unit_of_work(work: Callable[[], T]) -> T:
+    """A sync step function on a step thread, as Django serves a request: the
+    connections it opened are closed after it when ``CONN_MAX_AGE`` says so (given
+    back to Django's pool), or when an error made them unusable."""
+    try:
+        return work()
+    finally:
+        close_old_connections()
 
 
 def is_async_run(run: JobRun) -> bool:

@@ -235,3 +235,23 @@ def test_an_async_run_whose_attempts_workers_used_up_fails_instead_of_crashing_t
         1,
     )
     assert "before its first step completed" in run.error
+
+
+def test_sync_step_functions_that_hang_do_not_stop_the_lane(clock: FakeClock) -> None:
+    """They ran on the lane's database threads: five that hang past their step_timeout
+    (more than ASYNC_CONNECTIONS) left every run of the worker 'running', their
+    failures and every other run's records waiting for a free thread."""
+    async_jobs.RELEASE.clear()
+    async_jobs.RETURNED.clear()
+    hung = [async_jobs.async_hangs_in_a_sync_step.enqueue(str(n)) for n in range(5)]
+    others = [async_jobs.async_only.enqueue(n) for n in range(3)]
+    try:
+        assert worker(clock, async_concurrency=10).run() == 8
+        assert async_jobs.RETURNED == []  # the step functions still hang
+    finally:
+        async_jobs.RELEASE.set()
+    runs = {run.pk: run for run in JobRun.objects.all()}
+    assert {(runs[r.pk].status, runs[r.pk].error_code) for r in hung} == {
+        (RunStatus.FAILED, "X_JOB_TIMEOUT")
+    }
+    assert [runs[r.pk].result for r in others] == [0, 2, 4]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from typing import Any
 
@@ -123,3 +124,28 @@ async def async_blocks_the_loop(ctx: Any, swallow: bool) -> str:
     else:
         time.sleep(0.3)
     return "late"
+
+
+#: Released by the test that hangs ``async_hangs_in_a_sync_step``'s step functions.
+RELEASE = threading.Event()
+
+
+#: The ``_hang`` calls that returned.
+RETURNED: list[str] = []
+
+
+def _hang(tag: str) -> str:
+    RELEASE.wait(10)  # an HTTP call without a timeout
+    RETURNED.append(tag)
+    return tag
+
+
+@job(name="tests.async_hangs_in_a_sync_step", retries=0, step_timeout="200ms")
+async def async_hangs_in_a_sync_step(ctx: Any, tag: str) -> str:
+    return str(await ctx.step.run("call", _hang, tag))
+
+
+@job(name="tests.async_only", retries=0)
+async def async_only(ctx: Any, n: int) -> int:
+    """Async steps only: needs no thread but the database's."""
+    return int(await ctx.step.run("double", _double, n))
