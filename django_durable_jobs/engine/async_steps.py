@@ -16,7 +16,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
-from inspect import CORO_CREATED
+from inspect import CORO_CLOSED, CORO_CREATED
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from asgiref.sync import markcoroutinefunction
@@ -59,8 +59,8 @@ def _awaited(
     def step(self: AsyncSteps, /, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
         coroutine = method(self, *args, **kwargs)
         calls = self.__dict__.setdefault("_calls", [])
-        if len(calls) >= _PRUNE_AT:  # a long job: forget the calls that started
-            calls[:] = [c for c in calls if inspect.getcoroutinestate(c[1]) == CORO_CREATED]
+        if len(calls) >= _PRUNE_AT:  # a long job: forget the calls that finished
+            calls[:] = [c for c in calls if inspect.getcoroutinestate(c[1]) != CORO_CLOSED]
         calls.append((f"{method.__name__}({args[0]!r})" if args else method.__name__, coroutine))
         return coroutine
 
@@ -215,6 +215,19 @@ class AsyncSteps(StepEngine):
                 f"job {self.job_name!r} run {self.run_id}: ctx.step.{shown} was never "
                 "awaited, so it did not run: write `await ctx.step...` in an async def job"
             )
+
+    async def finish_started(self) -> None:
+        """Wait for the steps of this attempt that still execute in tasks of their own
+        (``asyncio.gather``'s others when one step suspended the run or failed): each
+        step's record is written before the attempt ends. Ended at once, their records
+        were refused (the lease let go) or never written, and the resumed run executed
+        them again."""
+        mine = {id(coroutine) for _, coroutine in self.__dict__.get("_calls", [])}
+        if not mine:
+            return
+        tasks = [t for t in asyncio.all_tasks() if not t.done() and id(t.get_coro()) in mine]
+        if tasks:
+            await asyncio.wait(tasks)
 
     # -- performing a plan ---------------------------------------------------
     async def _perform(self, plan: Plan[T]) -> T:

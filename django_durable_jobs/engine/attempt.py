@@ -161,10 +161,12 @@ async def arun_attempt(
             return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
         return Succeeded(_storable_result(ctx, value, max_result_bytes))
     except TimeoutError as exc:
-        if scope.expired():
+        if scope.expired():  # the job's task was cancelled, and gather cancels its own
             return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
+        await ctx.step.finish_started()
         return _stopped(exc)
     except (Suspension, Exception, *JOB_EXITS) as stop:
+        await ctx.step.finish_started()  # a gathered step still executing: record it first
         return _stopped(stop)
     finally:
         ctx.step.check_awaited(fail=False)

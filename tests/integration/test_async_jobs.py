@@ -144,3 +144,24 @@ def test_a_job_that_swallows_its_suspension_fails_instead_of_skipping_the_sleep(
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.attempt == 1
     assert "step 'nap' suspended the run, but the job carried on" in run.error
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["beside-a-sleep", "beside-a-failure"])
+def test_a_gathered_step_still_executing_when_the_attempt_ends_runs_once(
+    driver: Driver, clock: FakeClock, fail: bool
+) -> None:
+    """asyncio.gather(sleep, run): the sleep suspended the run while 'slow' executed;
+    its record was refused (or never written) and the resumed run executed it again."""
+    run = async_jobs.async_gathers_a_sleep.enqueue(fail)
+    first = driver.step()
+    assert first is not None
+    assert isinstance(first.outcome, Failed if fail else Suspended)
+    assert JobRun.objects.get(pk=run.pk).steps.get(name="slow").status == StepStatus.COMPLETED
+    clock.advance("1h")
+    driver.drain()
+    run.refresh_from_db()
+    if fail:
+        assert run.status == RunStatus.FAILED and run.attempt == 4
+    else:
+        assert run.status == RunStatus.SUCCEEDED and run.result == [None, "slow"]
+    assert Effect.objects.filter(name="slow", run_id=str(run.id)).count() == 1

@@ -12,7 +12,7 @@ from typing import Any
 from django_durable_jobs import job
 
 from .jobs import effect
-from .models import Execution
+from .models import Effect, Execution
 
 
 async def fetch(value: str) -> str:
@@ -149,3 +149,22 @@ async def async_hangs_in_a_sync_step(ctx: Any, tag: str) -> str:
 async def async_only(ctx: Any, n: int) -> int:
     """Async steps only: needs no thread but the database's."""
     return int(await ctx.step.run("double", _double, n))
+
+
+async def _slow_effect(name: str, run_id: str) -> str:
+    """The side effect first, then a while before the step returns."""
+    await Effect.objects.acreate(name=name, run_id=run_id)
+    await asyncio.sleep(0.2)
+    return name
+
+
+@job(name="tests.async_gathers_a_sleep", retries=3, backoff=0)
+async def async_gathers_a_sleep(ctx: Any, fail: bool) -> list[Any]:
+    """A step beside a sleep (or beside a step that fails) in one gather: the sleep
+    suspends the run while the other step still executes."""
+    first = ctx.step.run("boom", _boom) if fail else ctx.step.sleep("nap", "1h")
+    return list(await asyncio.gather(first, ctx.step.run("slow", _slow_effect, "slow", ctx.run_id)))
+
+
+async def _boom() -> None:
+    raise RuntimeError("boom")
