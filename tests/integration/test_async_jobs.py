@@ -88,18 +88,23 @@ def test_is_async_tells_the_kinds_apart() -> None:
     assert async_jobs.async_io.is_async and not jobs.add.is_async
 
 
+def failed_at_once(driver: Driver, run: JobRun, code: str) -> JobRun:
+    """``run`` executed once: failed with ``code``, not retried."""
+    executed = driver.step()
+    assert executed is not None and isinstance(executed.outcome, Failed)
+    assert executed.outcome.error.code == code and not executed.outcome.retryable
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.attempt == 1
+    return run
+
+
 @pytest.mark.parametrize("returned", [False, True], ids=["dropped", "returned"])
 def test_a_step_never_awaited_fails_the_run_at_once(
     driver: Driver, returned: bool, recwarn: pytest.WarningsRecorder
 ) -> None:
     """Without ``await`` the step's function never ran, and the run succeeded (or failed
     on "Object of type coroutine is not JSON serializable"), retried."""
-    run = async_jobs.async_forgot_await.enqueue(returned)
-    executed = driver.step()
-    assert executed is not None and isinstance(executed.outcome, Failed)
-    assert executed.outcome.error.code == "X_STEP_USAGE" and not executed.outcome.retryable
-    run.refresh_from_db()
-    assert run.status == RunStatus.FAILED and run.attempt == 1
+    run = failed_at_once(driver, async_jobs.async_forgot_await.enqueue(returned), "X_STEP_USAGE")
     assert "ctx.step.run('send') was never awaited" in run.error
     assert not Effect.objects.filter(name="sent").exists()
     # Closed by the check: no "coroutine ... was never awaited" warning later.
@@ -122,12 +127,8 @@ def test_steps_awaited_through_gather_are_awaited(driver: Driver) -> None:
 def test_an_async_job_past_its_timeout_fails_even_if_the_cancellation_never_landed(
     driver: Driver, swallow: bool
 ) -> None:
-    run = async_jobs.async_blocks_the_loop.enqueue(swallow)
-    executed = driver.step()
-    assert executed is not None and isinstance(executed.outcome, Failed)
-    assert executed.outcome.error.code == "X_JOB_TIMEOUT" and not executed.outcome.retryable
-    run.refresh_from_db()
-    assert run.status == RunStatus.FAILED and run.result is None
+    run = failed_at_once(driver, async_jobs.async_blocks_the_loop.enqueue(swallow), "X_JOB_TIMEOUT")
+    assert run.result is None
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -137,12 +138,7 @@ def test_a_job_that_swallows_its_suspension_fails_instead_of_skipping_the_sleep(
     from tests.testapp import jobs
 
     job = jobs.swallows_sleep if kind == "sync" else async_jobs.async_swallows_sleep
-    run = job.enqueue()
-    executed = driver.step()
-    assert executed is not None and isinstance(executed.outcome, Failed)
-    assert executed.outcome.error.code == "X_STEP_USAGE" and not executed.outcome.retryable
-    run.refresh_from_db()
-    assert run.status == RunStatus.FAILED and run.attempt == 1
+    run = failed_at_once(driver, job.enqueue(), "X_STEP_USAGE")
     assert "step 'nap' suspended the run, but the job carried on" in run.error
 
 
