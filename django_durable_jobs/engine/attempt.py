@@ -168,8 +168,30 @@ async def arun_attempt(
     except (Suspension, Exception, *JOB_EXITS) as stop:
         await ctx.step.finish_started()  # a gathered step still executing: record it first
         return _stopped(stop)
+    except BaseExceptionGroup as group:  # an asyncio.TaskGroup whose step suspended the run
+        if (inside := _stop_in(group)) is None:
+            raise
+        await ctx.step.finish_started()
+        return _stopped(inside)
     finally:
         ctx.step.check_awaited(fail=False)
+
+
+def _stop_in(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """How an attempt that raised ``group`` stopped: its first failure (an exception, or
+    ``sys.exit()`` in job code), else its first ``Suspension``; None for a group of
+    anything else (a cancellation), which is not the job's to answer."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, BaseExceptionGroup):
+            pending[:0] = list(current.exceptions)
+        else:
+            leaves.append(current)
+    failures = [leaf for leaf in leaves if isinstance(leaf, (Exception, *JOB_EXITS))]
+    suspensions = [leaf for leaf in leaves if isinstance(leaf, Suspension)]
+    return (failures or suspensions or [None])[0]
 
 
 def _not_swallowed(ctx: JobContext | AsyncJobContext) -> None:

@@ -161,3 +161,18 @@ def test_a_gathered_step_still_executing_when_the_attempt_ends_runs_once(
     else:
         assert run.status == RunStatus.SUCCEEDED and run.result == [None, "slow"]
     assert Effect.objects.filter(name="slow", run_id=str(run.id)).count() == 1
+
+
+def test_a_step_that_suspends_inside_a_task_group_parks_the_run(
+    driver: Driver, clock: FakeClock
+) -> None:
+    """The TaskGroup raised a BaseExceptionGroup, which no outcome caught: the attempt
+    crashed the lane's task and the run stayed 'running' until its lease expired."""
+    run = async_jobs.async_task_group.enqueue()
+    first = driver.step()
+    assert first is not None and isinstance(first.outcome, Suspended)
+    assert first.outcome.step == "nap"
+    clock.advance("1h")
+    driver.drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and run.result == 42

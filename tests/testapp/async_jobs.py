@@ -168,3 +168,13 @@ async def async_gathers_a_sleep(ctx: Any, fail: bool) -> list[Any]:
 
 async def _boom() -> None:
     raise RuntimeError("boom")
+
+
+@job(name="tests.async_task_group", retries=0)
+async def async_task_group(ctx: Any) -> int:
+    """Steps in an asyncio.TaskGroup, one of which sleeps: the group raises a
+    BaseExceptionGroup holding the Suspension."""
+    async with asyncio.TaskGroup() as group:
+        group.create_task(ctx.step.sleep("nap", "1h"))
+        doubled = group.create_task(ctx.step.run("double", _double, 21))
+    return doubled.result()
