@@ -177,4 +177,4 @@ async def async_task_group(ctx: Any) -> int:
     async with asyncio.TaskGroup() as group:
         group.create_task(ctx.step.sleep("nap", "1h"))
         doubled = group.create_task(ctx.step.run("double", _double, 21))
-    return doubled.result()
+    return int(doubled.result())
