@@ -3,9 +3,10 @@
 Sync runs keep the worker's main thread (one at a time, SIGALRM timeouts). Async runs
 are handed to this lane: an event loop in a thread of its own, where each run is a
 task. Their database work (claims are the main thread's) goes to a small pool of
-``db_threads`` threads, each with its own connection; a sync step function of an
-async job runs there too. The worker's heartbeat renews the leases of every run in
-flight, and every write of a run is fenced by its lease like a sync run's.
+``db_threads`` threads, each with its own connection; the sync step functions of
+async jobs run on as many step threads of their own (``step_threads``). The worker's
+heartbeat renews the leases of every run in flight, and every write of a run is fenced
+by its lease like a sync run's.
 
 A run's slot is free once its job code stopped: its outcome then waits for the lane's
 recorder (a few milliseconds, with other runs' outcomes in one commit) while the next
@@ -42,6 +43,7 @@ from .execution import arun_to_stop
 from .health import close_broken_connections
 from .outcome import Pending
 from .recording import record_all
+from .step_threads import StepThreads
 
 log = logging.getLogger("django_durable_jobs.worker")
 T = TypeVar("T")
@@ -66,8 +68,11 @@ class AsyncLane:
         self._db = ThreadPoolExecutor(db_threads, thread_name_prefix="durable-jobs-db")
         #: Sync step functions run here, not on the database threads: one that hangs
         #: past its ``step_timeout`` (an HTTP call without a timeout) must not stop the
-        #: lane from writing the records and outcomes of every other run.
-        self._calls = ThreadPoolExecutor(db_threads, thread_name_prefix="durable-jobs-step")
+        #: lane from writing the records and outcomes of every other run, nor keep the
+        #: process from exiting (daemon threads).
+        self._calls = StepThreads(
+            db_threads, name="durable-jobs-step", on_exit=connections.close_all
+        )
         self._loop = asyncio.new_event_loop()
         #: None until the loop made the task (the slot is taken from the hand-over).
         self._tasks: dict[UUID, asyncio.Task[None] | None] = {}
@@ -132,12 +137,9 @@ class AsyncLane:
         for _ in range(self._db._max_workers):
             self._db.submit(_close_then_wait, every)
         self._db.shutdown(wait=True)
-        # The step threads close theirs too, but a step function still running (hung
-        # past its timeout) is not waited for.
-        calls = threading.Barrier(self._calls._max_workers)
-        for _ in range(self._calls._max_workers):
-            self._calls.submit(_close_then_wait, calls)
-        self._calls.shutdown(wait=False)
+        # The step threads close theirs as they end; one whose step function still runs
+        # (hung past its timeout) is not waited for.
+        self._calls.shutdown(wait=True)
 
     # -- the loop's side -------------------------------------------------------
     async def io(self, work: Callable[[], T]) -> T:

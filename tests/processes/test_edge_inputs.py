@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from django_durable_jobs.models import JobRun, RunStatus
-from tests.testapp import jobs
+from tests.testapp import async_jobs, jobs
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 
@@ -53,3 +53,17 @@ def test_runjobs_refuses_what_it_cannot_use_before_it_starts(args: list[str], sa
     assert said in done.stderr
     assert " wake=" not in done.stdout + done.stderr  # the worker loop never started
     assert JobRun.objects.get().status == RunStatus.QUEUED
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_step_function_that_never_returns_does_not_keep_the_worker_from_exiting() -> None:
+    """The sync step functions of async jobs ran on a ThreadPoolExecutor, whose threads
+    the interpreter joins at exit: one that hung past its step_timeout held
+    ``runjobs --burst`` (and a drained worker, through a second SIGTERM) open for good."""
+    run = async_jobs.async_step_never_returns.enqueue()
+    done = runjobs()  # times out (120 s) if the process cannot exit
+    assert done.returncode == 0, done.stdout + done.stderr
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (RunStatus.FAILED, "X_JOB_TIMEOUT")
+    assert "1 sync step function(s) still running past their step_timeout" in done.stderr

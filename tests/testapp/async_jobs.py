@@ -178,3 +178,13 @@ async def async_task_group(ctx: Any) -> int:
         group.create_task(ctx.step.sleep("nap", "1h"))
         doubled = group.create_task(ctx.step.run("double", _double, 21))
     return int(doubled.result())
+
+
+def _never_returns() -> str:
+    time.sleep(600)  # an HTTP call without a timeout, in a real worker process
+    return "late"
+
+
+@job(name="tests.async_step_never_returns", retries=0, step_timeout="200ms")
+async def async_step_never_returns(ctx: Any) -> str:
+    return str(await ctx.step.run("call", _never_returns))

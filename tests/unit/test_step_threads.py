@@ -1,0 +1,77 @@
+"""The daemon threads that call the sync step functions of async jobs
+(``worker.step_threads``): bounded, never waiting for a call that hangs."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import wait
+
+import pytest
+
+from django_durable_jobs.worker.step_threads import StepThreads
+
+
+class Exits:
+    """Counts the threads that ended (``on_exit``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+def test_a_hung_call_takes_one_thread_and_the_others_serve_the_rest() -> None:
+    release = threading.Event()
+    exits = Exits()
+    pool = StepThreads(2, name="test-step", on_exit=exits)
+    hung = pool.submit(release.wait, 30)
+    results = [pool.submit(lambda n=n: n * 2) for n in range(5)]
+    wait(results, timeout=30)
+    assert [f.result() for f in results] == [0, 2, 4, 6, 8]
+    assert not hung.done()
+    pool.shutdown(wait=True)  # returns: the idle thread ended, the hung one is left
+    assert exits.count == 1
+    release.set()
+    assert hung.result(timeout=30) is True
+    for thread in threading.enumerate():
+        if thread.name.startswith("test-step"):
+            thread.join(timeout=30)
+    assert exits.count == 2
+
+
+def test_never_more_threads_than_its_size() -> None:
+    release = threading.Event()
+    pool = StepThreads(2, name="test-size", on_exit=lambda: None)
+    calls = [pool.submit(release.wait, 30) for _ in range(3)]
+    try:
+        assert not calls[2].running()  # both threads are inside a call
+        assert len([t for t in threading.enumerate() if t.name.startswith("test-size")]) == 2
+        assert all(t.daemon for t in threading.enumerate() if t.name.startswith("test-size"))
+    finally:
+        release.set()
+    assert [f.result(timeout=30) for f in calls] == [True, True, True]
+    pool.shutdown(wait=True)
+
+
+def test_a_call_that_raises_hands_its_exception_to_the_caller() -> None:
+    class Stop(BaseException):
+        pass
+
+    def stops() -> None:
+        raise Stop()
+
+    pool = StepThreads(1, name="test-raise", on_exit=lambda: None)
+    with pytest.raises(Stop):
+        pool.submit(stops).result(timeout=30)
+    assert pool.submit(lambda: "still serving").result(timeout=30) == "still serving"
+    pool.shutdown(wait=True)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(lambda: None)
+
+
+def test_its_size_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="at least one thread"):
+        StepThreads(0, name="test-none", on_exit=lambda: None)
