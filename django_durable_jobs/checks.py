@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -191,36 +190,3 @@ def _lease_and_heartbeat(value: dict[str, Any]) -> list[CheckMessage]:
             )
         ]
     return []
-
-
-@register()
-def check_job_modules(**kwargs: Any) -> list[CheckMessage]:
-    """A job defined outside every installed app (``mysite/jobs.py`` beside the settings,
-    imported by a view) is known to the web process, which enqueues it, but not to the
-    worker, which imports the installed apps' job modules only: each of its runs fails
-    with ``X_JOB_UNKNOWN``. The URLconf is imported first (as Django's own URL check
-    does), since that is how such a module usually gets imported."""
-    from django.apps import apps
-    from django.urls import get_resolver
-
-    from .registry import all_jobs
-
-    with contextlib.suppress(Exception):  # a broken URLconf: Django's URL check says so
-        get_resolver().url_patterns  # noqa: B018 - imports the URLconf and its views
-    names = [app.name for app in apps.get_app_configs()]
-    packages = tuple(f"{name}." for name in names)
-    warnings: list[CheckMessage] = []
-    for name, definition in sorted(all_jobs().items()):
-        module = getattr(definition.fn, "__module__", "") or ""
-        if module in names or module.startswith(packages):
-            continue
-        warnings.append(
-            Warning(
-                f"job {name!r} is defined in {module!r}, outside every installed app: "
-                "the worker does not import it, and its runs fail with X_JOB_UNKNOWN",
-                hint="Move it to the jobs.py of an app in INSTALLED_APPS (or add the "
-                "project package to INSTALLED_APPS).",
-                id="django_durable_jobs.W002",
-            )
-        )
-    return warnings

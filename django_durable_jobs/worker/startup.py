@@ -1,5 +1,6 @@
-"""What ``runjobs`` checks and says before its loop starts: this app's migrations are
-applied, and which jobs this process knows and where it looked for them."""
+"""What ``runjobs`` checks and does before its loop starts: this app's migrations are
+applied, the URLconf is imported, and which jobs this process knows and where it looked
+for them is said."""
 
 from __future__ import annotations
 
@@ -29,6 +30,28 @@ def refuse_unmigrated() -> None:
         raise CommandError(
             f"django_durable_jobs has {len(missing)} unapplied migration(s) on database "
             f"{using!r} ({', '.join(missing)}): run `python manage.py migrate` first"
+        )
+
+
+def import_urlconf() -> None:
+    """Import the URLconf, as Django's URL check does when a command starts, so that a
+    job in a module the views import (``mysite/jobs.py``) is known with ``--skip-checks``
+    too: which jobs a worker knows must not depend on whether the checks ran. A URLconf
+    that cannot be imported is logged, not fatal (the web process fails on it)."""
+    from django.conf import settings
+    from django.urls import get_resolver
+
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return
+    try:
+        get_resolver().url_patterns  # noqa: B018 - imports the URLconf and its views
+    except Exception as exc:
+        log.warning(
+            "cannot import the URLconf %r (%s: %s): jobs that only its views import are "
+            "unknown to this worker",
+            settings.ROOT_URLCONF,
+            type(exc).__name__,
+            exc,
         )
 
 

@@ -31,14 +31,9 @@ def test_check_command_fails_on_a_bad_setting() -> None:
         call_command("check")
 
 
-#: Jobs that test modules define at import sit outside every installed app (W002, whose
-#: own test is tests/unit/test_checks.py): silenced where the test is about the others.
-OUTSIDE_APPS = ["django_durable_jobs.W002"]
-
-
 @pytest.mark.django_db
 def test_check_command_passes_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    with override_settings(DURABLE_JOBS={}, SILENCED_SYSTEM_CHECKS=OUTSIDE_APPS):
+    with override_settings(DURABLE_JOBS={}):
         call_command("check")
     assert "no issues" in capsys.readouterr().out
 
@@ -68,7 +63,6 @@ def _app_messages(messages: list[CheckMessage]) -> list[CheckMessage]:
         owner = getattr(message.obj, "model", message.obj)  # a field or index: its model
         meta = getattr(owner, "_meta", None)
         ours = message.id is not None and message.id.startswith(f"{APP}.")
-        ours = ours and message.id not in OUTSIDE_APPS
         if message.level >= WARNING and (ours or getattr(meta, "app_label", "") == APP):
             found.append(message)
     return found
@@ -89,8 +83,7 @@ def _database_checks() -> list[CheckMessage]:
 @pytest.mark.django_db
 def test_no_database_check_warns_about_this_app() -> None:
     assert _database_checks() == []
-    with override_settings(SILENCED_SYSTEM_CHECKS=OUTSIDE_APPS):
-        call_command("check", databases=["default"], fail_level="WARNING")
+    call_command("check", databases=["default"], fail_level="WARNING")
 
 
 @pytest.mark.mariadb(reason="only MariaDB/MySQL lack partial indexes (models.W037)")

@@ -29,6 +29,8 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.envi
 DURABLE_JOBS = {"POLL_INTERVAL": "100ms"}
 if os.environ.get("MINI_MODULES"):
     DURABLE_JOBS["JOB_MODULES"] = os.environ["MINI_MODULES"].split(",")
+if os.environ.get("MINI_URLCONF"):
+    ROOT_URLCONF = os.environ["MINI_URLCONF"]
 """
 
 TASKS = """
@@ -128,3 +130,43 @@ def test_enqueue_by_an_unknown_name_says_where_jobs_were_looked_for(project):
         modules="tasks",
     )
     assert "did you mean 'mini.welcome'?" in with_it.stderr
+
+
+@pytest.mark.parametrize("checks", [[], ["--skip-checks"]], ids=["checks", "skip-checks"])
+def test_a_job_beside_the_settings_that_the_urlconf_imports_is_known_to_the_worker(
+    project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checks: list[str]
+):
+    """``mysite/jobs.py`` outside every app, imported by the views: the worker knew it
+    only because Django's URL check imports the URLconf, so with ``--skip-checks`` every
+    run the web process enqueued failed with X_JOB_UNKNOWN. runjobs imports it itself."""
+    files = {
+        "mysite/__init__.py": "",
+        "mysite/urls.py": "from mysite import views  # noqa: F401\n\nurlpatterns = []\n",
+        "mysite/views.py": "from mysite.jobs import send_welcome  # noqa: F401\n",
+        "mysite/jobs.py": (
+            "from django_durable_jobs import job\n\n"
+            "@job(name='mysite.send_welcome')\n"
+            "def send_welcome(ctx, user_id):\n"
+            "    return ctx.step.run('send', lambda: user_id)\n"
+        ),
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setenv("MINI_URLCONF", "mysite.urls")
+    enqueue = "import mysite.views; from mysite.jobs import send_welcome; send_welcome.enqueue(7)"
+    assert project("shell", "--no-imports", "-c", enqueue).returncode == 0
+
+    banner = project("runjobs", "--burst", *checks)
+    assert banner.returncode == 0, banner.stderr
+    assert "  job mysite.send_welcome " in banner.stderr
+    assert project("shell", "--no-imports", "-c", STATUS).stdout.startswith("succeeded ")
+
+
+def test_a_urlconf_that_cannot_be_imported_is_said_and_the_worker_still_starts(
+    project, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MINI_URLCONF", "mysite.nowhere")
+    banner = project("runjobs", "--burst", "--skip-checks")
+    assert banner.returncode == 0, banner.stderr
+    assert "cannot import the URLconf 'mysite.nowhere' (ModuleNotFoundError" in banner.stderr

@@ -310,30 +310,3 @@ def test_the_settings_are_read_once_and_again_when_django_says_they_changed(
     assert conf.required_duration("LEASE") == timedelta(seconds=90)
     del settings.DURABLE_JOBS
     assert conf.user_settings() == {} and conf.get("LEASE") == conf.DEFAULTS["LEASE"]
-
-
-# -- where jobs are defined -----------------------------------------------------------
-
-
-def test_a_job_outside_every_installed_app_is_w002() -> None:
-    """``mysite/jobs.py`` beside the settings, imported by a view: the web process
-    enqueues its runs, the worker never imports it (every run X_JOB_UNKNOWN)."""
-    from django_durable_jobs import job
-    from django_durable_jobs.checks import check_job_modules
-    from django_durable_jobs.registry import unregister
-
-    def send_welcome(ctx: Any, user_id: int) -> None:
-        return None
-
-    send_welcome.__module__ = "mysite.jobs"
-    job(name="mysite.send_welcome")(send_welcome)
-    try:
-        messages = check_job_modules()
-    finally:
-        unregister("mysite.send_welcome")
-    # (Test modules that define jobs at import are outside every app too.)
-    (warning,) = [m for m in messages if "'mysite.jobs'" in m.msg]
-    assert isinstance(warning, Warning) and warning.id == "django_durable_jobs.W002"
-    assert "job 'mysite.send_welcome' is defined in 'mysite.jobs', outside every" in warning.msg
-    assert not [m for m in messages if "'tests.testapp." in m.msg]  # an installed app's
-    assert not [m for m in check_job_modules() if "mysite" in m.msg]

@@ -13,7 +13,7 @@ from ...engine.serialization import unstorable
 from ...exceptions import InvalidDuration
 from ...models import JobRun
 from ...worker.loop import WorkerOptions
-from ...worker.startup import log_jobs, refuse_unmigrated
+from ...worker.startup import import_urlconf, log_jobs, refuse_unmigrated
 from ...worker.supervisor import run_workers
 
 
@@ -91,6 +91,7 @@ class Command(BaseCommand):
             _check_worker_id(options["worker_id"])
         _configure_logging(int(options["verbosity"]))
         refuse_unmigrated()
+        import_urlconf()
         log_jobs()
         try:
             faults.arm()  # a test's fault (tests/processes/test_faults.py); nothing otherwise
