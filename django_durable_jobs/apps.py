@@ -35,7 +35,7 @@ class DurableJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, conf, registry, retention
+        from . import checks, conf, discovery, retention
         from .contrib import task_signals
         from .contrib import tasks as backends
         from .db import migrated
@@ -48,7 +48,7 @@ class DurableJobsConfig(AppConfig):
         connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="django_durable_jobs.cron")
         if conf.get("AUTODISCOVER"):
-            registry.autodiscover()
+            discovery.autodiscover()
         retention.install()  # DURABLE_JOBS["RETENTION"]: an hourly purge schedule
         # The jobs of django.tasks backends (Django >= 6.0; a no-op before): a worker
         # must know them although it never enqueues a task itself.

@@ -1,5 +1,5 @@
-"""Job definitions: their options checked, the registry by name, autodiscovery of
-``<app>/jobs.py``.
+"""Job definitions: their options checked, the registry by name (autodiscovery of
+``<app>/jobs.py``: ``discovery``).
 
 Below the verbs: ``runs`` starts runs of a ``JobDefinition`` it looks up here. The
 ``@job`` decorator and the ``Job`` you enqueue are in ``declare.py``, above them.
@@ -8,7 +8,6 @@ Below the verbs: ``runs`` starts runs of a ``JobDefinition`` it looks up here. T
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from functools import cached_property
 from inspect import Parameter, Signature
 from typing import Any, TypeVar
 
+from .discovery import not_imported, where_jobs_come_from
 from .engine.cron import Cron, crons
 from .engine.durations import Duration, parse_duration
 from .engine.limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
@@ -232,10 +232,6 @@ def unregister(name: str) -> None:
     _registry.pop(name, None)
 
 
-#: The modules autodiscovery imported, or None before it ran (or with it turned off).
-_discovered: list[str] | None = None
-
-
 def max_attempts(definition: JobDefinition | None) -> int:
     """``1 + retries`` of ``definition`` (``DURABLE_JOBS["RETRIES"]`` when the job sets
     none); 1 for a job this process does not know. The worker decides retries by it,
@@ -253,64 +249,6 @@ def attempts_of(name: str) -> int | None:
     fails such a run with ``X_JOB_UNKNOWN``)."""
     definition = _registry.get(name)
     return None if definition is None else max_attempts(definition)
-
-
-def autodiscover() -> list[str]:
-    """Import every installed app's ``jobs`` module (like ``admin.autodiscover``), or the
-    module names ``DURABLE_JOBS["JOB_MODULES"]`` lists; returns the modules imported."""
-    global _discovered
-    from django.apps import apps
-    from django.utils.module_loading import module_has_submodule
-
-    from . import conf
-
-    found = []
-    for app in apps.get_app_configs():
-        for module in conf.get("JOB_MODULES"):
-            if module_has_submodule(app.module, module):
-                importlib.import_module(f"{app.name}.{module}")
-                found.append(f"{app.name}.{module}")
-    _discovered = found
-    return found
-
-
-def where_jobs_come_from(*, advice: bool = True) -> str:
-    """Where this process looked for jobs, for people: the start-up banner, UnknownJob;
-    with ``advice``, what to do when a job is not there (not for a banner that lists
-    the jobs it found)."""
-    from . import conf
-
-    if _discovered is None:
-        return 'jobs were not autodiscovered (DURABLE_JOBS["AUTODISCOVER"] is off)'
-    names = " or ".join(f"{module}.py" for module in conf.get("JOB_MODULES"))
-    found = ", ".join(_discovered) or "none"
-    where = f"jobs are imported from each installed app's {names} (found: {found})"
-    if not advice:
-        return where
-    return f'{where}; define it there, or add its module name to DURABLE_JOBS["JOB_MODULES"]'
-
-
-def not_imported() -> str:
-    """The installed apps' ``tasks`` modules (the Celery habit) that autodiscovery does
-    not import, as a hint; empty when there is none or ``JOB_MODULES`` has ``tasks``."""
-    from django.apps import apps
-    from django.utils.module_loading import module_has_submodule
-
-    from . import conf
-
-    if "tasks" in conf.get("JOB_MODULES"):
-        return ""
-    skipped = [
-        f"{app.name}.tasks"
-        for app in apps.get_app_configs()
-        if module_has_submodule(app.module, "tasks")
-    ]
-    if not skipped:
-        return ""
-    return (
-        f"not imported: {', '.join(skipped)} "
-        '(add "tasks" to DURABLE_JOBS["JOB_MODULES"] if jobs are there)'
-    )
 
 
 def check_arguments(

@@ -12,8 +12,9 @@ from django.db import DatabaseError
 
 from .. import conf
 from ..db.migrated import unapplied_migrations
+from ..discovery import not_imported, where_jobs_come_from
 from ..engine.durations import format_duration
-from ..registry import JobDefinition, all_jobs, not_imported, where_jobs_come_from
+from ..registry import JobDefinition, all_jobs
 
 log = logging.getLogger("django_durable_jobs.worker")
 

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from django_durable_jobs import job
+from django_durable_jobs.discovery import autodiscover
 from django_durable_jobs.engine.durations import parse_duration
 from django_durable_jobs.engine.limits import Limit
 from django_durable_jobs.exceptions import InvalidDuration, UnknownJob
 from django_durable_jobs.registry import (
     JobDefinition,
     all_jobs,
-    autodiscover,
     get_job,
     register_job,
     unregister,
