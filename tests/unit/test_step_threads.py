@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import wait
 
 import pytest
@@ -75,3 +76,19 @@ def test_a_call_that_raises_hands_its_exception_to_the_caller() -> None:
 def test_its_size_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="at least one thread"):
         StepThreads(0, name="test-none", on_exit=lambda: None)
+
+
+def test_shutdown_can_cancel_the_calls_not_started() -> None:
+    release = threading.Event()
+    pool = StepThreads(1, name="test-cancel", on_exit=lambda: None)
+    running = pool.submit(release.wait, 30)
+    queued = pool.submit(lambda: "never")
+    try:
+        deadline = time.monotonic() + 30
+        while not running.running() and time.monotonic() < deadline:
+            time.sleep(0.001)  # the thread has taken the first call off the queue
+        pool.shutdown(wait=False, cancel_futures=True)
+        assert queued.cancelled()
+    finally:
+        release.set()
+    assert running.result(timeout=30) is True
