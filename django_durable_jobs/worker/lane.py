@@ -4,7 +4,8 @@ Sync runs keep the worker's main thread (one at a time, SIGALRM timeouts). Async
 are handed to this lane: an event loop in a thread of its own, where each run is a
 task. Their database work (claims are the main thread's) goes to a small pool of
 ``db_threads`` threads, each with its own connection; the sync step functions of
-async jobs run on as many step threads of their own (``step_threads``). The worker's
+async jobs run on as many step threads of their own. Both are daemon threads
+(``daemon_threads``): one that hangs does not keep the worker from exiting. The worker's
 heartbeat renews the leases of every run in flight, and every write of a run is fenced
 by its lease like a sync run's.
 
@@ -19,12 +20,10 @@ cancels them, and each cancelled run is released without using an attempt.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
@@ -39,14 +38,17 @@ from ..engine.records import RecordedStep, StepStore
 from ..exceptions import UnknownJob
 from ..models import JobRun
 from ..registry import all_jobs, get_job
+from .daemon_threads import DaemonThreads
 from .execution import arun_to_stop
 from .health import close_broken_connections
 from .outcome import Pending
 from .recording import record_all
-from .step_threads import StepThreads
 
 log = logging.getLogger("django_durable_jobs.worker")
 T = TypeVar("T")
+
+#: Seconds a stopping worker waits for the database calls still running (``close``).
+DB_PATIENCE = 10.0
 
 
 class Leases(Protocol):
@@ -65,13 +67,28 @@ class AsyncLane:
         self.clock = clock
         self.leases = leases
         self.executed = 0
-        self._db = ThreadPoolExecutor(db_threads, thread_name_prefix="durable-jobs-db")
+        #: Each thread closes its own connections as it ends (with Django's pool: gives
+        #: them back). At close, a write still running (a run's outcome) gets
+        #: ``DB_PATIENCE`` seconds to land; one waiting longer (for a lock held by
+        #: someone's long transaction, a migration) is abandoned.
+        self._db = DaemonThreads(
+            db_threads,
+            name="durable-jobs-db",
+            on_exit=connections.close_all,
+            patience=DB_PATIENCE,
+            stuck="%d database call(s) still running (waiting for a lock?): "
+            "abandoned when the worker exits",
+        )
         #: Sync step functions run here, not on the database threads: one that hangs
         #: past its ``step_timeout`` (an HTTP call without a timeout) must not stop the
         #: lane from writing the records and outcomes of every other run, nor keep the
         #: process from exiting (daemon threads).
-        self._calls = StepThreads(
-            db_threads, name="durable-jobs-step", on_exit=connections.close_all
+        self._calls = DaemonThreads(
+            db_threads,
+            name="durable-jobs-step",
+            on_exit=connections.close_all,
+            stuck="%d sync step function(s) still running past their step_timeout: "
+            "abandoned when the worker exits",
         )
         self._loop = asyncio.new_event_loop()
         #: None until the loop made the task (the slot is taken from the hand-over).
@@ -130,15 +147,10 @@ class AsyncLane:
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
-        # Each thread closes its own connections (with Django's pool: gives them back).
-        # The barrier holds a thread that closed until every other one has: otherwise
-        # one quick thread could take several of these and another keep its connection.
-        every = threading.Barrier(self._db._max_workers)
-        for _ in range(self._db._max_workers):
-            self._db.submit(_close_then_wait, every)
+        # Each thread closes its connections as it ends; one whose call still runs (a
+        # query waiting for a lock, a step function hung past its timeout) is not
+        # waited for.
         self._db.shutdown(wait=True)
-        # The step threads close theirs as they end; one whose step function still runs
-        # (hung past its timeout) is not waited for.
         self._calls.shutdown(wait=True)
 
     # -- the loop's side -------------------------------------------------------
@@ -296,11 +308,3 @@ def lane_threads(capacity: int) -> int:
     """The database threads a lane of ``capacity`` asks for (``ASYNC_CONNECTIONS``); 0
     without a lane. Django's pool may give it fewer (``health.fit_to_pool``)."""
     return int(conf.get("ASYNC_CONNECTIONS")) if capacity else 0
-
-
-def _close_then_wait(every: threading.Barrier) -> None:
-    """On a connection thread: close its connections, then wait until every other
-    connection thread has closed its own (``AsyncLane.close``)."""
-    connections.close_all()
-    with contextlib.suppress(threading.BrokenBarrierError):
-        every.wait(timeout=5)

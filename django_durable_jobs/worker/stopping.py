@@ -79,13 +79,24 @@ class StopSignals:
     def _drain(self, why: str) -> None:
         if self.stopping.is_set():
             return
-        doing = "finishing the run in hand" if self._in_hand is not None else "idle, exiting"
-        log.info("worker %s: stopping (%s): %s", self.options.worker_id, why, doing)
+        log.info("worker %s: stopping (%s): %s", self.options.worker_id, why, self._doing())
         self.stop()
         drain = self.options.drain_timeout.total_seconds()
         timer = threading.Timer(drain, os.kill, (os.getpid(), signal.SIGUSR2))
         timer.daemon = True
-        timer.start()
+        try:
+            timer.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            return  # exiting already: nothing left to drain
+
+    def _doing(self) -> str:
+        """What the worker finishes before it exits."""
+        if self._in_hand is not None:
+            return "finishing the run in hand"
+        # The lane's lock is re-entrant: safe in a handler that interrupted its holder.
+        if self._lane is not None and (in_flight := self._lane.in_flight()):
+            return f"finishing {in_flight} async run(s) in flight"
+        return "idle, exiting"
 
     def _abandon(self) -> None:
         self.stop()

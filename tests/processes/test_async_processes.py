@@ -8,9 +8,11 @@ deadlines that only keep a broken worker from hanging the suite).
 from __future__ import annotations
 
 import itertools
+import re
 import signal
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -104,6 +106,62 @@ def test_sigterm_drains_every_async_run_in_flight(workers: Workers) -> None:
     statuses = Counter(JobRun.objects.values_list("status", "attempt"))
     assert statuses == {(RunStatus.SUCCEEDED, 1): len(runs)}, statuses  # finished, not cut
     assert "waiting for" in worker.log() and "async run(s)" in worker.log()
+    # Not "idle, exiting": the main thread was idle, the lane was not.
+    assert re.search(r"stopping \(SIGTERM\): finishing \d+ async run\(s\) in flight", worker.log())
+
+
+@pytest.mark.postgres(reason="a table lock held by a psycopg session of our own")
+@pytest.mark.psycopg3(reason="a table lock held by a psycopg session of our own")
+def test_a_write_stuck_on_a_lock_does_not_keep_a_stopped_worker_from_exiting(
+    workers: Workers,
+) -> None:
+    """The lane's database threads were a ThreadPoolExecutor's: a step write waiting
+    for a lock (someone's long transaction, a migration) held the worker's exit, past
+    its drain time-out, until the lock was let go. Now the worker exits, and the run is
+    given back to the queue once the lock is released."""
+    worker = workers.start("stuck", "--drain-timeout", "1s")
+    workers.wait_started(worker)
+    run = async_jobs.async_io.enqueue(3.0, tag="stuck")
+    wait_until(
+        lambda: Effect.objects.filter(name="touchstuck").exists(),
+        timeout=60,
+        what="the run's first step",
+        workers=[worker],
+    )
+    import psycopg
+
+    table = StepRecord._meta.db_table
+    params = connection.get_connection_params()
+    params = {k: v for k, v in params.items() if k not in {"cursor_factory", "context"}}
+    with psycopg.connect(**params) as other:
+        other.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')  # until rollback
+        wait_until(  # the "io" step ended and its record waits for the lock
+            lambda: _waiting_for_a_lock(other, table),
+            timeout=60,
+            what="the step write to wait for the lock",
+            workers=[worker],
+        )
+        assert worker.terminate(timeout=60) == 0
+        assert "still running" in worker.log()
+        other.rollback()
+    second = workers.start("second")
+    wait_until(
+        lambda: JobRun.objects.filter(pk=run.pk, status=RunStatus.SUCCEEDED).exists(),
+        timeout=60,
+        what="a second worker to finish the run",
+        workers=[second],
+    )
+    assert second.terminate() == 0
+    assert Effect.objects.filter(name="touchstuck").count() == 1
+
+
+def _waiting_for_a_lock(other: Any, table: str) -> bool:
+    """Whether a session other than ``other`` waits for a lock on ``table``."""
+    row = other.execute(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+        [f'"{table}"'],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 RUNS = 400

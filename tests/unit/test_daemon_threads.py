@@ -1,5 +1,5 @@
-"""The daemon threads that call the sync step functions of async jobs
-(``worker.step_threads``): bounded, never waiting for a call that hangs."""
+"""The async lane's daemon threads (database calls, sync step functions)
+(``worker.daemon_threads``): bounded, never waiting for a call that hangs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from concurrent.futures import wait
 
 import pytest
 
-from django_durable_jobs.worker.step_threads import StepThreads
+from django_durable_jobs.worker.daemon_threads import DaemonThreads
 
 
 class Exits:
@@ -24,10 +24,12 @@ class Exits:
             self.count += 1
 
 
-def test_a_hung_call_takes_one_thread_and_the_others_serve_the_rest() -> None:
+def test_a_hung_call_takes_one_thread_and_the_others_serve_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     release = threading.Event()
     exits = Exits()
-    pool = StepThreads(2, name="test-step", on_exit=exits)
+    pool = DaemonThreads(2, name="test-step", on_exit=exits, stuck="%d call(s) stuck")
     hung = pool.submit(release.wait, 30)
     results = [pool.submit(lambda n=n: n * 2) for n in range(5)]
     wait(results, timeout=30)
@@ -35,6 +37,7 @@ def test_a_hung_call_takes_one_thread_and_the_others_serve_the_rest() -> None:
     assert not hung.done()
     pool.shutdown(wait=True)  # returns: the idle thread ended, the hung one is left
     assert exits.count == 1
+    assert "1 call(s) stuck" in caplog.text
     release.set()
     assert hung.result(timeout=30) is True
     for thread in threading.enumerate():
@@ -45,7 +48,7 @@ def test_a_hung_call_takes_one_thread_and_the_others_serve_the_rest() -> None:
 
 def test_never_more_threads_than_its_size() -> None:
     release = threading.Event()
-    pool = StepThreads(2, name="test-size", on_exit=lambda: None)
+    pool = DaemonThreads(2, name="test-size", on_exit=lambda: None, stuck="%d stuck")
     calls = [pool.submit(release.wait, 30) for _ in range(3)]
     try:
         assert not calls[2].running()  # both threads are inside a call
@@ -64,7 +67,7 @@ def test_a_call_that_raises_hands_its_exception_to_the_caller() -> None:
     def stops() -> None:
         raise Stop()
 
-    pool = StepThreads(1, name="test-raise", on_exit=lambda: None)
+    pool = DaemonThreads(1, name="test-raise", on_exit=lambda: None, stuck="%d stuck")
     with pytest.raises(Stop):
         pool.submit(stops).result(timeout=30)
     assert pool.submit(lambda: "still serving").result(timeout=30) == "still serving"
@@ -75,12 +78,12 @@ def test_a_call_that_raises_hands_its_exception_to_the_caller() -> None:
 
 def test_its_size_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="at least one thread"):
-        StepThreads(0, name="test-none", on_exit=lambda: None)
+        DaemonThreads(0, name="test-none", on_exit=lambda: None, stuck="%d stuck")
 
 
 def test_shutdown_can_cancel_the_calls_not_started() -> None:
     release = threading.Event()
-    pool = StepThreads(1, name="test-cancel", on_exit=lambda: None)
+    pool = DaemonThreads(1, name="test-cancel", on_exit=lambda: None, stuck="%d stuck")
     running = pool.submit(release.wait, 30)
     queued = pool.submit(lambda: "never")
     try:
@@ -92,3 +95,19 @@ def test_shutdown_can_cancel_the_calls_not_started() -> None:
     finally:
         release.set()
     assert running.result(timeout=30) is True
+
+
+def test_shutdown_gives_the_calls_still_running_its_patience(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exits = Exits()
+    pool = DaemonThreads(
+        1, name="test-patience", on_exit=exits, stuck="%d call(s) stuck", patience=30
+    )
+    slow = pool.submit(time.sleep, 0.3)
+    deadline = time.monotonic() + 30
+    while not slow.running() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    pool.shutdown(wait=True)  # returns once the call did and its thread closed
+    assert slow.done() and exits.count == 1
+    assert "stuck" not in caplog.text

@@ -1,10 +1,13 @@
-"""The threads that call the sync step functions of async jobs.
+"""The async lane's threads: its database threads and those that call the sync step
+functions of async jobs.
 
 A ``ThreadPoolExecutor`` will not do: the interpreter joins its threads at exit, so one
 step function that never returns (an HTTP call without a timeout, long past its
 ``step_timeout``, whose run has already failed) held ``runjobs --burst`` and a drained
-worker open for good, even through a second SIGTERM. These threads are daemons: a
-hung one is abandoned, with a warning, when the worker exits.
+worker open for good, even through a second SIGTERM; and a step write waiting for a
+lock (someone's long transaction, a migration) held a stopped worker until the lock
+was let go. These threads are daemons: a hung one is abandoned, with a warning, when
+the worker exits.
 
 Each thread ends by calling ``on_exit`` (closing its database connections), so closing
 the pool closes every idle thread's connections without a barrier between them.
@@ -26,15 +29,27 @@ T = TypeVar("T")
 _Call = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
-class StepThreads(Executor):
-    """Up to ``size`` daemon threads, started as calls need them."""
+class DaemonThreads(Executor):
+    """Up to ``size`` daemon threads, started as calls need them. At shutdown, calls
+    still running get ``patience`` seconds more to return; ``stuck`` is the warning
+    logged for those that did not (``%d``: how many)."""
 
-    def __init__(self, size: int, *, name: str, on_exit: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        name: str,
+        on_exit: Callable[[], None],
+        stuck: str,
+        patience: float = 0.0,
+    ) -> None:
         if size < 1:
-            raise ValueError(f"StepThreads needs at least one thread, not {size}")
+            raise ValueError(f"DaemonThreads needs at least one thread, not {size}")
         self._size = size
         self._name = name
         self._on_exit = on_exit
+        self._stuck = stuck
+        self._patience = patience
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._busy: set[threading.Thread] = set()
@@ -59,8 +74,8 @@ class StepThreads(Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more calls; each thread closes (``on_exit``) once its call returns.
-        ``wait`` waits (up to 5 s) for the idle ones only: a call that hangs is not
-        waited for."""
+        ``wait`` waits up to 5 s for the idle threads to close, and up to ``patience``
+        seconds for the calls still running: one that hangs longer is not waited for."""
         with self._lock:
             self._closed = True
             if cancel_futures:
@@ -72,20 +87,16 @@ class StepThreads(Executor):
                     if call is not None:
                         call[0].cancel()
             idle = [thread for thread in self._threads if thread not in self._busy]
+            busy = [thread for thread in self._threads if thread in self._busy]
             for _ in self._threads:
                 self._calls.put(None)
         if wait:
-            deadline = time.monotonic() + 5
-            for thread in idle:
-                thread.join(max(deadline - time.monotonic(), 0))
+            _join(idle, 5)
+            _join(busy, self._patience)
         with self._lock:
             hung = len(self._busy)
         if hung:
-            log.warning(
-                "%d sync step function(s) still running past their step_timeout: "
-                "abandoned when the worker exits",
-                hung,
-            )
+            log.warning(self._stuck, hung)
 
     def _serve(self) -> None:
         me = threading.current_thread()
@@ -116,3 +127,10 @@ class StepThreads(Executor):
                 self._idle.release()
         finally:
             self._on_exit()
+
+
+def _join(threads: list[threading.Thread], seconds: float) -> None:
+    """Wait up to ``seconds`` in all for ``threads`` to end."""
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0))
