@@ -6,6 +6,7 @@ flow claim (``postgres_flow``) are written with these."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Iterator
@@ -15,25 +16,62 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError
 
+log = logging.getLogger("django_durable_jobs.db")
+
 #: psycopg connection -> the names ``prepare`` made on it.
 _prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 def prepare(connection: Any, name: str, types: list[str], body: str) -> bool:
     """``PREPARE`` ``body`` as ``name`` on this connection, once; False where named
-    statements cannot be used: ``DISABLE_SERVER_SIDE_CURSORS`` (PgBouncer), and
-    cursors that bind parameters on the server (``binds_on_server``), whose
-    ``EXECUTE name($1, ...)`` the server refuses: it cannot tell an ``EXECUTE``
-    argument's type ("could not determine data type of parameter $2")."""
+    statements cannot be used: ``DISABLE_SERVER_SIDE_CURSORS`` (PgBouncer), a
+    connection that is a pooler's (``pooled``), and cursors that bind parameters on
+    the server (``binds_on_server``), whose ``EXECUTE name($1, ...)`` the server
+    refuses: it cannot tell an ``EXECUTE`` argument's type ("could not determine data
+    type of parameter $2")."""
     if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS") or binds_on_server(connection):
         return False
     connection.ensure_connection()
+    if pooled(connection):
+        return False
     done = _prepared.setdefault(connection.connection, set())
     if name not in done:
         with connection.cursor() as cursor:
             cursor.execute(f"PREPARE {name}({', '.join(types)}) AS {body}")
         done.add(name)
     return True
+
+
+def pooled(connection: Any) -> bool:
+    """Whether ``connection`` (connected) reaches PostgreSQL through a pooler, asked
+    once per connection before its first ``PREPARE``: the backend it says it is at
+    connect time (``BackendKeyData``) is not the one that answers. PgBouncer makes
+    that key up. In transaction pooling a named statement lives on a server
+    connection that other clients get next: without ``DISABLE_SERVER_SIDE_CURSORS``,
+    three enqueues in four failed ("prepared statement ... already exists") with eight
+    threads behind PgBouncer 1.18. A pooler's connections send statements as text."""
+    raw = connection.connection
+    known = _pooled.get(raw)
+    if known is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        known = _pooled[raw] = pid != raw.info.backend_pid
+        if known and connection.alias not in _told:
+            _told.add(connection.alias)
+            log.warning(
+                "database %r is reached through a connection pooler (PgBouncer?): its "
+                "statements are sent unprepared; DISABLE_SERVER_SIDE_CURSORS: True on "
+                "it says so without asking (as Django asks behind transaction pooling)",
+                connection.alias,
+            )
+    return known
+
+
+#: psycopg connection -> whether it is a pooler's (``pooled``).
+_pooled: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+#: The database aliases whose pooler was logged.
+_told: set[str] = set()
 
 
 def run_statement(

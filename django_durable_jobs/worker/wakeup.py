@@ -58,11 +58,19 @@ class PostgresWaker:
         }
         self._psycopg = psycopg
         self._conn: Any = None
+        self._told = False
 
     def _connect(self) -> Any:
         if self._conn is None or self._conn.closed:
             self._conn = self._psycopg.connect(autocommit=True, **self._params)
             self._conn.execute(f"LISTEN {CHANNEL}")
+            if _through_a_pooler(self._conn) and not self._told:
+                self._told = True
+                log.warning(
+                    "the worker's LISTEN connection goes through a connection pooler "
+                    "(PgBouncer?): in transaction pooling no NOTIFY reaches it, and the "
+                    "worker finds new work by polling every --poll-interval"
+                )
         return self._conn
 
     def wait(self, timeout: float) -> bool:
@@ -86,6 +94,13 @@ class PostgresWaker:
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def _through_a_pooler(conn: Any) -> bool:
+    """Whether the backend that answers is not the one named at connect time (a
+    pooler's made-up ``BackendKeyData``; ``statements.pooled``)."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    return bool(row and row[0] != conn.info.backend_pid)
 
 
 def make_waker() -> Waker:

@@ -71,6 +71,15 @@ def required_wait(ctx: Any) -> Any:
     return ctx.step.wait_for_event("must", "never.happens", timeout="1h", required=True)
 
 
+@job(name="tests.pooled", retries=2, backoff=0)
+def pooled(ctx: Any, key: str) -> Any:
+    """A step, an event, a step: the flow ``test_pgbouncer`` runs through a pooler."""
+    ctx.step.run("before", effect, "pooled-before", ctx.run_id)
+    paid = ctx.step.wait_for_event("paid", "pooled.paid", match=key, timeout="1h")
+    ctx.step.run("after", effect, "pooled-after", ctx.run_id)
+    return paid
+
+
 @job(name="tests.swallower")
 def swallower(ctx: Any) -> str:
     try:

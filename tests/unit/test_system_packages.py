@@ -104,8 +104,9 @@ def test_an_interpreter_without_python_h_needs_its_dev_package(shared_dir: Path)
 def test_a_missing_optional_package_only_says_what_will_be_skipped() -> None:
     done = as_nobody("pkg-config", "durable-jobs-no-such-browser")
     assert done.returncode == 0
-    assert "durable-jobs-no-such-browser not installed: the browser test will be skipped" in (
-        done.stderr
+    assert (
+        "durable-jobs-no-such-browser not installed: the tests that use them will be skipped"
+        in (done.stderr)
     )
 
 
@@ -189,7 +190,7 @@ def test_as_root_it_installs_pkg_config_and_the_mariadb_headers_with_apt_get(
     there; as root (CI, this machine) they are installed, in one apt-get install."""
     env = fake_debian(
         shared_dir,
-        installed=["build-essential", "chromium", "chromium-driver"],
+        installed=["build-essential", "chromium", "chromium-driver", "pgbouncer"],
         archive=["libmariadb-dev", "pkg-config"],
     )
     done = subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
@@ -206,7 +207,7 @@ def test_what_apt_get_cannot_install_is_still_one_line_each(shared_dir: Path) ->
     archive does not stop libmariadb-dev; a required one that stays missing fails."""
     env = fake_debian(
         shared_dir,
-        installed=["build-essential", "chromium-driver"],
+        installed=["build-essential", "chromium-driver", "pgbouncer"],
         archive=["pkg-config", "libmariadb-dev"],
     )
     env["SYSTEM_REQUIRED"] = "libmariadb-dev pkg-config durable-jobs-not-in-archive"
@@ -218,7 +219,7 @@ def test_what_apt_get_cannot_install_is_still_one_line_each(shared_dir: Path) ->
     ]
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "make test: chromium not installed: the browser test will be skipped"
+        "make test: chromium not installed: the tests that use them will be skipped"
         " (sudo apt-get install -y chromium)",
         "make test needs system packages first: sudo apt-get install -y "
         "libmariadb-dev pkg-config durable-jobs-not-in-archive",
