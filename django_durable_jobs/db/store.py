@@ -175,7 +175,11 @@ class OrmStepStore:
             )
 
     def _refused(self, record: RecordedStep) -> DurableJobsError:
-        """Why a fenced write did not land: the run was cancelled, or taken over."""
+        """Why a fenced write did not land: the run was cancelled, or taken over.
+
+        Cancelled while this worker still holds the lease (``runs.cancel`` leaves it):
+        a step that completed is recorded all the same, so that a retry replays it
+        instead of running its side effect twice; then the run stops."""
         status = (
             JobRun.objects.using(self.using)
             .filter(pk=record.run_id, lease_owner=self.owner)
@@ -183,13 +187,33 @@ class OrmStepStore:
             .first()
         )
         if status == RunStatus.CANCELLED:
-            return RunCancelled(
-                f"run {record.run_id} was cancelled; step {record.name!r} is not recorded"
-            )
+            kept = "is recorded, the run stops here" if self._kept(record) else "is not recorded"
+            return RunCancelled(f"run {record.run_id} was cancelled; step {record.name!r} {kept}")
         return LeaseLost(
             f"run {record.run_id}: not recording step {record.name!r}: this worker "
             f"({self.owner}) no longer holds the run's lease"
         )
+
+    def _kept(self, record: RecordedStep) -> bool:
+        """Record a completed step of a run cancelled while this worker holds its lease,
+        the run's row locked meanwhile (a retry cannot start it); False if the run is
+        no longer that, or the record is not a completed step."""
+        if record.status is not StepStatus.COMPLETED:
+            return False
+        values = _columns(record)
+        with transaction.atomic(using=self.using):
+            held = (
+                JobRun.objects.using(self.using)
+                .select_for_update()
+                .filter(pk=record.run_id, lease_owner=self.owner, status=RunStatus.CANCELLED)
+                .exists()
+            )
+            rows = self._rows().filter(run_id=record.run_id, name=record.name)
+            if held and not rows.update(**values):
+                self._rows().create(run_id=record.run_id, name=record.name, **values)
+        if held:
+            self._recorded(record)
+        return held
 
     def _insert(self, run_id: str, name: str, values: dict[str, Any]) -> int:
         if self.owner is None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
-from django_durable_jobs import InvalidPayload
+from django_durable_jobs import InvalidPayload, runs
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
@@ -92,8 +93,25 @@ def test_run_cancelled_while_executing_stops_at_its_next_step(clock: FakeClock) 
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.error_code == "X_RUN_CANCELLED"
     assert run.lease_owner == "" and run.lease_expires_at is None
-    assert list(run.steps.values_list("name", flat=True)) == ["one"]  # "two" not recorded
+    # "two" ran after the cancel (no heartbeat told the worker yet): its effect happened,
+    # so it is recorded; then the run stopped.
+    assert list(run.steps.order_by("started_at").values_list("name", flat=True)) == [
+        "one",
+        "two",
+    ]
     assert not Effect.objects.filter(name="c-three").exists()
+    # An operator's retry replays "one" and "two" instead of running them again.
+    runs.retry(run.pk, now=clock.now())
+    [again] = claim("w2", now=clock.now(), lease=LEASE)
+    execute(again, clock=clock, owner="w2")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert Counter(Effect.objects.values_list("name", flat=True)) == {
+        "c-one": 1,
+        "c-two": 1,
+        "c-three": 1,
+        "c-cancelled": 1,
+    }
 
 
 @pytest.mark.django_db

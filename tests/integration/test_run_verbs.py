@@ -76,7 +76,7 @@ def test_cancel_a_running_run_keeps_the_lease_until_the_worker_stops(clock: Fake
     run = fragile.enqueue()
     [claimed] = claim("w", now=clock.now(), lease=LEASE)
     cancelled = runs.cancel(run.pk)
-    # The worker still holds it: its fenced writes fail from now on.
+    # The worker still holds it: it stops after the step it is in.
     assert cancelled.status == RunStatus.CANCELLED and cancelled.lease_owner == "w"
     with pytest.raises(RunStateError, match="has not stopped it"):
         runs.retry(run.pk)
@@ -85,7 +85,10 @@ def test_cancel_a_running_run_keeps_the_lease_until_the_worker_stops(clock: Fake
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.error_code == "X_RUN_CANCELLED"
     assert run.lease_owner == ""
-    assert step_names(run) == []  # its first step write was refused
+    # The step it executed (no heartbeat told it of the cancel) is recorded: its side
+    # effect happened, and a retry replays it; nothing after it ran.
+    assert step_names(run) == ["one"]
+    assert list(Effect.objects.values_list("name", flat=True)) == ["fragile-one"]
     assert runs.retry(run.pk).status == RunStatus.QUEUED  # now it can
 
 

@@ -199,3 +199,37 @@ def test_a_step_that_kills_its_worker_is_named_when_attempts_run_out(
     )
     assert "worker died inside it" in lost.error
     assert supervisor.terminate() == 0
+
+
+# -- a run cancelled while a step executes --------------------------------------------
+
+
+def test_a_step_that_completes_after_its_run_was_cancelled_is_replayed_by_a_retry(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+) -> None:
+    """An operator cancels a run while its step works: the step finishes (a sync step
+    cannot be stopped halfway), and its record was refused, so a retry ran the step's
+    side effect a second time. It is recorded now, and the retry replays it."""
+    from django_durable_jobs import runs
+
+    worker = workers.start("canceller")
+    workers.wait_started(worker)
+    run = worker_jobs.sleeper.enqueue(2.0)
+    wait_until(
+        lambda: effects(run)["sleeper-started"], timeout=30, what="the step", workers=[worker]
+    )
+    runs.cancel(run.pk)
+    wait_until(
+        lambda: effects(run)["sleeper-done"] and not JobRun.objects.get(pk=run.pk).lease_owner,
+        timeout=30,
+        what="the step to end and the worker to let the run go",
+        workers=[worker],
+    )
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (RunStatus.CANCELLED, "X_RUN_CANCELLED")
+    assert StepRecord.objects.get(run=run, name="sleep").status == StepStatus.COMPLETED
+    runs.retry(run.pk)
+    wait_until(lambda: status_of(run) in FINISHED, timeout=30, what="the retry", workers=[worker])
+    assert status_of(run) == RunStatus.SUCCEEDED
+    assert effects(run) == {"sleeper-started": 1, "sleeper-done": 1}
+    assert worker.terminate() == 0

@@ -94,8 +94,11 @@ def cancelled_midway(ctx: Any) -> None:
     from django_durable_jobs.models import JobRun
 
     ctx.step.run("one", effect, "c-one", ctx.run_id)
-    # An operator cancels the run while it executes (as runs.cancel will).
-    JobRun.objects.filter(pk=ctx.run_id).update(status="cancelled")
+    # An operator cancels the run while it executes (as runs.cancel does), the first
+    # time only: a retry of the run goes on.
+    if not Effect.objects.filter(name="c-cancelled", run_id=ctx.run_id).exists():
+        Effect.objects.create(name="c-cancelled", run_id=ctx.run_id)
+        JobRun.objects.filter(pk=ctx.run_id).update(status="cancelled")
     ctx.step.run("two", effect, "c-two", ctx.run_id)
     ctx.step.run("three", effect, "c-three", ctx.run_id)
 
