@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import Min
 
 from . import conf
@@ -192,15 +192,22 @@ def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
     # Missed slots (no worker ran): only the latest one starts, once.
     slot = max(schedule.next_run_at, latest_slot(expr, tz, now), key=datetime.timestamp)
     try:
-        run = enqueue_job(
-            job,
-            _arguments(schedule.args, list),
-            _arguments(schedule.kwargs, dict),
-            JobOptions(idempotency_key=slot_key(schedule.pk, slot), run_after=slot),
-            now=now,
-        )
-    except InvalidPayload as exc:  # arguments the job refuses (a row edited by hand)
-        _disable(schedule, f"cannot start: {exc}")
+        # A savepoint: what a failed start wrote goes, the other schedules' starts stay.
+        with transaction.atomic(using=conf.database()):
+            run = enqueue_job(
+                job,
+                _arguments(schedule.args, list),
+                _arguments(schedule.kwargs, dict),
+                JobOptions(idempotency_key=slot_key(schedule.pk, slot), run_after=slot),
+                now=now,
+            )
+    except DatabaseError:
+        raise  # the database's trouble, not the row's: the worker retries the tick
+    except Exception as exc:
+        # Arguments the job refuses (a row edited by hand), or that its limits' keys
+        # cannot be made of (a key callable's KeyError, a key too long to store):
+        # this schedule is disabled, every other one still starts.
+        _disable(schedule, f"cannot start: {type(exc).__name__}: {exc}")
         return None
     # In the same transaction as the insert: no worker sees the run without them.
     JobRun.objects.using(conf.database()).filter(pk=run.pk).update(

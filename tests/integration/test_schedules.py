@@ -161,6 +161,38 @@ def test_a_schedule_whose_arguments_the_job_refuses_is_disabled_and_the_others_s
     assert not bad.enabled and bad.note.startswith("cannot start: ") and says in bad.note
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        (
+            {"job_name": "tests.one_per_key", "kwargs": {"key": "x" * 300}},
+            "InvalidName: job 'tests.one_per_key': the concurrency key",
+        ),
+        (
+            {"job_name": "tests.by_region", "kwargs": {"account": {"no_region": 1}}},
+            "KeyError: 'region'",
+        ),
+    ],
+    ids=["key-too-long", "key-callable-raises"],
+)
+def test_a_schedule_whose_arguments_its_limits_cannot_key_is_disabled_and_the_others_start(
+    clock: FakeClock, fields: dict[str, Any], says: str
+) -> None:
+    """The job takes the arguments, but its concurrency key cannot be made of them:
+    only InvalidPayload disabled a schedule, and this error stopped every worker's tick
+    (found by a review of the schedule fix)."""
+    clock.set(T0)
+    bad, good = add("* * * * *", T0), add("* * * * *", T0)
+    Schedule.objects.filter(pk=bad.pk).update(**fields)
+    clock.advance("1m")
+    (run,) = start_due(clock.now()).started
+    assert run.schedule_id == good.pk
+    bad.refresh_from_db()
+    assert not bad.enabled and bad.note.startswith("cannot start: ") and says in bad.note, bad.note
+    assert JobRun.objects.count() == 1
+
+
 @pytest.fixture
 def declared() -> Iterator[None]:
     yield
