@@ -216,21 +216,47 @@ class AsyncSteps(StepEngine):
                 "awaited, so it did not run: write `await ctx.step...` in an async def job"
             )
 
-    async def finish_started(self) -> None:
+    async def finish_started(self, within: float | None = None) -> None:
         """Wait for the steps of this attempt that still execute in tasks of their own
         (``asyncio.gather``'s others when one step suspended the run or failed): each
         step's record is written before the attempt ends. Ended at once, their records
         were refused (the lease let go) or never written, and the resumed run executed
-        them again."""
+        them again. ``within``: the seconds the job's ``timeout`` leaves (None: no
+        timeout); a step still executing then is not waited for."""
         mine = {id(coroutine) for _, coroutine in self.__dict__.get("_calls", [])}
         if not mine:
             return
         tasks = [t for t in asyncio.all_tasks() if not t.done() and id(t.get_coro()) in mine]
         if tasks:
-            await asyncio.wait(tasks)
+            await asyncio.wait(tasks, timeout=None if within is None else max(within, 0))
 
     # -- performing a plan ---------------------------------------------------
     async def _perform(self, plan: Plan[T]) -> T:
+        """Carry out one step. One that ends the attempt (it suspended the run, or it
+        failed) first waits for the steps of this attempt still executing beside it
+        (``asyncio.gather``, a ``TaskGroup``, tasks of the job's own), so that each
+        of those is recorded: a ``TaskGroup`` cancels its other tasks as soon as one
+        raises, and a step cut off after its side effect ran again when the run
+        resumed. The wait is inside the job's ``timeout``."""
+        executing: dict[asyncio.Future[None], Any] = self.__dict__.setdefault("_executing", {})
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.current_task()
+        executing[mine] = task
+        try:
+            return await self._carry_out(plan)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            _done(executing, mine)
+            # The others, and any step they start meanwhile; not the steps this one is
+            # part of (``invoke_all`` performs its own), which wait for it.
+            while others := {f for f, t in executing.items() if t is not task}:
+                await asyncio.wait(others)
+            raise
+        finally:
+            _done(executing, mine)
+
+    async def _carry_out(self, plan: Plan[T]) -> T:
         sent: Any = None
         failure: BaseException | None = None
         while True:
@@ -285,3 +311,10 @@ async def _finished(write: asyncio.Future[T]) -> T:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({write})
         raise
+
+
+def _done(executing: dict[asyncio.Future[None], Any], step: asyncio.Future[None]) -> None:
+    """``step`` no longer executes (``AsyncSteps._perform``)."""
+    executing.pop(step, None)
+    if not step.done():
+        step.set_result(None)

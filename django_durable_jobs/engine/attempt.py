@@ -163,18 +163,24 @@ async def arun_attempt(
     except TimeoutError as exc:
         if scope.expired():  # the job's task was cancelled, and gather cancels its own
             return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
-        await ctx.step.finish_started()
+        await ctx.step.finish_started(_left(timeout, began))
         return _stopped(exc)
     except (Suspension, Exception, *JOB_EXITS) as stop:
-        await ctx.step.finish_started()  # a gathered step still executing: record it first
+        # A gathered step still executing: recorded first, within the job's timeout.
+        await ctx.step.finish_started(_left(timeout, began))
         return _stopped(stop)
     except BaseExceptionGroup as group:  # an asyncio.TaskGroup whose step suspended the run
         if (inside := _stop_in(group)) is None:
             raise
-        await ctx.step.finish_started()
+        await ctx.step.finish_started(_left(timeout, began))
         return _stopped(inside)
     finally:
         ctx.step.check_awaited(fail=False)
+
+
+def _left(timeout: timedelta | None, began: float) -> float | None:
+    """The seconds of ``timeout`` left since ``began`` (monotonic); None: no timeout."""
+    return None if timeout is None else timeout.total_seconds() - (time.monotonic() - began)
 
 
 def _stop_in(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

@@ -163,6 +163,43 @@ def test_a_gathered_step_still_executing_when_the_attempt_ends_runs_once(
     assert Effect.objects.filter(name="slow", run_id=str(run.id)).count() == 1
 
 
+@pytest.mark.parametrize("fail", [False, True], ids=["beside-a-sleep", "beside-a-failure"])
+@pytest.mark.parametrize("shape", ["task-group", "wrapped-gather"])
+def test_a_step_beside_one_that_ends_the_attempt_runs_once_in_every_shape(
+    driver: Driver, clock: FakeClock, shape: str, fail: bool
+) -> None:
+    """Found by a review: a TaskGroup cancelled 'slow' after its side effect, and a
+    gather of a coroutine that awaits the step was not waited for: the resumed run
+    executed 'slow' again (2 effects). A step that ends the attempt now waits for the
+    steps executing beside it."""
+    run = async_jobs.async_gathers_in_shapes.enqueue(shape, fail)
+    first = driver.step()
+    assert first is not None
+    assert isinstance(first.outcome, Failed if fail else Suspended)
+    assert JobRun.objects.get(pk=run.pk).steps.get(name="slow").status == StepStatus.COMPLETED
+    clock.advance("1h")
+    driver.drain()
+    run.refresh_from_db()
+    if fail:
+        assert run.status == RunStatus.FAILED and run.attempt == 4
+    else:
+        assert run.status == RunStatus.SUCCEEDED and run.result == [None, "slow"]
+    assert Effect.objects.filter(name="slow", run_id=str(run.id)).count() == 1
+
+
+def test_waiting_for_the_steps_beside_one_that_ends_the_attempt_keeps_the_timeout(
+    driver: Driver,
+) -> None:
+    """Found by a review: the attempt waited for 'long' after the sleep suspended it,
+    outside the job's timeout: an attempt of a 300 ms job ran 3 s (a step that hangs:
+    for ever) and ended suspended. The wait is inside the timeout now."""
+    run = async_jobs.async_gathers_past_its_timeout.enqueue()
+    first = driver.step()
+    assert first is not None and isinstance(first.outcome, Failed)
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (RunStatus.FAILED, "X_JOB_TIMEOUT")
+
+
 def test_a_step_that_suspends_inside_a_task_group_parks_the_run(
     driver: Driver, clock: FakeClock
 ) -> None:

@@ -166,6 +166,35 @@ async def async_gathers_a_sleep(ctx: Any, fail: bool) -> list[Any]:
     return list(await asyncio.gather(first, ctx.step.run("slow", _slow_effect, "slow", ctx.run_id)))
 
 
+@job(name="tests.async_gathers_in_shapes", retries=3, backoff=0)
+async def async_gathers_in_shapes(ctx: Any, shape: str, fail: bool) -> list[Any]:
+    """A slow step with a side effect beside a sleep (or a failing step), started in a
+    TaskGroup (which cancels its other tasks when one raises) or wrapped in a
+    coroutine of the job's own (a task whose coroutine is not the step's)."""
+    first = ctx.step.run("boom", _boom) if fail else ctx.step.sleep("nap", "1h")
+
+    async def slow() -> str:
+        return str(await ctx.step.run("slow", _slow_effect, "slow", ctx.run_id))
+
+    if shape == "task-group":
+        async with asyncio.TaskGroup() as group:
+            group.create_task(first)
+            done = group.create_task(slow())
+        return [None, done.result()]
+    return list(await asyncio.gather(first, slow()))
+
+
+@job(name="tests.async_gathers_past_its_timeout", retries=0, timeout="300ms")
+async def async_gathers_past_its_timeout(ctx: Any) -> list[Any]:
+    """A sleep beside a step that takes far longer than the job's timeout."""
+    return list(await asyncio.gather(ctx.step.sleep("nap", "1h"), ctx.step.run("long", _long)))
+
+
+async def _long() -> str:
+    await asyncio.sleep(30)
+    return "late"
+
+
 async def _boom() -> None:
     raise RuntimeError("boom")
 
