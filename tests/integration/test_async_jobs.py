@@ -143,35 +143,15 @@ def test_a_job_that_swallows_its_suspension_fails_instead_of_skipping_the_sleep(
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["beside-a-sleep", "beside-a-failure"])
-def test_a_gathered_step_still_executing_when_the_attempt_ends_runs_once(
-    driver: Driver, clock: FakeClock, fail: bool
-) -> None:
-    """asyncio.gather(sleep, run): the sleep suspended the run while 'slow' executed;
-    its record was refused (or never written) and the resumed run executed it again."""
-    run = async_jobs.async_gathers_a_sleep.enqueue(fail)
-    first = driver.step()
-    assert first is not None
-    assert isinstance(first.outcome, Failed if fail else Suspended)
-    assert JobRun.objects.get(pk=run.pk).steps.get(name="slow").status == StepStatus.COMPLETED
-    clock.advance("1h")
-    driver.drain()
-    run.refresh_from_db()
-    if fail:
-        assert run.status == RunStatus.FAILED and run.attempt == 4
-    else:
-        assert run.status == RunStatus.SUCCEEDED and run.result == [None, "slow"]
-    assert Effect.objects.filter(name="slow", run_id=str(run.id)).count() == 1
-
-
-@pytest.mark.parametrize("fail", [False, True], ids=["beside-a-sleep", "beside-a-failure"])
-@pytest.mark.parametrize("shape", ["task-group", "wrapped-gather"])
+@pytest.mark.parametrize("shape", ["gather", "task-group", "wrapped-gather"])
 def test_a_step_beside_one_that_ends_the_attempt_runs_once_in_every_shape(
     driver: Driver, clock: FakeClock, shape: str, fail: bool
 ) -> None:
-    """Found by a review: a TaskGroup cancelled 'slow' after its side effect, and a
-    gather of a coroutine that awaits the step was not waited for: the resumed run
-    executed 'slow' again (2 effects). A step that ends the attempt now waits for the
-    steps executing beside it."""
+    """asyncio.gather(sleep, run): the sleep suspended the run while 'slow' executed;
+    its record was refused (or never written) and the resumed run executed it again.
+    Then a review found the same in a TaskGroup (which cancelled 'slow' after its side
+    effect) and in a gather of a coroutine that awaits the step. A step that ends the
+    attempt now waits for the steps executing beside it."""
     run = async_jobs.async_gathers_in_shapes.enqueue(shape, fail)
     first = driver.step()
     assert first is not None

@@ -158,24 +158,21 @@ async def _slow_effect(name: str, run_id: str) -> str:
     return name
 
 
-@job(name="tests.async_gathers_a_sleep", retries=3, backoff=0)
-async def async_gathers_a_sleep(ctx: Any, fail: bool) -> list[Any]:
-    """A step beside a sleep (or beside a step that fails) in one gather: the sleep
-    suspends the run while the other step still executes."""
-    first = ctx.step.run("boom", _boom) if fail else ctx.step.sleep("nap", "1h")
-    return list(await asyncio.gather(first, ctx.step.run("slow", _slow_effect, "slow", ctx.run_id)))
-
-
 @job(name="tests.async_gathers_in_shapes", retries=3, backoff=0)
 async def async_gathers_in_shapes(ctx: Any, shape: str, fail: bool) -> list[Any]:
-    """A slow step with a side effect beside a sleep (or a failing step), started in a
-    TaskGroup (which cancels its other tasks when one raises) or wrapped in a
-    coroutine of the job's own (a task whose coroutine is not the step's)."""
+    """A slow step with a side effect beside a sleep (or a failing step), in a gather
+    of the step coroutines, in a TaskGroup (which cancels its other tasks when one
+    raises), or wrapped in a coroutine of the job's own (a task whose coroutine is not
+    the step's)."""
     first = ctx.step.run("boom", _boom) if fail else ctx.step.sleep("nap", "1h")
 
     async def slow() -> str:
         return str(await ctx.step.run("slow", _slow_effect, "slow", ctx.run_id))
 
+    if shape == "gather":
+        return list(
+            await asyncio.gather(first, ctx.step.run("slow", _slow_effect, "slow", ctx.run_id))
+        )
     if shape == "task-group":
         async with asyncio.TaskGroup() as group:
             group.create_task(first)
