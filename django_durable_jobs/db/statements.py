@@ -53,10 +53,7 @@ def pooled(connection: Any) -> bool:
     raw = connection.connection
     known = _pooled.get(raw)
     if known is None:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            (pid,) = cursor.fetchone()
-        known = _pooled[raw] = pid != raw.info.backend_pid
+        known = _pooled[raw] = answered_elsewhere(raw)
         if known and connection.alias not in _told:
             _told.add(connection.alias)
             log.warning(
@@ -66,6 +63,14 @@ def pooled(connection: Any) -> bool:
                 connection.alias,
             )
     return known
+
+
+def answered_elsewhere(raw: Any) -> bool:
+    """Whether the backend that answers on the psycopg connection ``raw`` is not the
+    one it named at connect time (``BackendKeyData``): a pooler's, which makes that
+    key up. Also asked by the worker's LISTEN connection (``wakeup``)."""
+    row = raw.execute("SELECT pg_backend_pid()").fetchone()
+    return bool(row and row[0] != raw.info.backend_pid)
 
 
 #: psycopg connection -> whether it is a pooler's (``pooled``).

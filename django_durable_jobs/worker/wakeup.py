@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from django.db import connections
 
 from .. import conf
-from ..db import dialect
+from ..db import dialect, statements
 
 CHANNEL = "durable_jobs"
 log = logging.getLogger("django_durable_jobs.worker")
@@ -64,7 +64,7 @@ class PostgresWaker:
         if self._conn is None or self._conn.closed:
             self._conn = self._psycopg.connect(autocommit=True, **self._params)
             self._conn.execute(f"LISTEN {CHANNEL}")
-            if _through_a_pooler(self._conn) and not self._told:
+            if statements.answered_elsewhere(self._conn) and not self._told:
                 self._told = True
                 log.warning(
                     "the worker's LISTEN connection goes through a connection pooler "
@@ -94,13 +94,6 @@ class PostgresWaker:
                 self._conn.close()
             finally:
                 self._conn = None
-
-
-def _through_a_pooler(conn: Any) -> bool:
-    """Whether the backend that answers is not the one named at connect time (a
-    pooler's made-up ``BackendKeyData``; ``statements.pooled``)."""
-    row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    return bool(row and row[0] != conn.info.backend_pid)
 
 
 def make_waker() -> Waker:

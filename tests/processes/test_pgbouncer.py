@@ -25,7 +25,12 @@ import pytest
 from django.db import connection
 
 from django_durable_jobs.models import JobRun, RunStatus
-from tests.processes.test_worker_processes import REPO_DIR, Workers, wait_until
+from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
+    REPO_DIR,
+    Workers,
+    wait_until,
+    workers,
+)
 from tests.testapp.models import Effect, Execution
 
 pytestmark = [
@@ -113,18 +118,10 @@ def client(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
-def workers(request: pytest.FixtureRequest, pgbouncer: str) -> Iterator[Workers]:
-    failed_before = request.session.testsfailed
-    pool = Workers(request.node.name)
-    try:
-        yield pool
-    finally:  # before the pooler stops (fixtures end in reverse)
-        pool.cleanup(failed=request.session.testsfailed > failed_before)
-
-
 def test_enqueues_events_and_steps_through_a_transaction_pooling_pgbouncer(
-    pgbouncer: str, workers: Workers
+    pgbouncer: str,
+    workers: Workers,  # noqa: F811 - the fixture imported above; set up after the pooler,
+    # so its workers are stopped before the pooler is
 ) -> None:
     through = {"DATABASE_URL": pgbouncer}
     pool = [workers.start(f"pooled{i}", "--async-concurrency", "10", env=through) for i in range(2)]
