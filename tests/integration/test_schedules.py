@@ -169,6 +169,7 @@ def test_a_schedule_whose_arguments_the_job_refuses_is_disabled_and_the_others_s
     assert run.schedule_id == good.pk
     bad.refresh_from_db()
     assert not bad.enabled and bad.note.startswith("cannot start: ") and says in bad.note
+    assert JobRun.objects.count() == 1  # nothing of the bad schedule's start was written
 
 
 @pytest.fixture
