@@ -16,8 +16,8 @@ from datetime import datetime
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
-from django_durable_jobs.enqueueing import enqueue
 from django_durable_jobs.observe import stats
+from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from django_durable_jobs.worker.outcome import settle, write

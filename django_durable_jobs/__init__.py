@@ -73,7 +73,7 @@ __all__ = [
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> "JobRun":
     """Start a run of the job registered as ``job_name``: ``enqueue("onboarding", user_id=42)``."""
-    from .enqueueing import enqueue as enqueue_by_name
+    from .verbs.enqueue import enqueue as enqueue_by_name
 
     return enqueue_by_name(job_name, *args, **kwargs)
 
@@ -83,7 +83,7 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
 
     >>> publish_event("order.paid", {"order_id": 7}, key="42")  # doctest: +SKIP
     """
-    from .events import publish_event as publish
+    from .verbs.events import publish_event as publish
 
     return publish(event, payload, key=key)
 
@@ -104,6 +104,6 @@ async def apublish_event(event: str, payload: Any = None, *, key: str | None = N
 
 def publish_on(signal: Any, **options: Any) -> Any:
     """Turn a Django signal into published events; see ``events.publish_on``."""
-    from .events import publish_on as connect
+    from .verbs.events import publish_on as connect
 
     return connect(signal, **options)

@@ -21,9 +21,10 @@ def _sync_schedules(sender: Any, using: str = "default", **kwargs: Any) -> None:
 
     Not after a partial ``migrate`` (to an older migration of this app, or of another
     app before this one's): the schedules table may not exist yet."""
-    from . import conf, schedules
+    from . import conf
     from .db import migrated
     from .engine import clock
+    from .verbs import schedules
 
     if using == conf.database() and not migrated.unapplied_migrations(using):
         schedules.sync(clock.current().now())
@@ -35,12 +36,14 @@ class DurableJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, conf, discovery, retention
+        from . import checks, conf
         from .contrib import task_signals
         from .contrib import tasks as backends
         from .db import migrated
         from .db.dbclock import DatabaseClock
         from .engine import clock
+        from .jobs import discovery
+        from .verbs import retention
 
         del checks, migrated  # register the system checks on import
         # Leases and wake times are compared across processes: tell the database's time.

@@ -19,7 +19,7 @@ from .engine.cron import Cron
 from .engine.durations import Duration
 from .engine.limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .engine.retry import Backoff
-from .registry import JobDefinition, JobOptions, define
+from .jobs.registry import JobDefinition, JobOptions, define
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -78,7 +78,7 @@ class JobCall:
         return JobCall(self.job, replace(self.options, **changes))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
-        from .enqueueing import enqueue_job
+        from .verbs.enqueue import enqueue_job
 
         return enqueue_job(self.job, args, kwargs, self.options)
 
@@ -90,7 +90,7 @@ class JobCall:
         return await sync_to_async(self.enqueue, thread_sensitive=True)(*args, **kwargs)
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
-        from .enqueueing import enqueue_many_job
+        from .verbs.enqueue import enqueue_many_job
 
         return enqueue_many_job(self.job, calls, self.options)
 

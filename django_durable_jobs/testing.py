@@ -42,10 +42,10 @@ from .engine.clock import FakeClock
 from .engine.durations import Duration, parse_duration
 from .engine.serialization import error_line
 from .engine.timeouts import TimeGuard
-from .enqueueing import enqueue
-from .events import publish_event
+from .jobs.registry import JobDefinition
 from .models import RUNNABLE, Event, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
-from .registry import JobDefinition
+from .verbs.enqueue import enqueue
+from .verbs.events import publish_event
 from .worker.execution import execute
 
 #: Long enough that a waiting step parks until its deadline; events wake it instead.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from django_durable_jobs.db import postgres
 from django_durable_jobs.db.claims import claim, release
+from django_durable_jobs.db.postgresql import claims as postgres
 from django_durable_jobs.engine.clock import FakeClock, use
 from django_durable_jobs.engine.timeouts import TimeGuard
 from django_durable_jobs.models import JobRun

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from django_durable_jobs.metrics import metrics_view
+from django_durable_jobs.observe.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -31,9 +31,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import conf, registry
+from .. import conf
 from ..engine import clock
 from ..exceptions import UnknownJob
+from ..jobs import registry
 from ..models import JobRun
 from .display import badge
 from .times import EMPTY, when

@@ -24,13 +24,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import runs
-from ..db import holds
+from ..db.flow import holds
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
 from ..exceptions import DurableJobsError
 from ..models import JobRun
 from ..observe import trace
+from ..verbs import runs
 from . import confirm, details
 from .display import badge, dotted, json_block, text_block, tools_beside_title
 from .family import RunFamily

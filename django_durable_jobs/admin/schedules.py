@@ -19,12 +19,12 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import schedules
 from ..engine import clock
 from ..engine.cron import check_expr, zone
 from ..exceptions import InvalidPayload, InvalidSchedule, UnknownJob
+from ..jobs.registry import check_arguments, get_job
 from ..models import Schedule
-from ..registry import check_arguments, get_job
+from ..verbs import schedules
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Schedule]

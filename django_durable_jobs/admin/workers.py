@@ -1,5 +1,5 @@
 """The workers admin: a read-only list of the ``runjobs`` processes, live and lost,
-with the runs each holds. Rows are written by the workers themselves (``worker/rows.py``)."""
+with the runs each holds. Rows are written by the workers themselves (``worker/presence.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 from .. import conf
 from ..engine import clock
 from ..models import Worker
-from ..worker import rows as workers
+from ..worker import presence
 from .display import badge, dotted
 from .times import when
 
@@ -32,7 +32,7 @@ class _WorkerList(ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        held = workers.runs_in_hand(w.worker_id for w in self.result_list)
+        held = presence.runs_in_hand(w.worker_id for w in self.result_list)
         for worker in self.result_list:
             setattr(worker, "_in_hand", held.get(worker.worker_id, []))  # noqa: B010
 
@@ -71,7 +71,7 @@ class WorkerAdmin(_ModelAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, worker: Worker) -> SafeString:
         lease = conf.required_duration("LEASE")
-        return badge(workers.shown_status(worker, now=clock.current().now(), lease=lease))
+        return badge(presence.shown_status(worker, now=clock.current().now(), lease=lease))
 
     @admin.display(description="host, pid", ordering="host")
     def process(self, worker: Worker) -> str:
@@ -95,7 +95,7 @@ class WorkerAdmin(_ModelAdmin):
 
     @admin.display(description="runs in hand")
     def in_hand(self, worker: Worker) -> SafeString | str:
-        held: list[workers.InHand] = getattr(worker, "_in_hand", [])
+        held: list[presence.InHand] = getattr(worker, "_in_hand", [])
         if not held:
             return "none"
         return format_html_join(

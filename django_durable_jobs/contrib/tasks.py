@@ -51,8 +51,8 @@ from ..engine.attempt import JobContext
 from ..engine.serialization import check_arguments_payload
 from ..engine.sync_steps import Steps
 from ..exceptions import UnknownJob
+from ..jobs.registry import register_job
 from ..models import JobRun, RunStatus, StepRecord
-from ..registry import register_job
 from .task_context import DurableTaskContext, asteps, executing, steps
 from .task_errors import call_task, task_errors
 

@@ -18,7 +18,8 @@ from django.db.models import Q
 from .. import conf
 from ..engine.clock import Clock
 from ..models import JobRun, RunStatus
-from . import dialect, flow
+from . import dialect
+from .flow import limits as flow
 
 
 def claim(

@@ -28,7 +28,11 @@ from django.db import connections, transaction
 
 from ..engine.clock import Clock
 from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule, best
-from . import flow, postgres, postgres_flow, postgres_inserts, statements
+from .flow import limits as flow
+from .postgresql import claims as postgres
+from .postgresql import flow as postgres_flow
+from .postgresql import inserts as postgres_inserts
+from .postgresql import statements
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")

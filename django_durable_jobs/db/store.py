@@ -15,13 +15,13 @@ from uuid import UUID
 from django.db import connections, transaction
 from django.db.models import Field
 
-from .. import faults, signals
+from .. import signals
 from ..engine.records import ChildOutcome, RecordedStep, StepStore
 from ..engine.serialization import ErrorInfo
 from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
 from ..models import JobRun, RunStatus, StepRecord
-from . import dialect
+from . import dialect, faults
 from .reads import Read
 
 

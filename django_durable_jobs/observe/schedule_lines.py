@@ -8,7 +8,7 @@ from typing import Any
 from .. import conf
 from ..exceptions import InvalidSchedule, UnknownJob
 from ..models import Schedule
-from ..schedules import describe
+from ..verbs.schedules import describe
 
 HEADERS = ("id", "job", "cron", "timezone", "enabled", "next runs (local time)", "last run", "note")
 #: How many upcoming run times each schedule shows.

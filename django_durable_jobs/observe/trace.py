@@ -19,9 +19,9 @@ from ..engine import clock
 from ..engine.fanout import key_prefix
 from ..engine.serialization import error_line, shown_type
 from ..engine.vocabulary import StepKind
+from ..jobs.registry import all_jobs
+from ..jobs.registry import max_attempts as of_definition
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
-from ..registry import all_jobs
-from ..registry import max_attempts as of_definition
 from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
 
 __all__ = ["JSON_LIMIT", "clip", "pretty_json", "short_duration", "stamp"]

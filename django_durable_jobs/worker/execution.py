@@ -37,11 +37,11 @@ from ..engine.serialization import ErrorInfo
 from ..engine.steps import StepEngine
 from ..engine.sync_steps import STEP_LOST, Steps
 from ..engine.timeouts import TimeGuard
-from ..events import EventLog
 from ..exceptions import AttemptsExhausted, UnknownJob
-from ..invocations import OrmChildBatches, OrmChildRuns
+from ..jobs.registry import JobDefinition, attempts_of, get_job, max_attempts
 from ..models import JobRun, StepRecord, StepStatus
-from ..registry import JobDefinition, attempts_of, get_job, max_attempts
+from ..verbs.events import EventLog
+from ..verbs.invocations import OrmChildBatches, OrmChildRuns
 from . import outcome as outcomes
 from .outbox import Outbox
 from .outcome import Executed, Pending, _pending, settle

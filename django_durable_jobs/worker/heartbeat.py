@@ -12,14 +12,15 @@ from uuid import UUID
 
 from django.db import DatabaseError, connections
 
-from .. import conf, faults
+from .. import conf
+from ..db import faults
 from ..db.claims import renew, renew_held
 from ..db.store import LeaseLost
 from ..engine.clock import Clock
 from ..engine.core import Interrupt, Io
 from ..exceptions import RunCancelled
 from ..models import JobRun, RunStatus
-from .rows import Presence
+from .presence import Presence
 
 log = logging.getLogger("django_durable_jobs.worker")
 

@@ -36,11 +36,11 @@ from ..engine.clock import Clock
 from ..engine.core import Interrupt
 from ..engine.records import RecordedStep, StepStore
 from ..exceptions import UnknownJob
+from ..jobs.registry import all_jobs, get_job
 from ..models import JobRun
-from ..registry import all_jobs, get_job
+from .connections import close_broken_connections
 from .daemon_threads import DaemonThreads
 from .execution import arun_to_stop
-from .health import close_broken_connections
 from .outcome import Pending
 from .recording import record_all
 

@@ -24,23 +24,25 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connections
 
-from .. import conf, faults
-from ..db import conflicts, flow, holds
+from .. import conf
+from ..db import conflicts, faults
 from ..db.claims import release, requeue_expired
+from ..db.flow import holds
+from ..db.flow import limits as flow
 from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
+from ..jobs.registry import attempts_of
 from ..models import JobRun
-from ..registry import attempts_of
-from ..schedules import Ticker, sync
+from ..verbs.schedules import Ticker, sync
 from .batching import Batching
+from .connections import close_broken_connections, fit_to_pool, keep_healthy
 from .execution import run_to_stop
-from .health import close_broken_connections, fit_to_pool, keep_healthy
 from .heartbeat import Heartbeat
 from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
 from .outbox import Outbox
 from .outcome import Pending
-from .rows import Presence
+from .presence import Presence
 from .stopping import StopNow, StopSignals
 from .wakeup import Waker, make_waker
 

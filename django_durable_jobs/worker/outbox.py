@@ -16,9 +16,12 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from .. import conf, faults
-from ..db import dialect, flow, postgres, postgres_flow
+from .. import conf
+from ..db import dialect, faults
 from ..db.claims import claim, release
+from ..db.flow import limits as flow
+from ..db.postgresql import claims as postgres
+from ..db.postgresql import flow as postgres_flow
 from ..db.probe import any_due
 from ..engine.clock import Clock
 from ..models import JobRun

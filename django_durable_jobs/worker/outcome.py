@@ -17,19 +17,22 @@ from typing import Any
 from django.db import DataError, transaction
 
 from .. import conf, signals
-from ..db import dialect, flow_keys, holds, postgres
-from ..db.postgres import OUTCOME_COLUMNS
+from ..db import dialect
+from ..db.flow import holds
+from ..db.flow import keys as flow_keys
+from ..db.postgresql import claims as postgres
+from ..db.postgresql.claims import OUTCOME_COLUMNS
 from ..engine.attempt import Failed, Outcome, Succeeded, Suspended
 from ..engine.records import RecordedStep
 from ..engine.retry import backoff_delay
 from ..engine.serialization import ascii_text
 from ..engine.vocabulary import StepKind
-from ..events import recheck_after_park, wake_parent
 from ..exceptions import RunCancelled, StepOutputInvalid
-from ..failure_handlers import handler_for, start_handler
-from ..invocations import last_sibling
+from ..jobs.registry import JobDefinition, max_attempts
 from ..models import JobRun, RunStatus
-from ..registry import JobDefinition, max_attempts
+from ..verbs.events import recheck_after_park, wake_parent
+from ..verbs.failure_handlers import handler_for, start_handler
+from ..verbs.invocations import last_sibling
 
 log = logging.getLogger("django_durable_jobs.worker")
 

@@ -16,11 +16,13 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from .. import conf, faults
-from ..db import conflicts, dialect, postgres, postgres_flow
+from .. import conf
+from ..db import conflicts, dialect, faults
+from ..db.postgresql import claims as postgres
+from ..db.postgresql import flow as postgres_flow
 from ..engine.serialization import cut, error_line
 from ..models import JobRun
-from .health import close_broken_connections
+from .connections import close_broken_connections
 from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of, settle, shorten, write
 
 log = logging.getLogger("django_durable_jobs.worker")

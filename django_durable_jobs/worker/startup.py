@@ -12,9 +12,9 @@ from django.db import DatabaseError
 
 from .. import conf
 from ..db.migrated import unapplied_migrations
-from ..discovery import not_imported, where_jobs_come_from
 from ..engine.durations import format_duration
-from ..registry import JobDefinition, all_jobs
+from ..jobs.discovery import not_imported, where_jobs_come_from
+from ..jobs.registry import JobDefinition, all_jobs
 
 log = logging.getLogger("django_durable_jobs.worker")
 

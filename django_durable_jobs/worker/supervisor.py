@@ -12,7 +12,7 @@ import signal
 from types import FrameType
 
 from .. import conf
-from .health import check_pool, close_pools
+from .connections import check_pool, close_pools
 from .lane import lane_capacity, lane_threads
 from .loop import Worker, WorkerOptions
 from .orphans import stop_with_parent

@@ -8,7 +8,8 @@ from typing import Any, Protocol
 from django.db import connections
 
 from .. import conf
-from ..db import dialect, statements
+from ..db import dialect
+from ..db.postgresql import statements
 
 CHANNEL = "durable_jobs"
 log = logging.getLogger("django_durable_jobs.worker")

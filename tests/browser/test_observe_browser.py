@@ -21,7 +21,7 @@ import pytest
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
-from django_durable_jobs.worker import rows as workers
+from django_durable_jobs.worker import presence
 from tests.browser.test_admin_browser import ARTIFACTS, REPO_DIR, browser, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -73,11 +73,11 @@ def busy_day(clock: FakeClock) -> None:
         ("web-2:977", ["emails"]),
         ("web-3:31", ["reports"]),
     ):
-        workers.register(name, queues=queues, concurrency=1, now=now)
+        presence.register(name, queues=queues, concurrency=1, now=now)
     claim("web-1:4242#a1b2c3d4", now=now, lease=timedelta(minutes=1))
     clock.advance("5m")  # web-3 stops beating: lost
     for name in ("web-1:4242", "web-2:977"):
-        workers.beat(name, now=clock.now(), executed=rng.randint(100, 900))
+        presence.beat(name, now=clock.now(), executed=rng.randint(100, 900))
 
 
 def no_sideways_scroll(browser: Any) -> None:

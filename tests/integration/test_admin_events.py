@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from django_durable_jobs.admin.events import steps_completed_by
 from django_durable_jobs.engine.clock import FakeClock
-from django_durable_jobs.events import publish_event
 from django_durable_jobs.models import Event, RunStatus
+from django_durable_jobs.verbs.events import publish_event
 from tests.conftest import Driver
 from tests.factories import EventFactory
 from tests.testapp.admin_jobs import waiter

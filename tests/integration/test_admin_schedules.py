@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, Schedule
-from django_durable_jobs.schedules import start_due
+from django_durable_jobs.verbs.schedules import start_due
 
 pytestmark = pytest.mark.django_db
 ADD = "admin:django_durable_jobs_schedule_add"

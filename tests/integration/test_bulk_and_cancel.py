@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_durable_jobs import InvalidPayload, runs
+from django_durable_jobs import InvalidPayload
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.verbs import runs
 from django_durable_jobs.worker.execution import execute
 from django_durable_jobs.worker.heartbeat import Heartbeat as _Heartbeat
 from tests.testapp import jobs

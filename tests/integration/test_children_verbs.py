@@ -17,14 +17,15 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from django_durable_jobs import runs, signals
+from django_durable_jobs import signals
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.memory import MemoryEventLog, MemoryStepStore
 from django_durable_jobs.engine.sync_steps import Steps
-from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import JobTimeoutError, Suspension
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.verbs import runs
+from django_durable_jobs.verbs.events import publish_event
 from tests.conftest import Driver
 from tests.testapp import jobs
 from tests.testapp.event_jobs import parent, waiter

@@ -14,12 +14,13 @@ from typing import Any, TypeVar, cast
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, connections, transaction
 
-from django_durable_jobs import events, publish_event
+from django_durable_jobs import publish_event
 from django_durable_jobs.db import conflicts, dialect
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.attempt import Succeeded
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
+from django_durable_jobs.verbs import events
 from django_durable_jobs.worker import recording
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from django_durable_jobs.worker.outcome import Pending, _pending
@@ -229,7 +230,7 @@ def test_a_failed_wake_up_after_the_commit_does_not_fail_the_publisher(
         return 0
 
     monkeypatch.setattr(events, "wake_waiters", lost)
-    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.events"):
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.verbs.events"):
         published = publish_event("keyed", {"n": 2}, key="k2")  # autocommit: the pass now
     connection.close()
     # Committed, and the publisher was not told otherwise: the run, not woken, finds

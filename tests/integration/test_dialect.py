@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_durable_jobs.db import dialect, postgres
+from django_durable_jobs.db import dialect
+from django_durable_jobs.db.postgresql import claims as postgres
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from tests.factories import JobRunFactory

@@ -14,9 +14,11 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs.db import dialect, postgres, postgres_inserts, store
-from django_durable_jobs.db.postgres_flow import ARRAY_TYPES
-from django_durable_jobs.db.statements import binds_on_server
+from django_durable_jobs.db import dialect, store
+from django_durable_jobs.db.postgresql import claims as postgres
+from django_durable_jobs.db.postgresql import inserts as postgres_inserts
+from django_durable_jobs.db.postgresql.flow import ARRAY_TYPES
+from django_durable_jobs.db.postgresql.statements import binds_on_server
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep, StepStatus
 from django_durable_jobs.engine.vocabulary import StepKind

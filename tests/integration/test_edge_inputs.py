@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_durable_jobs import runs
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.serialization import MAX_DEPTH
-from django_durable_jobs.events import publish_event
 from django_durable_jobs.exceptions import InvalidDuration, InvalidName, InvalidPayload
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord
+from django_durable_jobs.verbs import runs
+from django_durable_jobs.verbs.events import publish_event
 from tests.conftest import Driver
 from tests.testapp import input_jobs, jobs
 

@@ -9,8 +9,8 @@ from django.db import connections, transaction
 
 from django_durable_jobs import InvalidPayload, publish_event
 from django_durable_jobs.engine.clock import FakeClock
-from django_durable_jobs.events import wake_waiters
 from django_durable_jobs.models import Event, JobRun, RunStatus
+from django_durable_jobs.verbs.events import wake_waiters
 from tests.conftest import Driver
 from tests.testapp import jobs
 
@@ -69,7 +69,7 @@ def test_event_published_between_check_and_park_still_wakes(
     # The race: the event commits after the step looked (cursor taken) but before the
     # run is parked, so its wake-up finds no waiting run. Inject it at that moment:
     # just before the outcome is written, on whichever path writes it.
-    from django_durable_jobs import faults
+    from django_durable_jobs.db import faults
 
     original = faults.hit
 

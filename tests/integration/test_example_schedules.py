@@ -13,7 +13,7 @@ from django.test import override_settings
 from django_durable_jobs import Cron
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
-from django_durable_jobs.schedules import reschedule, start_due
+from django_durable_jobs.verbs.schedules import reschedule, start_due
 from example_project.shop.models import Customer, Order
 from tests.conftest import Driver
 

@@ -88,7 +88,7 @@ def test_the_parent_is_woken_once_by_the_last_child(clock: FakeClock, driver: Dr
 def test_a_fanout_counts_executions_not_looks(clock: FakeClock, driver: Driver) -> None:
     """As a wait does (unit/test_steps.py): the safety poll looks at the children every
     EVENT_POLL, and a fan-out of an hour showed 120 attempts. Only a retry runs it again."""
-    from django_durable_jobs import runs
+    from django_durable_jobs.verbs import runs
 
     parent = fanout_jobs.squares.enqueue(2, failing=[1])
     driver.step(parent)
@@ -213,7 +213,7 @@ def test_retry_of_a_parent_runs_only_its_failed_children_again(
 ) -> None:
     """``runs.retry`` lets go of the failed children of a fan-out (as of ``invoke``):
     the step starts new ones for them and keeps the children that succeeded."""
-    from django_durable_jobs import runs
+    from django_durable_jobs.verbs import runs
 
     parent = fanout_jobs.squares.enqueue(3, failing=[1])
     driver.drain()
@@ -230,7 +230,7 @@ def test_retry_of_a_parent_runs_only_its_failed_children_again(
 def test_retry_after_a_fanout_timed_out_waits_a_full_window_again(
     clock: FakeClock, driver: Driver
 ) -> None:
-    from django_durable_jobs import runs
+    from django_durable_jobs.verbs import runs
 
     parent = fanout_jobs.slow.enqueue()
     driver.drain()
@@ -253,7 +253,7 @@ def test_retry_after_a_fanout_timed_out_waits_a_full_window_again(
 def test_a_fanned_out_child_is_cancelled_by_its_jobs_cancel_on_event(
     clock: FakeClock, driver: Driver
 ) -> None:
-    from django_durable_jobs.events import publish_event
+    from django_durable_jobs.verbs.events import publish_event
 
     parent = fanout_jobs.dunnings.enqueue([7, 8])
     driver.drain()  # the children sleep for three days

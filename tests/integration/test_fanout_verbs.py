@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from django_durable_jobs import runs
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.fanout import key_prefix
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.verbs import runs
 from tests.conftest import Driver
 from tests.testapp import fanout_jobs, jobs
 from tests.testapp.models import Effect

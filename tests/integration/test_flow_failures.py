@@ -8,11 +8,12 @@ from datetime import timedelta
 import pytest
 from django.db import connections, transaction
 
-from django_durable_jobs import NonRetriable, RetryAfter, runs
+from django_durable_jobs import NonRetriable, RetryAfter
 from django_durable_jobs.engine.attempt import Failed
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.serialization import ErrorInfo
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from django_durable_jobs.verbs import runs
 from django_durable_jobs.worker.outcome import Pending, _pending, write
 from tests.conftest import Driver
 from tests.testapp import flow_jobs

@@ -15,8 +15,8 @@ from django_durable_jobs import Debounce, RateLimit, job, publish_event, signals
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.timeouts import TimeGuard
+from django_durable_jobs.jobs.registry import unregister
 from django_durable_jobs.models import JobRun, RunStatus
-from django_durable_jobs.registry import unregister
 from django_durable_jobs.worker.execution import execute
 from tests.conftest import Driver
 from tests.testapp import flow_jobs

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_durable_jobs.db import dialect, postgres, postgres_flow
+from django_durable_jobs.db import dialect
+from django_durable_jobs.db.postgresql import claims as postgres
+from django_durable_jobs.db.postgresql import flow as postgres_flow
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun
 from tests.testapp import flow_jobs

@@ -10,7 +10,7 @@ import pytest
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.db.leases import LeaseOwner
 from django_durable_jobs.engine.clock import FakeClock
-from django_durable_jobs.worker.rows import owner_worker_id
+from django_durable_jobs.worker.presence import owner_worker_id
 from tests.testapp import jobs
 
 

@@ -78,7 +78,7 @@ def test_the_admin_shows_runs_with_use_tz_false(
 @pytest.mark.django_db
 def test_a_limited_run_is_claimed_with_use_tz_false(naive: None, clock: FakeClock) -> None:
     """Concurrency and throttle claims write ``started_at`` like every other claim."""
-    from django_durable_jobs.db import flow
+    from django_durable_jobs.db.flow import limits as flow
     from tests.testapp import flow_jobs
 
     clock.set(datetime(2026, 7, 1, 10, 0, tzinfo=UTC))

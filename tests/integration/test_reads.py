@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.db.event_log import OrmEventLog
+from django_durable_jobs.db.postgresql.statements import LAZY_COMMIT, binds_on_server
 from django_durable_jobs.db.reads import Read
-from django_durable_jobs.db.statements import LAZY_COMMIT, binds_on_server
 from django_durable_jobs.db.store import OrmStepStore, to_record
 from django_durable_jobs.engine.records import RecordedStep
 from django_durable_jobs.engine.serialization import ErrorInfo

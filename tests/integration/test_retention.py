@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs import retention
 from django_durable_jobs.checks import check_settings
 from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.jobs.registry import unregister
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
-from django_durable_jobs.registry import unregister
-from django_durable_jobs.schedules import start_due, sync
+from django_durable_jobs.verbs import retention
+from django_durable_jobs.verbs.schedules import start_due, sync
 from tests.conftest import Driver
 
 T0 = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)

@@ -14,9 +14,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
-from django_durable_jobs import runs
 from django_durable_jobs.exceptions import RunNotFound
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.verbs import runs
 from tests.factories import JobRunFactory
 
 pytestmark = pytest.mark.django_db

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs import runs, signals
+from django_durable_jobs import signals
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.timeouts import TimeGuard
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
-from django_durable_jobs.runs import RunNotFound, RunStateError, StepNotFound
+from django_durable_jobs.verbs import runs
+from django_durable_jobs.verbs.runs import RunNotFound, RunStateError, StepNotFound
 from django_durable_jobs.worker.execution import execute
 from tests.conftest import Driver
 from tests.factories import JobRunFactory, StepRecordFactory

@@ -13,7 +13,7 @@ import pytest
 
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, Schedule
-from django_durable_jobs.schedules import reschedule, start_due
+from django_durable_jobs.verbs.schedules import reschedule, start_due
 
 NIGHTS = {
     ("Europe/Paris", "spring-forward"): date(2026, 3, 29),  # 02:00 CET -> 03:00 CEST

@@ -11,9 +11,9 @@ import pytest
 from django_durable_jobs import Cron, job
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.exceptions import InvalidSchedule, UnknownJob
+from django_durable_jobs.jobs.registry import unregister
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
-from django_durable_jobs.registry import unregister
-from django_durable_jobs.schedules import Synced, Ticker, reschedule, start_due, sync
+from django_durable_jobs.verbs.schedules import Synced, Ticker, reschedule, start_due, sync
 from tests.conftest import Driver
 from tests.testapp import schedule_jobs
 

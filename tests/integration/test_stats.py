@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.observe import stats
-from django_durable_jobs.worker import rows as workers
+from django_durable_jobs.worker import presence
 from tests.factories import JobRunFactory
 
 pytestmark = pytest.mark.django_db
@@ -57,7 +57,7 @@ def history(clock: FakeClock) -> None:
     JobRunFactory(status=RunStatus.QUEUED, queue="mail", wake_at=now + timedelta(hours=1))
     JobRunFactory(status=RunStatus.SLEEPING, wake_at=now + timedelta(days=1))
     JobRunFactory(status=RunStatus.RUNNING, started_at=now - timedelta(seconds=30))
-    workers.register("w1", queues=None, concurrency=1, now=now)
+    presence.register("w1", queues=None, concurrency=1, now=now)
 
 
 @pytest.mark.usefixtures("history")

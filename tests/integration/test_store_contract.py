@@ -20,9 +20,9 @@ from django_durable_jobs.engine.sync_steps import (
     StepStatus,
     StepStore,
 )
-from django_durable_jobs.events import EventLog
 from django_durable_jobs.exceptions import RunCancelled
 from django_durable_jobs.models import StepRecord
+from django_durable_jobs.verbs.events import EventLog
 from tests.factories import T0, EventFactory, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db

@@ -15,10 +15,10 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from django_durable_jobs import runs
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.exceptions import RunStateError
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.verbs import runs
 from tests.factories import JobRunFactory, StepRecordFactory
 
 #: How a run stands besides its status.

@@ -11,8 +11,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from django_durable_jobs.db import flow, statements
 from django_durable_jobs.db.claims import claim, release, renew, renew_held, requeue_expired
+from django_durable_jobs.db.flow import limits as flow
+from django_durable_jobs.db.postgresql import statements
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker import loop, outbox

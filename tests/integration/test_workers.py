@@ -19,7 +19,7 @@ from django.urls import reverse
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Worker, WorkerStatus
-from django_durable_jobs.worker import rows as workers
+from django_durable_jobs.worker import presence
 from django_durable_jobs.worker.loop import Worker as Loop
 from django_durable_jobs.worker.loop import WorkerOptions
 from tests.testapp import jobs
@@ -31,8 +31,8 @@ KEEP = timedelta(days=1)
 WORKERS = reverse("admin:django_durable_jobs_worker_changelist")
 
 
-def presence(name: str = "w1", executed: int = 0) -> workers.Presence:
-    return workers.Presence(
+def a_presence(name: str = "w1", executed: int = 0) -> presence.Presence:
+    return presence.Presence(
         name, queues=["default", "mail"], concurrency=1, lease=LEASE, executed=lambda: executed
     )
 
@@ -42,7 +42,7 @@ def row(name: str = "w1") -> Worker:
 
 
 def test_register_records_who_and_where(clock: FakeClock) -> None:
-    presence().register(clock.now())
+    a_presence().register(clock.now())
     w = row()
     assert (w.host, w.pid, w.queues, w.concurrency) == (
         socket.gethostname(),
@@ -59,10 +59,10 @@ def test_register_records_who_and_where(clock: FakeClock) -> None:
 
 
 def test_a_restart_with_the_same_id_takes_the_row_over(clock: FakeClock) -> None:
-    presence(executed=5).register(clock.now())
-    workers.stopped("w1", now=clock.now(), executed=5)
+    a_presence(executed=5).register(clock.now())
+    presence.stopped("w1", now=clock.now(), executed=5)
     clock.advance("1m")
-    presence().register(clock.now())
+    a_presence().register(clock.now())
     w = row()
     assert (Worker.objects.count(), w.status, w.started_at, w.executed) == (
         1,
@@ -75,7 +75,7 @@ def test_a_restart_with_the_same_id_takes_the_row_over(clock: FakeClock) -> None
 def test_beat_is_one_update_with_the_executed_count(
     clock: FakeClock, django_assert_num_queries: Any
 ) -> None:
-    p = presence(executed=7)
+    p = a_presence(executed=7)
     p.register(clock.now())
     p.beat(clock.now())  # the first beat also sweeps
     clock.advance("10s")
@@ -85,28 +85,28 @@ def test_beat_is_one_update_with_the_executed_count(
 
 
 def test_silent_worker_is_lost_after_its_lease_then_pruned(clock: FakeClock) -> None:
-    presence("dead").register(clock.now())
+    a_presence("dead").register(clock.now())
     clock.advance(LEASE)
-    assert workers.sweep(now=clock.now(), lease=LEASE, keep=KEEP) == (0, 0)  # not yet
-    assert workers.listing(now=clock.now())[0]["alive"]
+    assert presence.sweep(now=clock.now(), lease=LEASE, keep=KEEP) == (0, 0)  # not yet
+    assert presence.listing(now=clock.now())[0]["alive"]
     clock.advance("1s")
     # Shown as lost before any sweep marks it: the last beat decides.
-    [shown] = workers.listing(now=clock.now())
+    [shown] = presence.listing(now=clock.now())
     assert (shown["alive"], shown["status"]) == (False, "lost")
-    assert workers.sweep(now=clock.now(), lease=LEASE, keep=KEEP) == (1, 0)
+    assert presence.sweep(now=clock.now(), lease=LEASE, keep=KEEP) == (1, 0)
     assert row("dead").status == WorkerStatus.LOST
     clock.advance(KEEP)
-    assert workers.sweep(now=clock.now(), lease=LEASE, keep=KEEP) == (0, 1)
+    assert presence.sweep(now=clock.now(), lease=LEASE, keep=KEEP) == (0, 1)
     assert not Worker.objects.exists()
 
 
 def test_lost_worker_that_beats_again_is_live_but_stopped_stays_stopped(clock: FakeClock) -> None:
-    frozen, done = presence("frozen"), presence("done")
+    frozen, done = a_presence("frozen"), a_presence("done")
     frozen.register(clock.now())
     done.register(clock.now())
     done.stopped(clock.now())
     clock.advance(LEASE * 2)
-    workers.sweep(now=clock.now(), lease=LEASE, keep=KEEP)
+    presence.sweep(now=clock.now(), lease=LEASE, keep=KEEP)
     frozen.beat(clock.now())  # e.g. a long stop-the-world pause ended
     done.beat(clock.now())  # a beat racing the goodbye
     assert row("frozen").status == WorkerStatus.LIVE
@@ -114,7 +114,7 @@ def test_lost_worker_that_beats_again_is_live_but_stopped_stays_stopped(clock: F
 
 
 def test_pruned_worker_registers_again_at_its_next_beat(clock: FakeClock) -> None:
-    p = presence()
+    p = a_presence()
     p.register(clock.now())
     Worker.objects.all().delete()
     p.beat(clock.now())
@@ -137,16 +137,16 @@ def test_worker_loop_registers_counts_and_says_goodbye(clock: FakeClock) -> None
 
 
 def test_runs_in_hand_are_matched_by_lease_owner(clock: FakeClock) -> None:
-    presence("w1").register(clock.now())
-    presence("w1-other").register(clock.now())
+    a_presence("w1").register(clock.now())
+    a_presence("w1-other").register(clock.now())
     run = jobs.noop.enqueue()
     claim("w1#abcd1234", now=clock.now(), lease=LEASE)
-    held = workers.runs_in_hand(["w1", "w1-other"])
-    assert held == {"w1": [workers.InHand(run.id, "tests.noop")]}
+    held = presence.runs_in_hand(["w1", "w1-other"])
+    assert held == {"w1": [presence.InHand(run.id, "tests.noop")]}
 
 
 def test_jobs_workers_json_has_the_spec_fields(clock: FakeClock) -> None:
-    presence("w1").register(clock.now())
+    a_presence("w1").register(clock.now())
     run = jobs.noop.enqueue()
     claim("w1#abcd1234", now=clock.now(), lease=LEASE)
     out = StringIO()
@@ -164,7 +164,7 @@ def test_jobs_workers_table(clock: FakeClock) -> None:
     out = StringIO()
     call_command("jobs", "workers", stdout=out)
     assert out.getvalue().strip() == "no workers have registered"
-    presence("wörker-ü").register(clock.now())
+    a_presence("wörker-ü").register(clock.now())
     clock.advance(LEASE * 2)
     out = StringIO()
     call_command("jobs", "workers", stdout=out)
@@ -178,7 +178,7 @@ def test_admin_lists_workers_with_their_runs_in_hand(
     admin_client: Client, clock: FakeClock, django_assert_num_queries: Any
 ) -> None:
     for i in range(5):
-        presence(f"w{i}").register(clock.now())
+        a_presence(f"w{i}").register(clock.now())
     run = jobs.noop.enqueue()
     claim("w3#abcd1234", now=clock.now(), lease=LEASE)
     admin_client.get(WORKERS)  # warm the session and content types
@@ -195,8 +195,8 @@ def test_admin_lists_workers_with_their_runs_in_hand(
 
 
 def test_a_heartbeat_just_written_reads_just_now(admin_client: Client, clock: FakeClock) -> None:
-    presence("fresh").register(clock.now())
-    presence("quiet").register(clock.now() - timedelta(seconds=90))
+    a_presence("fresh").register(clock.now())
+    a_presence("quiet").register(clock.now() - timedelta(seconds=90))
     html = admin_client.get(WORKERS).content.decode()
     # Each row shows two times, started and last heartbeat.
     assert html.count('<span class="djdj-ago">(just now)</span>') == 2
@@ -206,7 +206,7 @@ def test_a_heartbeat_just_written_reads_just_now(admin_client: Client, clock: Fa
 
 
 def test_admin_workers_page_is_read_only(admin_client: Client, clock: FakeClock) -> None:
-    presence().register(clock.now())
+    a_presence().register(clock.now())
     assert admin_client.get(reverse("admin:django_durable_jobs_worker_add")).status_code == 403
     page = admin_client.get(reverse("admin:django_durable_jobs_worker_change", args=[row().pk]))
     assert page.status_code == 200
@@ -241,7 +241,7 @@ def test_registering_while_another_process_writes_does_not_fail_on_sqlite(clock:
 
     try:
         with connection.execute_wrapper(write_between):
-            workers.register("w-race", queues=None, concurrency=2, now=clock.now())
+            presence.register("w-race", queues=None, concurrency=2, now=clock.now())
     finally:
         other.execute("DROP TABLE race_probe")
         other.close()

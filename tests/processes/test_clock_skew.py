@@ -233,7 +233,7 @@ def test_an_event_published_by_a_skewed_process_wakes_and_cancels_at_once(
     )
     dunning = flow_jobs.dunning.enqueue(7)  # cancel_on invoice.paid (its invoice_id)
     code = (
-        "import time; from django_durable_jobs.events import publish_event; "
+        "import time; from django_durable_jobs.verbs.events import publish_event; "
         "t = time.monotonic(); publish_event('keyed', {'n': 1}, key='k'); "
         "publish_event('invoice.paid', key='7'); print(t)"
     )

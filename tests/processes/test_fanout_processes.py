@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from django_durable_jobs import runs
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from django_durable_jobs.verbs import runs
 from tests.processes.test_worker_processes import Workers, wait_until, workers
 from tests.testapp import fanout_jobs
 from tests.testapp.models import Effect

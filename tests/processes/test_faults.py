@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs import faults
-from django_durable_jobs.events import publish_event
+from django_durable_jobs.db import faults
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.verbs.events import publish_event
 from tests.processes.lifeline import die_with_test
 from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
     Worker,
@@ -303,7 +303,7 @@ def test_a_database_error_before_the_run_executes_gives_it_back_without_an_attem
 PAUSED_FROM_A_THREAD = """
 import os
 from concurrent.futures import ThreadPoolExecutor
-from django_durable_jobs import faults
+from django_durable_jobs.db import faults
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 ThreadPoolExecutor(1).submit(faults._pause).result()
 """

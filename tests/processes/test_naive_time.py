@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from django_durable_jobs import runs
-from django_durable_jobs.events import publish_event
 from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.verbs import runs
+from django_durable_jobs.verbs.events import publish_event
 from tests.integration.test_naive_time import naive  # noqa: F401
 from tests.testapp import jobs
 from tests.testapp.admin_jobs import napper, waiter

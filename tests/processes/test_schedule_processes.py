@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
-from django_durable_jobs.schedules import reschedule
+from django_durable_jobs.verbs.schedules import reschedule
 from tests.processes.test_worker_processes import Workers, wait_until, workers
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]

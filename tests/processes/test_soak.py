@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 from django.db.models import Count
 
-from django_durable_jobs.events import publish_event
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.verbs.events import publish_event
 from tests.processes.test_worker_processes import Worker, Workers, wait_until, workers  # noqa: F401
 from tests.testapp import fault_jobs
 from tests.testapp.models import Effect

@@ -210,7 +210,7 @@ def test_a_step_that_completes_after_its_run_was_cancelled_is_replayed_by_a_retr
     """An operator cancels a run while its step works: the step finishes (a sync step
     cannot be stopped halfway), and its record was refused, so a retry ran the step's
     side effect a second time. It is recorded now, and the retry replays it."""
-    from django_durable_jobs import runs
+    from django_durable_jobs.verbs import runs
 
     worker = workers.start("canceller")
     workers.wait_started(worker)

@@ -16,11 +16,11 @@ def test_the_metrics_view_without_prometheus_client_names_the_extra(
     # None in sys.modules makes `import prometheus_client` fail as if it were not
     # installed; the metrics module is imported afresh (monkeypatch puts both back).
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    monkeypatch.delitem(sys.modules, "django_durable_jobs.metrics", raising=False)
+    monkeypatch.delitem(sys.modules, "django_durable_jobs.observe.metrics", raising=False)
     with pytest.raises(ImproperlyConfigured) as missing:
-        importlib.import_module("django_durable_jobs.metrics")
+        importlib.import_module("django_durable_jobs.observe.metrics")
     assert str(missing.value) == (
-        "django_durable_jobs.metrics needs prometheus-client: "
+        "django_durable_jobs.observe.metrics needs prometheus-client: "
         "pip install 'django-durable-jobs[metrics]'"
     )
     assert isinstance(missing.value.__cause__, ImportError)

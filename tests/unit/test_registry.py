@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from django_durable_jobs import job
-from django_durable_jobs.discovery import autodiscover
 from django_durable_jobs.engine.durations import parse_duration
 from django_durable_jobs.engine.limits import Limit
 from django_durable_jobs.exceptions import InvalidDuration, UnknownJob
-from django_durable_jobs.registry import (
+from django_durable_jobs.jobs.discovery import autodiscover
+from django_durable_jobs.jobs.registry import (
     JobDefinition,
     all_jobs,
     get_job,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs import retention
 from django_durable_jobs.checks import check_settings
-from django_durable_jobs.registry import all_jobs
+from django_durable_jobs.jobs.registry import all_jobs
+from django_durable_jobs.verbs import retention
 
 
 @pytest.mark.parametrize(

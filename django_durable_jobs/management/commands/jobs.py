@@ -15,16 +15,17 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from ... import conf, runs
-from ...db import holds
+from ... import conf
+from ...db.flow import holds
 from ...db.migrated import needs_tables
 from ...engine import clock
 from ...engine.serialization import error_line
-from ...events import publish_event
 from ...exceptions import DurableJobsError
 from ...models import FINISHED, JobRun, RunStatus
 from ...observe import schedule_lines, stats, trace, trace_text
-from ...worker import rows as workers
+from ...verbs import runs
+from ...verbs.events import publish_event
+from ...worker import presence
 
 RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
 WORKER_HEADERS = ("worker", "status", "host", "pid", "queues", "started", "heartbeat", "runs")
@@ -204,7 +205,7 @@ class Command(BaseCommand):
         )
 
     def workers(self, options: dict[str, Any]) -> None:
-        listed = workers.listing(now=clock.current().now())
+        listed = presence.listing(now=clock.current().now())
         if options["json"]:
             self.stdout.write(json.dumps(listed, indent=2, ensure_ascii=False))
             return

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, faults
+from ... import conf
+from ...db import faults
 from ...engine.durations import parse_duration
 from ...engine.serialization import unstorable
 from ...exceptions import InvalidDuration

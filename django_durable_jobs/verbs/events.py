@@ -22,18 +22,18 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Least
 from django.dispatch import Signal
 
-from . import conf, signals
-from .db import conflicts
-from .db.event_log import OrmEventLog
-from .db.migrated import needs_tables
-from .db.store import child_run_outcome
-from .engine import clock
-from .engine.records import RecordedStep
-from .engine.serialization import check_payload, unstorable
-from .enqueueing import enqueue_job
-from .exceptions import InvalidName, RunStateError
-from .models import CANCELLABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
-from .registry import JobOptions, jobs_on_event
+from .. import conf, signals
+from ..db import conflicts
+from ..db.event_log import OrmEventLog
+from ..db.migrated import needs_tables
+from ..db.store import child_run_outcome
+from ..engine import clock
+from ..engine.records import RecordedStep
+from ..engine.serialization import check_payload, unstorable
+from ..exceptions import InvalidName, RunStateError
+from ..jobs.registry import JobOptions, jobs_on_event
+from ..models import CANCELLABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
+from .enqueue import enqueue_job
 from .runs import cancel
 
 
@@ -45,7 +45,7 @@ class EventLog(OrmEventLog):
         return publish_event(event, payload, key=key).id
 
 
-log = logging.getLogger("django_durable_jobs.events")
+log = logging.getLogger("django_durable_jobs.verbs.events")
 
 #: PostgreSQL's ``now()``: the time the transaction started (``Now()`` is the statement's).
 TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())

@@ -14,18 +14,20 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from . import conf, gates, signals
-from .db import dialect, flow, holds
-from .db.migrated import needs_tables
-from .engine import clock, otel
-from .engine.durations import Duration, after, parse_duration
-from .engine.serialization import check_arguments_payload, unstorable
-from .exceptions import (
+from .. import conf, signals
+from ..db import dialect
+from ..db.flow import gates, holds
+from ..db.flow import limits as flow
+from ..db.migrated import needs_tables
+from ..engine import clock, otel
+from ..engine.durations import Duration, after, parse_duration
+from ..engine.serialization import check_arguments_payload, unstorable
+from ..exceptions import (
     InvalidDuration,
     InvalidName,
 )
-from .models import JobRun
-from .registry import JobDefinition, JobOptions, check_arguments, get_job
+from ..jobs.registry import JobDefinition, JobOptions, check_arguments, get_job
+from ..models import JobRun
 
 
 def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> JobRun:

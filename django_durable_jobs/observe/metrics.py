@@ -4,7 +4,7 @@ Needs ``prometheus-client`` (``pip install django-durable-jobs[metrics]``). Moun
 view in your URLconf and protect it as you see fit (a private network, a token in a
 middleware, ``staff_member_required``)::
 
-    from django_durable_jobs.metrics import metrics_view
+    from django_durable_jobs.observe.metrics import metrics_view
 
     urlpatterns = [path("metrics/durable-jobs", metrics_view)]
 
@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from .engine import clock
-from .observe import stats
+from ..engine import clock
+from . import stats
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -28,7 +28,7 @@ try:
     from prometheus_client.registry import Collector, CollectorRegistry
 except ImportError as exc:  # without the extra (tests/unit/test_optional_extras.py)
     raise ImproperlyConfigured(
-        "django_durable_jobs.metrics needs prometheus-client: "
+        "django_durable_jobs.observe.metrics needs prometheus-client: "
         "pip install 'django-durable-jobs[metrics]'"
     ) from exc
 

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.db import connections
 from django.db.models import CharField, DateTimeField, JSONField, TextField, UUIDField
 
-from ..models import JobRun, StepRecord
-from .postgres import FIELDS, array_type, cast_back, json_text
+from ...models import JobRun, StepRecord
+from .claims import FIELDS, array_type, cast_back, json_text
 from .statements import run_statement
 
 

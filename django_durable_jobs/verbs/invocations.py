@@ -14,17 +14,19 @@ from uuid import UUID
 
 from django.db import transaction
 
-from . import conf, faults, gates, signals
-from .db import flow
-from .db.store import CHILD_COLUMNS, child_outcome, child_run_outcome
-from .engine import clock
-from .engine.fanout import key_prefix
-from .engine.records import Call, ChildOutcome
-from .enqueueing import _checked_arguments as checked_arguments  # one rule for arguments
-from .enqueueing import enqueue_job
-from .exceptions import StepUsageError
-from .models import FINISHED, CancelKey, JobRun, JobRunQuerySet
-from .registry import JobDefinition, JobOptions, get_job
+from .. import conf, signals
+from ..db import faults
+from ..db.flow import gates
+from ..db.flow import limits as flow
+from ..db.store import CHILD_COLUMNS, child_outcome, child_run_outcome
+from ..engine import clock
+from ..engine.fanout import key_prefix
+from ..engine.records import Call, ChildOutcome
+from ..exceptions import StepUsageError
+from ..jobs.registry import JobDefinition, JobOptions, get_job
+from ..models import FINISHED, CancelKey, JobRun, JobRunQuerySet
+from .enqueue import _checked_arguments as checked_arguments
+from .enqueue import enqueue_job
 
 
 class OrmChildRuns:

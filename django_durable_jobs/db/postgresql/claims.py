@@ -21,7 +21,7 @@ from django.db.models import JSONField
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
-from ..models import JobRun
+from ...models import JobRun
 from .statements import execute_again, kept_cursor, numbered_to_named, own_commit, prepare
 
 #: The columns a claim returns and a JobRun is built from, in model order.

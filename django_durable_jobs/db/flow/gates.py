@@ -14,10 +14,11 @@ from typing import Any
 
 from django.db import transaction
 
-from .db import dialect, flow_keys
-from .engine.limits import Limit
-from .models import CancelKey, JobRun, JobRunQuerySet, RunStatus
-from .registry import JobDefinition
+from ...engine.limits import Limit
+from ...jobs.registry import JobDefinition
+from ...models import CancelKey, JobRun, JobRunQuerySet, RunStatus
+from .. import dialect
+from . import keys as flow_keys
 
 
 def stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:

@@ -11,14 +11,8 @@ from typing import Any
 from django.db import connections
 from django.db.models import DateTimeField
 
-from ..models import JobRun
-from .postgres import (
-    FIELDS,
-    OUTCOME_COLUMNS,
-    Finish,
-    outcome_arrays,
-    run_from_row,
-)
+from ...models import JobRun
+from .claims import FIELDS, OUTCOME_COLUMNS, Finish, outcome_arrays, run_from_row
 from .statements import kept_cursor
 
 #: The flow claim's statement, built once per process.

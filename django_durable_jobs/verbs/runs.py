@@ -10,18 +10,17 @@ from datetime import datetime
 
 from django.db import transaction
 
-from . import children, conf, signals
-from .db.run_ids import resolve as _pk
-from .engine import clock
-from .engine.durations import Duration, before, parse_duration
-from .exceptions import (
+from .. import conf, signals
+from ..db.run_ids import resolve as _pk
+from ..engine import clock
+from ..engine.durations import Duration, before, parse_duration
+from ..exceptions import (
     RunCancelled,
     RunNotFound,
     RunStateError,
     StepNotFound,
 )
-from .failure_handlers import start_handler
-from .models import (
+from ..models import (
     CANCELLABLE,
     FINISHED,
     REPLAYABLE,
@@ -34,6 +33,8 @@ from .models import (
     StepRecord,
     cancelled,
 )
+from . import children
+from .failure_handlers import start_handler
 
 # -- operating runs ---------------------------------------------------------------
 #

@@ -19,14 +19,14 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Min
 
-from . import conf
-from .db import dialect
-from .engine.cron import Cron, check_expr, latest_slot, next_slot, zone
-from .exceptions import InvalidPayload, InvalidSchedule, UnknownJob
-from .models import JobRun, Schedule
-from .registry import JobDefinition, JobOptions, all_jobs, get_job
+from .. import conf
+from ..db import dialect
+from ..engine.cron import Cron, check_expr, latest_slot, next_slot, zone
+from ..exceptions import InvalidPayload, InvalidSchedule, UnknownJob
+from ..jobs.registry import JobDefinition, JobOptions, all_jobs, get_job
+from ..models import JobRun, Schedule
 
-log = logging.getLogger("django_durable_jobs.schedules")
+log = logging.getLogger("django_durable_jobs.verbs.schedules")
 
 #: How often a worker looks again although no slot is due (an operator may have added
 #: or moved a schedule in the admin).
@@ -180,7 +180,7 @@ def _write_first(using: str) -> None:
 
 def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
     """Start the run of ``schedule``'s latest due slot; the caller holds its row lock."""
-    from .enqueueing import enqueue_job
+    from .enqueue import enqueue_job
 
     assert schedule.next_run_at is not None  # due() only returns scheduled rows
     try:
@@ -255,7 +255,7 @@ class Ticker:
 
 def describe(schedule: Schedule, now: datetime, count: int = 5) -> list[datetime]:
     """The next ``count`` slots of ``schedule`` after ``now``, in its time zone."""
-    from .engine.cron import slots
+    from ..engine.cron import slots
 
     return slots(check_expr(schedule.cron), zone(schedule.timezone), now, count)
 

@@ -8,8 +8,8 @@ from datetime import datetime
 from django.db import connections
 from django.db.models import Q
 
-from ..models import RUNNABLE, FlowKey, JobRunQuerySet, RunStatus
-from . import postgres_flow
+from ...models import RUNNABLE, FlowKey, JobRunQuerySet, RunStatus
+from ..postgresql import flow as postgres_flow
 
 
 def lock(using: str, job_name: str, kind: str, key: str) -> None:

@@ -12,12 +12,12 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from .. import conf
-from ..engine.clock import current
-from ..exceptions import UnknownJob
-from ..models import RUNNABLE, JobRun, JobRunQuerySet
-from ..registry import get_job
-from .flow_keys import held, holds_slot, lock, slots
+from ... import conf
+from ...engine.clock import current
+from ...exceptions import UnknownJob
+from ...jobs.registry import get_job
+from ...models import RUNNABLE, JobRun, JobRunQuerySet
+from .keys import held, holds_slot, lock, slots
 
 
 def hold(runs: JobRunQuerySet, job_name: str, key: str | None, now: datetime) -> int:

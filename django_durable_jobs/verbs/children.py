@@ -13,9 +13,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from . import conf
-from .engine.vocabulary import StepKind
-from .models import (
+from .. import conf
+from ..engine.vocabulary import StepKind
+from ..models import (
     FINISHED,
     JobRun,
     JobRunQuerySet,

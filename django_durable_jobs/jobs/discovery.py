@@ -9,7 +9,7 @@ import importlib
 from django.apps import apps
 from django.utils.module_loading import module_has_submodule
 
-from . import conf
+from .. import conf
 
 #: The modules autodiscovery imported, or None before it ran (or with it turned off).
 _discovered: list[str] | None = None

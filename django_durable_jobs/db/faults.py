@@ -46,7 +46,7 @@ ACTIONS = ("kill", "dberror", "pause")
 #: The exit code of a process killed by a fault (tests tell it from a crash).
 KILLED = 86
 
-log = logging.getLogger("django_durable_jobs.faults")
+log = logging.getLogger("django_durable_jobs.db.faults")
 
 
 class FaultSpecError(ValueError):
@@ -100,7 +100,7 @@ def fire(point: str, action: str, using: str) -> None:
     if action == "pause":
         _pause()
         return
-    from .db import dialect
+    from . import dialect
 
     dialect.of(using).cut_connection()  # raises where the server can end the session
     raise OperationalError(f"fault injected at {point}: connection terminated")
@@ -109,7 +109,7 @@ def fire(point: str, action: str, using: str) -> None:
 def _pause() -> None:
     """Stop the whole process (every thread) for four leases (``PAUSE_ENV``); a helper
     continues it then, if no one did before."""
-    from . import conf
+    from .. import conf
 
     seconds = float(
         os.environ.get(PAUSE_ENV) or 4 * conf.required_duration("LEASE").total_seconds()

@@ -11,10 +11,10 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from .enqueueing import enqueue_job
-from .exceptions import UnknownJob
-from .models import JobRun, RunStatus
-from .registry import JobDefinition, JobOptions, get_job
+from ..exceptions import UnknownJob
+from ..jobs.registry import JobDefinition, JobOptions, get_job
+from ..models import JobRun, RunStatus
+from .enqueue import enqueue_job
 
 log = logging.getLogger("django_durable_jobs.worker")
 

@@ -26,12 +26,12 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .. import conf
-from ..engine.clock import Clock
-from ..models import JobRun, JobRunQuerySet, RunStatus, best
-from ..registry import JobDefinition, all_jobs
-from .flow_keys import lock, slots
+from ... import conf
+from ...engine.clock import Clock
+from ...jobs.registry import JobDefinition, all_jobs
+from ...models import JobRun, JobRunQuerySet, RunStatus, best
 from .holds import hold
+from .keys import lock, slots
 
 #: How many candidates one claim looks at before giving up (each costs a transaction).
 CANDIDATES = 8

@@ -16,20 +16,20 @@ from functools import cached_property
 from inspect import Parameter, Signature
 from typing import Any, TypeVar
 
+from ..engine.cron import Cron, crons
+from ..engine.durations import Duration, parse_duration
+from ..engine.limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
+from ..engine.limits import cancel_on as _cancel_on
+from ..engine.limits import concurrency as _concurrency
+from ..engine.limits import debounce as _debounce
+from ..engine.limits import rate_limit as _rate_limit
+from ..engine.limits import throttle as _throttle
+from ..engine.records import Call
+from ..engine.retry import Backoff
+from ..engine.serialization import unstorable
+from ..engine.signatures import signature_of
+from ..exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
 from .discovery import not_imported, where_jobs_come_from
-from .engine.cron import Cron, crons
-from .engine.durations import Duration, parse_duration
-from .engine.limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
-from .engine.limits import cancel_on as _cancel_on
-from .engine.limits import concurrency as _concurrency
-from .engine.limits import debounce as _debounce
-from .engine.limits import rate_limit as _rate_limit
-from .engine.limits import throttle as _throttle
-from .engine.records import Call
-from .engine.retry import Backoff
-from .engine.serialization import unstorable
-from .engine.signatures import signature_of
-from .exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
 
 _registry: dict[str, JobDefinition] = {}
 
@@ -238,7 +238,7 @@ def max_attempts(definition: JobDefinition | None) -> int:
     the trace shows it."""
     if definition is None:
         return 1
-    from . import conf
+    from .. import conf
 
     retries = definition.retries if definition.retries is not None else conf.get("RETRIES")
     return 1 + int(retries)
