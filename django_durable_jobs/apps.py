@@ -5,15 +5,14 @@ from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 
 
-def _tune_sqlite(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """Let several worker processes share one SQLite file: WAL lets readers run beside
-    the writer, and a busy timeout makes writers wait instead of failing."""
+def _tune_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Prepare each new connection to the jobs database (``Dialect.on_connect``: on
+    SQLite, WAL and a busy timeout, so several worker processes share one file)."""
     from . import conf
+    from .db import dialect
 
-    if connection.vendor == "sqlite" and connection.alias == conf.database():
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
+    if connection.alias == conf.database():
+        dialect.of(connection.alias).on_connect(connection)
 
 
 def _sync_schedules(sender: Any, using: str = "default", **kwargs: Any) -> None:
@@ -48,7 +47,7 @@ class DurableJobsConfig(AppConfig):
         del checks, migrated  # register the system checks on import
         # Leases and wake times are compared across processes: tell the database's time.
         clock.install(DatabaseClock())
-        connection_created.connect(_tune_sqlite, dispatch_uid="django_durable_jobs.sqlite")
+        connection_created.connect(_tune_connection, dispatch_uid="django_durable_jobs.sqlite")
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="django_durable_jobs.cron")
         if conf.get("AUTODISCOVER"):
             discovery.autodiscover()

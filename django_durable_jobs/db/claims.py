@@ -40,9 +40,9 @@ def claim(
     queue_list = None if queues is None else list(queues)
     limited: list[JobRun] = []
     if flow.has_limits():
-        limited = dialect.of(conf.database()).claim_limited(
-            owner, now, lease, queue_list, limit, clock
-        )
+        limited = flow.claim_limited(
+            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock
+        )[0]
     if len(limited) >= limit:
         return limited
     return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited))

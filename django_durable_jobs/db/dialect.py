@@ -25,15 +25,17 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.db import connections, transaction
+from django.db.models import DateTimeField, Func, Value
+from django.db.models.functions import Least
 
-from ..engine.clock import Clock
-from ..models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus, Schedule, best
-from .flow import limits as flow
+from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
 from .postgresql import claims as postgres
 from .postgresql import flow as postgres_flow
 from .postgresql import inserts as postgres_inserts
 from .postgresql import statements
 
+#: The start of the current transaction on PostgreSQL (``now()``).
+TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
 #: A numbered placeholder (``$1``) of the statements written for ``execute_fenced``.
@@ -86,20 +88,46 @@ class Dialect:
         claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
         return claimed
 
-    def claim_limited(
+    def claim_concurrency(
         self,
         owner: str,
         now: datetime,
         lease: timedelta,
         queues: list[str] | None,
         limit: int,
-        clock: Clock | None,
-    ) -> list[JobRun]:
-        """``claim`` for runs under a flow-control limit (``flow.claim_limited``: a
-        transaction per key, its lock first)."""
-        return flow.claim_limited(
-            owner, now=now, lease=lease, queues=queues, limit=limit, clock=clock
+        candidates: int,
+        finishes: Sequence[postgres.Finish],
+    ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
+        """Runs under a concurrency limit claimed in one call, recording first
+        ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
+        outcomes recorded, and whether throttled runs were seen among ``candidates``;
+        None where the dialect has no such call (``flow.limits.claim_limited`` then
+        takes a transaction per key)."""
+        return None
+
+    def lock_key(self, job_name: str, kind: str, key: str) -> None:
+        """Lock one flow-control key until the transaction ends: the key's ``FlowKey``
+        row, in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
+        UPDATE``). It takes the row's write lock whether or not the row existed, so the
+        first claimers (or enqueuers) of a new key queue up on it instead of
+        deadlocking as two inserts would on MariaDB, and nothing is read before the
+        lock is held."""
+        connection = connections[self.using]
+        # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
+        target = connection.features.supports_update_conflicts_with_target
+        FlowKey.objects.using(self.using).bulk_create(
+            [FlowKey(job_name=job_name, kind=kind, key=key)],
+            update_conflicts=True,
+            update_fields=["kind"],
+            unique_fields=["job_name", "kind", "key"] if target else None,
         )
+
+    def wake_time(self, woken_at: datetime) -> Any:
+        """The wake time written on runs woken inside a publisher's transaction."""
+        return woken_at
+
+    def on_connect(self, connection: Any) -> None:
+        """Prepare a new connection of this alias (``connection_created``)."""
 
     def claiming(self) -> Any:
         """The transaction a claim's pick and UPDATE share. Without row locks (SQLite)
@@ -162,6 +190,13 @@ class Dialect:
 
 
 class SQLite(Dialect):
+    def on_connect(self, connection: Any) -> None:
+        # Several worker processes share one file: WAL lets readers run beside the
+        # writer, and a busy timeout makes writers wait instead of failing.
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+
     def write_first(self) -> None:
         # SQLite cannot turn a read transaction into a write one while another process
         # writes ("database is locked" at once, not after the busy timeout): a write
@@ -171,6 +206,47 @@ class SQLite(Dialect):
 
 class _Locking(Dialect):
     """Databases with row locks and ``SKIP LOCKED``."""
+
+    def claim_concurrency(
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        candidates: int,
+        finishes: Sequence[postgres.Finish],
+    ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
+        """Runs under a concurrency limit claimed in one call, recording first
+        ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
+        outcomes recorded, and whether throttled runs were seen among ``candidates``;
+        None where the dialect has no such call (``flow.limits.claim_limited`` then
+        takes a transaction per key)."""
+        return None
+
+    def lock_key(self, job_name: str, kind: str, key: str) -> None:
+        """Lock one flow-control key until the transaction ends: the key's ``FlowKey``
+        row, in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
+        UPDATE``). It takes the row's write lock whether or not the row existed, so the
+        first claimers (or enqueuers) of a new key queue up on it instead of
+        deadlocking as two inserts would on MariaDB, and nothing is read before the
+        lock is held."""
+        connection = connections[self.using]
+        # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
+        target = connection.features.supports_update_conflicts_with_target
+        FlowKey.objects.using(self.using).bulk_create(
+            [FlowKey(job_name=job_name, kind=kind, key=key)],
+            update_conflicts=True,
+            update_fields=["kind"],
+            unique_fields=["job_name", "kind", "key"] if target else None,
+        )
+
+    def wake_time(self, woken_at: datetime) -> Any:
+        """The wake time written on runs woken inside a publisher's transaction."""
+        return woken_at
+
+    def on_connect(self, connection: Any) -> None:
+        """Prepare a new connection of this alias (``connection_created``)."""
 
     def claiming(self) -> Any:
         return transaction.atomic(using=self.using)
@@ -216,6 +292,16 @@ class MySQL(_Locking):
 class Postgres(_Locking):
     """psycopg2: the ORM's claims and flow control, with ``FOR UPDATE SKIP LOCKED``."""
 
+    def lock_key(self, job_name: str, kind: str, key: str) -> None:
+        # A transaction-level advisory lock (``durable_flow_lock``), the lock the flow
+        # functions take too: no row to write.
+        postgres_flow.lock(self.using, job_name, kind, key)
+
+    def wake_time(self, woken_at: datetime) -> Any:
+        # The transaction's start (``now()``) if the clock is not earlier: the trigger
+        # that notifies idle workers compares wake times with it.
+        return Least(TRANSACTION_START, Value(woken_at, output_field=DateTimeField()))
+
     def cut_connection(self) -> None:
         with connections[self.using].cursor() as cursor:  # raises: the server ends it
             cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
@@ -225,47 +311,19 @@ class Psycopg(Postgres):
     fused = True
     listens = True
 
-    def claim_limited(
+    def claim_concurrency(
         self,
         owner: str,
         now: datetime,
         lease: timedelta,
         queues: list[str] | None,
         limit: int,
-        clock: Clock | None,
-    ) -> list[JobRun]:
-        """Runs under a concurrency limit in one function call (migration 0017:
-        ``flow.claim_limited``'s steps in PL/pgSQL, one round trip instead of a
-        transaction of six); throttled runs as elsewhere."""
-        return self.claim_limited_finishing(owner, now, lease, queues, limit, clock, ())[0]
-
-    def claim_limited_finishing(
-        self,
-        owner: str,
-        now: datetime,
-        lease: timedelta,
-        queues: list[str] | None,
-        limit: int,
-        clock: Clock | None,
+        candidates: int,
         finishes: Sequence[postgres.Finish],
-    ) -> tuple[list[JobRun], frozenset[Any]]:
-        """``claim_limited``, recording first ``finishes``, outcomes of runs under a
-        concurrency limit, in the same call; returns the runs and the ids of the
-        outcomes recorded."""
-        claimed, recorded, throttled = postgres_flow.claim_concurrency(
-            self.using, owner, now, lease, queues, limit, max(limit, flow.CANDIDATES), finishes
+    ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
+        return postgres_flow.claim_concurrency(
+            self.using, owner, now, lease, queues, limit, candidates, finishes
         )
-        if len(claimed) < limit and throttled:
-            claimed += flow.claim_limited(
-                owner,
-                now=now,
-                lease=lease,
-                queues=queues,
-                limit=limit - len(claimed),
-                clock=clock,
-                throttled_only=True,
-            )
-        return claimed, recorded
 
     def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
         return finish.run_id in postgres_flow.finish_concurrency(self.using, [finish], now)

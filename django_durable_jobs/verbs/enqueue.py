@@ -17,7 +17,7 @@ from django.utils import timezone
 from .. import conf, signals
 from ..db import dialect
 from ..db.flow import gates, holds
-from ..db.flow import limits as flow
+from ..db.flow import keys as flow_keys
 from ..db.migrated import needs_tables
 from ..engine import clock, otel
 from ..engine.durations import Duration, after, parse_duration
@@ -68,8 +68,7 @@ def enqueue_job(
         parent_id=parent,
         trace_context=otel.carrier(),
     )
-    flow.stamp(run, job, clean_args, clean_kwargs)
-    gates.stamp(run, job, clean_args, clean_kwargs)
+    flow_keys.stamp(run, job, clean_args, clean_kwargs)
     db = conf.database()
     outcome = "new"
     if gates.gated(job):
@@ -137,7 +136,7 @@ def enqueue_many_job(
             wake_at=wake_at,
             trace_context=context,
         )
-        flow.stamp(run, job, args, kwargs)
+        flow_keys.stamp(run, job, args, kwargs)
         runs.append(run)
     # A microsecond apart and none later than asked, so workers take them in order.
     for index, run in enumerate(runs):

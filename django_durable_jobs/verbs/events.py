@@ -11,7 +11,6 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 from django.db.models import (
     BigIntegerField,
-    DateTimeField,
     Exists,
     Func,
     OuterRef,
@@ -19,11 +18,11 @@ from django.db.models import (
     Subquery,
     Value,
 )
-from django.db.models.functions import Coalesce, Least
+from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
 from .. import conf, signals
-from ..db import conflicts
+from ..db import conflicts, dialect
 from ..db.event_log import OrmEventLog
 from ..db.migrated import needs_tables
 from ..db.store import child_run_outcome
@@ -48,7 +47,6 @@ class EventLog(OrmEventLog):
 log = logging.getLogger("django_durable_jobs.verbs.events")
 
 #: PostgreSQL's ``now()``: the time the transaction started (``Now()`` is the statement's).
-TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())
 
 
 @needs_tables
@@ -87,10 +85,7 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
         # not earlier: the trigger that notifies (migration 0005) compares with it.
         # The pass after the commit looks at the runs with a later wake time only.
         woken_at = clock.current().now()
-        wake: datetime | Func[Any] = woken_at
-        if connections[using].vendor == "postgresql":
-            wake = Least(TRANSACTION_START, Value(woken_at, output_field=DateTimeField()))
-        wake_waiters(row, now=wake, skip_locked=True)
+        wake_waiters(row, now=dialect.of(using).wake_time(woken_at), skip_locked=True)
     transaction.on_commit(lambda: _committed(row, woken_at), using=using)
     return row
 

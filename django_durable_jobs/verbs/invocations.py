@@ -17,7 +17,7 @@ from django.db import transaction
 from .. import conf, signals
 from ..db import faults
 from ..db.flow import gates
-from ..db.flow import limits as flow
+from ..db.flow import keys as flow_keys
 from ..db.store import CHILD_COLUMNS, child_outcome, child_run_outcome
 from ..engine import clock
 from ..engine.fanout import key_prefix
@@ -139,7 +139,7 @@ def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
         parent_id=parent_run_id,
     )
     # As enqueue_job does: a child is under its job's concurrency limit and throttle.
-    flow.stamp(run, job, args, kwargs)
+    flow_keys.stamp(run, job, args, kwargs)
     return run
 
 

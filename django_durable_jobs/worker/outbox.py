@@ -236,10 +236,14 @@ class Outbox:
             return [], frozenset()
         if not limit:  # only the outcomes: no candidates to read
             return [], postgres_flow.finish_concurrency(conf.database(), finishes, now)
-        chosen = dialect.of(conf.database())
-        assert isinstance(chosen, dialect.Psycopg)  # only fused dialects come here
-        return chosen.claim_limited_finishing(
-            owner, now, self.lease, self.queues, limit, self.clock, finishes
+        return flow.claim_limited(
+            owner,
+            now=now,
+            lease=self.lease,
+            queues=self.queues,
+            limit=limit,
+            clock=self.clock,
+            finishes=finishes,
         )
 
     def flush(self) -> None:

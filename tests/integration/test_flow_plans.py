@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 
 from django_durable_jobs.db import dialect
+from django_durable_jobs.db.flow import limits as flow
 from django_durable_jobs.db.postgresql import claims as postgres
 from django_durable_jobs.db.postgresql import flow as postgres_flow
 from django_durable_jobs.engine.clock import FakeClock
@@ -80,8 +81,8 @@ def test_every_statement_on_one_key_reads_it_through_an_index(
         with connection.cursor() as cursor:
             cursor.execute(f"SET plan_cache_mode = {cache_mode}")
         for _ in range(8):  # more calls than the five PL/pgSQL plans for each call
-            runs, _ = chosen.claim_limited_finishing(
-                "w-plans", clock.now(), timedelta(seconds=30), None, 4, clock, ()
+            runs, _ = flow.claim_limited(
+                "w-plans", now=clock.now(), lease=timedelta(seconds=30), limit=4, clock=clock
             )
             claimed.extend(runs)
         finishes = [

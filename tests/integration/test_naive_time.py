@@ -85,7 +85,7 @@ def test_a_limited_run_is_claimed_with_use_tz_false(naive: None, clock: FakeCloc
     limited = flow_jobs.per_customer.enqueue(customer_id=42)
     throttled = flow_jobs.throttled.enqueue(1)
     now = clock.now()
-    claimed = flow.claim_limited("naive-worker", now=now, lease=timedelta(minutes=1), limit=5)
+    claimed, _ = flow.claim_limited("naive-worker", now=now, lease=timedelta(minutes=1), limit=5)
     assert {run.pk for run in claimed} == {limited.pk, throttled.pk}
     for run in claimed:
         assert run.status == RunStatus.RUNNING

@@ -21,14 +21,6 @@ from .. import dialect
 from . import keys as flow_keys
 
 
-def stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """Copy this run's rate-limit and debounce keys onto ``run`` (at enqueue)."""
-    if job.rate_limit is not None:
-        run.rate_limit_key = job.rate_limit.key_of(job.name, job.fn, args, kwargs)
-    if job.debounce is not None:
-        run.debounce_key = job.debounce.key_of(job.name, job.fn, args, kwargs)
-
-
 def gated(job: JobDefinition) -> bool:
     return job.rate_limit is not None or job.debounce is not None
 

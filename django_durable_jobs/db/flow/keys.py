@@ -1,39 +1,41 @@
-"""A flow-control key's lock and its slots (``flow``, ``holds``): what claiming a run
-under a limit and holding or letting go of runs both need."""
+"""A flow-control key: the keys a run carries (``stamp``), a key's lock and its slots;
+what the enqueue's gates, the claim under a limit (``limits``) and holding or letting
+go of runs (``holds``) all need."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
-from django.db import connections
 from django.db.models import Q
 
-from ...models import RUNNABLE, FlowKey, JobRunQuerySet, RunStatus
-from ..postgresql import flow as postgres_flow
+from ...jobs.registry import JobDefinition
+from ...models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus
+from .. import dialect
 
 
 def lock(using: str, job_name: str, kind: str, key: str) -> None:
-    """Lock one key until the transaction ends.
+    """Lock one key until the transaction ends (``Dialect.lock_key``: an advisory lock
+    on PostgreSQL, the key's ``FlowKey`` row elsewhere)."""
+    dialect.of(using).lock_key(job_name, kind, key)
 
-    On PostgreSQL a transaction-level advisory lock (``durable_flow_lock``, migration
-    0017), the lock its flow functions take too. Elsewhere the key's ``FlowKey`` row,
-    in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
-    UPDATE``): it takes the row's write lock whether or not the row existed, so the
-    first claimers (or enqueuers) of a new key queue up on it instead of deadlocking
-    as two inserts would on MariaDB, and nothing is read before the lock is held.
-    """
-    # By vendor, not by ``dialect`` (which imports this module: no cycle, test_layers).
-    if connections[using].vendor == "postgresql":  # an advisory lock: no row to write
-        postgres_flow.lock(using, job_name, kind, key)
-        return
-    # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
-    target = connections[using].features.supports_update_conflicts_with_target
-    FlowKey.objects.using(using).bulk_create(
-        [FlowKey(job_name=job_name, kind=kind, key=key)],
-        update_conflicts=True,
-        update_fields=["kind"],
-        unique_fields=["job_name", "kind", "key"] if target else None,
-    )
+
+def stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Copy the job's limits and this run's keys onto ``run`` (at enqueue): the
+    concurrency and throttle keys the claim locks, the rate-limit and debounce keys
+    the enqueue's gates lock (``gates``)."""
+    if job.concurrency is not None:
+        run.concurrency_key = job.concurrency.key_of(job.name, job.fn, args, kwargs)
+        run.concurrency_limit = job.concurrency.limit
+    if job.throttle is not None:
+        run.throttle_key = job.throttle.key_of(job.name, job.fn, args, kwargs)
+        run.throttle_limit = job.throttle.limit
+        run.throttle_period = job.throttle.per
+    if job.rate_limit is not None:
+        run.rate_limit_key = job.rate_limit.key_of(job.name, job.fn, args, kwargs)
+    if job.debounce is not None:
+        run.debounce_key = job.debounce.key_of(job.name, job.fn, args, kwargs)
 
 
 def slots(runs: JobRunQuerySet, job_name: str, key: str | None, now: datetime) -> JobRunQuerySet:

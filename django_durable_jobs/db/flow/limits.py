@@ -20,7 +20,7 @@ back and lets them go.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,24 +28,15 @@ from django.db import connections, transaction
 
 from ... import conf
 from ...engine.clock import Clock
-from ...jobs.registry import JobDefinition, all_jobs
+from ...jobs.registry import all_jobs
 from ...models import JobRun, JobRunQuerySet, RunStatus, best
+from .. import dialect
+from ..postgresql.claims import Finish
 from .holds import hold
 from .keys import lock, slots
 
 #: How many candidates one claim looks at before giving up (each costs a transaction).
 CANDIDATES = 8
-
-
-def stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """Copy the job's limits and this run's keys onto ``run`` (at enqueue)."""
-    if job.concurrency is not None:
-        run.concurrency_key = job.concurrency.key_of(job.name, job.fn, args, kwargs)
-        run.concurrency_limit = job.concurrency.limit
-    if job.throttle is not None:
-        run.throttle_key = job.throttle.key_of(job.name, job.fn, args, kwargs)
-        run.throttle_limit = job.throttle.limit
-        run.throttle_period = job.throttle.per
 
 
 def has_limits() -> bool:
@@ -61,19 +52,51 @@ def claim_limited(
     queues: Iterable[str] | None = None,
     limit: int = 1,
     clock: Clock | None = None,
+    finishes: Sequence[Finish] = (),
+) -> tuple[list[JobRun], frozenset[Any]]:
+    """Take up to ``limit`` runnable runs under a limit for ``owner``, best first;
+    returns them and the ids of ``finishes`` recorded.
+
+    ``finishes``: outcomes of runs that held a concurrency slot, recorded in the same
+    call where the dialect claims concurrency-limited runs in one function call
+    (``Dialect.claim_concurrency``, PostgreSQL through psycopg 3); throttled runs
+    are then claimed here, a transaction per key, as on every other database.
+    """
+    using = conf.database()
+    queue_list = None if queues is None else list(queues)
+    fused = dialect.of(using).claim_concurrency(
+        owner, now, lease, queue_list, limit, max(limit, CANDIDATES), finishes
+    )
+    if fused is None:
+        assert not finishes, "outcomes are held for the claim only where it records them"
+        return _claim_by_key(owner, now, lease, queue_list, limit, clock), frozenset()
+    claimed, recorded, throttled = fused
+    if len(claimed) < limit and throttled:
+        claimed += _claim_by_key(
+            owner, now, lease, queue_list, limit - len(claimed), clock, throttled_only=True
+        )
+    return claimed, recorded
+
+
+def _claim_by_key(
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    queue_list: list[str] | None,
+    limit: int,
+    clock: Clock | None,
+    *,
     throttled_only: bool = False,
 ) -> list[JobRun]:
-    """Take up to ``limit`` runnable runs under a limit for ``owner``, best first.
+    """``claim_limited``'s way on every database: a transaction per key, its lock first.
 
     With ``clock``, the time is read again once a key is locked: waiting for the lock
     (another claimer, SQLite's write lock) must not make a start look earlier than it
     is, or a throttle's window would let more runs start than it says.
-    ``throttled_only``: only runs with a throttle (PostgreSQL claims the others in one
-    function call, ``dialect.Psycopg.claim_limited``).
+    ``throttled_only``: only runs with a throttle (the others were claimed in one call).
     """
     using = conf.database()
     runs = JobRun.objects.using(using)
-    queue_list = None if queues is None else list(queues)
     # Every runnable run, best first: limited runs are taken until a run under no
     # limit comes first, which is the unlimited claim's (priority holds across both).
     candidates = runs.runnable(now, queue_list)
