@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What flow control costs the claim, on this machine's PostgreSQL (SPEC §8).
+"""What flow control costs the claim, on this machine's PostgreSQL.
 
     BENCH_DB=dj_h .venv/py312-dj61/bin/python benchmarks/flow.py [--n 10000]
 

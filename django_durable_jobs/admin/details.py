@@ -33,7 +33,8 @@ TIMES: tuple[Row, ...] = (
     ("wakes", "held"),
     ("lease_owner", "lease_expires"),
 )
-#: The run's flow-control keys (SPEC §8), two a row: only those it holds (``key_rows``).
+#: The run's flow-control keys (README "Flow control"), two a row: only those it holds
+#: (``key_rows``).
 KEYS: tuple[str, ...] = tuple(run_keys.KEYS)
 ARGUMENTS: tuple[Row, ...] = (("args_json",), ("kwargs_json",))
 RESULT: tuple[Row, ...] = (("result_json",),)

@@ -174,7 +174,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     @admin.display(description="not starting")
     def held(self, run: JobRun) -> str:
-        """Which limit holds a queued run back, and until when (SPEC §8)."""
+        """Which limit holds a queued run back, and until when (README "Flow control")."""
         return holds.held_reason(run, clock.current().now()) or "—"
 
     # -- the run page ----------------------------------------------------------------

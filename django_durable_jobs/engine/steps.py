@@ -14,7 +14,7 @@ two step APIs cannot drift apart.
 
 Waiting (``sleep``, ``wait_for_event``) unwinds the run by raising
 ``Suspension``; the worker parks the run until ``wake_at`` instead of holding a
-process. This is a port of ``seed/steps.ts``; see the README for what changed.
+process.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from .rules import (
 
 
 class FlowKey(models.Model):
-    """One row per limit key of a job: claims lock it to serialise per key (SPEC §8)."""
+    """One row per limit key of a job: claims lock it to serialise per key (README "Flow
+    control")."""
 
     job_name = ExactCharField(max_length=200)
     #: "concurrency" or "throttle".
@@ -139,7 +140,7 @@ def best(runs: Runs, count: int) -> Runs:
     queued = runs.filter(status=RunStatus.QUEUED)
     each = [
         # Runs under no limit in the claim's order (``durable_run_unlimited_order``,
-        # migration 0019); runs under one through the wake time, which leaves out those
+        # MariaDB/MySQL only); runs under one through the wake time, which leaves out those
         # held by a full key (no wake time: sorted first, they were read by every claim).
         queued.filter(concurrency_limit__isnull=True)[:count],
         queued.filter(concurrency_limit__isnull=False)[:count],
@@ -183,7 +184,7 @@ class JobRun(models.Model):
     scheduled_at = InstantField(null=True, blank=True)
     #: The OpenTelemetry context of the code that enqueued the run (``engine/otel.py``).
     trace_context = models.JSONField(null=True, blank=True)
-    # Flow control (SPEC §8), copied from the job at enqueue so that the claim can
+    # Flow control (README "Flow control"), copied from the job at enqueue so that the claim can
     # enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
     concurrency_key = ExactCharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)

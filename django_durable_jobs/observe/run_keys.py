@@ -1,4 +1,4 @@
-"""A run's flow-control keys (SPEC §8) as operators read them, on the admin's run page
+"""A run's flow-control keys (README "Flow control") as operators read them, on the admin's run page
 and in ``jobs show``: the keys its job's limits computed at enqueue, and only those."""
 
 from __future__ import annotations

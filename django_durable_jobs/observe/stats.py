@@ -1,4 +1,4 @@
-"""The figures an operator watches (SPEC §14): runs by status, queue depth, the oldest
+"""The figures an operator watches (README "Operating it"): runs by status, queue depth, the oldest
 runnable run's age, throughput, duration percentiles per job, top error codes and
 live workers. ``jobs stats``, the metrics view and the dashboard read them here.
 

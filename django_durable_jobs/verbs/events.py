@@ -82,7 +82,7 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
         # The runs waiting now are woken in this transaction: an idle worker is told
         # (NOTIFY) by its own commit, not by a statement after it (4 ms later). On
         # PostgreSQL they wake at the transaction's start (``now()``) if the clock is
-        # not earlier: the trigger that notifies (migration 0005) compares with it.
+        # not earlier: the trigger that notifies (durable_jobs_woken) compares with it.
         # The pass after the commit looks at the runs with a later wake time only.
         woken_at = clock.current().now()
         wake_waiters(row, now=dialect.of(using).wake_time(woken_at), skip_locked=True)
@@ -253,7 +253,7 @@ def wake_waiters(
         if not ids:
             return 0
         runs = JobRun.objects.using(using).filter(id__in=ids)
-    # Idle workers are told by the row trigger of migration 0005 (PostgreSQL).
+    # Idle workers are told by the row trigger durable_jobs_woken (PostgreSQL).
     return runs.wake_waiting(now)
 
 

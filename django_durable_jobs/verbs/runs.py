@@ -69,7 +69,7 @@ def cancel(
         along = {**stopped, "error": f"cancelled along with run {pk}"}
         below = children.cancel_descendants(pk, along)
         start_handler(run, stopped, now)
-        # SPEC §8: each run cancelled gets its handler, those cancelled along with it too.
+        # Each run cancelled gets its handler, those cancelled along with it too.
         for child in JobRun.objects.using(using).filter(pk__in=below):
             start_handler(child, along, now)
     signals.run_cancelled.send(sender=JobRun, run=run)

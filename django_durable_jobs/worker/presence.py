@@ -145,7 +145,8 @@ def runs_in_hand(worker_ids: Iterable[str]) -> dict[str, list[InHand]]:
 
 
 def listing(*, now: datetime) -> list[dict[str, Any]]:
-    """Every known worker as plain values (SPEC §14), live ones first; two queries."""
+    """Every known worker as plain values (the admin's workers page, ``jobs workers``),
+    live ones first; two queries."""
     lease = conf.required_duration("LEASE")
     workers = list(Worker.objects.using(conf.database()).order_by("worker_id"))
     held = runs_in_hand(w.worker_id for w in workers)

@@ -1,4 +1,4 @@
-"""The admin dashboard (SPEC §14): per-minute and per-hour series, chart geometry and
+"""The admin dashboard: per-minute and per-hour series, chart geometry and
 the page through the real admin client, with its query count pinned."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def explain(sql: str, verb: str = "EXPLAIN") -> list[dict[str, Any]]:
 
 
 #: The indexes a claim on MariaDB may read runnable runs through: by status and wake
-#: time (models), queued runs under no limit by priority (migrations 0018, 0019: MariaDB
+#: time (models), queued runs under no limit by priority (migration 0002: MariaDB
 #: and MySQL only).
 CLAIM_INDEXES = (
     "durable_run_runnable",

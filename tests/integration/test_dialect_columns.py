@@ -264,7 +264,7 @@ def test_the_claim_returns_every_run_column_and_records_an_outcome() -> None:
 
 @needs_postgres
 def test_the_finish_function_takes_the_outcome_columns_in_order() -> None:
-    # durable_finish_concurrency (migration 0017) lists the outcome's columns by hand,
+    # durable_finish_concurrency (db/postgresql/sql/schema.sql) lists the outcome's columns by hand,
     # in the order of db.postgres.outcome_arrays: a column added to OUTCOME_COLUMNS
     # must be added there too, with the type postgres_flow sends it as.
     with connection.cursor() as cursor:

@@ -1,4 +1,4 @@
-"""Published after the wait started means committed after it (SPEC §3), whatever the ids.
+"""Published after the wait started means committed after it, whatever the ids.
 
 An event's id is taken at INSERT and it becomes visible at COMMIT, so on PostgreSQL
 and MariaDB a transaction that inserted an event and commits later leaves a smaller

@@ -1,4 +1,4 @@
-"""Fan-out (SPEC §12) on the fake clock: order, one wake-up, failure, timeout, replay."""
+"""Fan-out on the fake clock: order, one wake-up, failure, timeout, replay."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_children_start_in_one_step_and_results_come_back_in_order(
 @pytest.mark.postgres(reason="SQLite may split a bulk insert by its limit on parameters")
 @pytest.mark.mariadb
 def test_the_children_start_in_one_insert(clock: FakeClock, driver: Driver) -> None:
-    """SPEC §12: one round trip for N children (a bulk insert), not one per child."""
+    """One round trip for N children (a bulk insert), not one per child."""
     parent = fanout_jobs.squares.enqueue(40)
     table = connection.ops.quote_name(JobRun._meta.db_table)
     with CaptureQueriesContext(connection) as queries:

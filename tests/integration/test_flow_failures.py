@@ -1,4 +1,4 @@
-"""RetryAfter, NonRetriable and on_failure handlers (SPEC §8), on the fake clock."""
+"""RetryAfter, NonRetriable and on_failure handlers, on the fake clock."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_on_failure_runs_for_a_cancelled_run(driver: Driver) -> None:
 def test_cancelling_a_parent_starts_the_handlers_of_the_children_cancelled_with_it(
     driver: Driver,
 ) -> None:
-    """SPEC §8: every run cancelled gets its handler, also one cancelled by the cascade."""
+    """Every run cancelled gets its handler, also one cancelled by the cascade."""
     parent = flow_jobs.invokes_handled_children.enqueue()
     driver.step(parent)  # invokes the first child
     (child,) = JobRun.objects.filter(parent=parent)

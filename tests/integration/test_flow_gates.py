@@ -1,4 +1,4 @@
-"""RateLimit, Debounce and CancelOn (SPEC §8) on the fake clock."""
+"""RateLimit, Debounce and CancelOn on the fake clock."""
 
 from __future__ import annotations
 

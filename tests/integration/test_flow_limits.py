@@ -1,4 +1,4 @@
-"""Concurrency limits and throttles (SPEC §8): validation, keys, the claim, on the
+"""Concurrency limits and throttles: validation, keys, the claim, on the
 fake clock; the interleaved-claimers race on PostgreSQL and MariaDB."""
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def test_interleaved_claimers_never_exceed_a_limit(clock: FakeClock) -> None:
     assert JobRun.objects.filter(status=RunStatus.RUNNING).count() == 1
 
 
-@pytest.mark.postgres(reason="the advisory locks of migration 0017")
+@pytest.mark.postgres(reason="the advisory locks of db/postgresql/sql/schema.sql")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.psycopg3(reason="the PL/pgSQL flow claim is psycopg 3's")
 def test_a_claim_leaves_a_key_another_worker_holds_to_it(clock: FakeClock) -> None:

@@ -1,5 +1,6 @@
-"""The plans of the statements inside PostgreSQL's limited claim (migrations 0014,
-0016, 0017): read with auto_explain, whose nested-statement plans come back as notices."""
+"""The plans of the statements inside PostgreSQL's limited claim
+(``durable_claim_concurrency`` in db/postgresql/sql/schema.sql): read with auto_explain,
+whose nested-statement plans come back as notices."""
 
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ _BY_KEY = re.compile(r"r\.concurrency_key (= \w+\.concurrency_key|IS NULL)")
 def test_every_statement_on_one_key_reads_it_through_an_index(
     clock: FakeClock, cache_mode: str
 ) -> None:
-    """PL/pgSQL caches a generic plan of each statement after a few calls. Before 0017
-    the key was compared as ``= key OR (key IS NULL AND column IS NULL)``, whose
+    """PL/pgSQL caches a generic plan of each statement after a few calls. When the
+    functions compared a key as ``= key OR (key IS NULL AND column IS NULL)``, the
     generic plan read every limited run of the job to count one key's slots
     (``Rows Removed by Filter: 10000`` behind the flow benchmark's 10,000 keys)."""
     for n in range(KEYS):  # two runs a key: the second is held while the first runs

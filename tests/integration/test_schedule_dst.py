@@ -91,7 +91,7 @@ CATCH_UP: dict[tuple[str, str, str, int, str, int], list[str]] = {
 def test_catch_up_in_the_repeated_hour_starts_only_the_latest_missed_slot(
     zone: str, cron: str, down: str, down_fold: int, back: str, back_fold: int, clock: FakeClock
 ) -> None:
-    """SPEC §11: a slot missed while no worker ran starts once when one comes back, the
+    """A slot missed while no worker ran starts once when one comes back, the
     latest one only; in the second pass of a fall-back hour that is a slot of the second
     pass, not the same wall time an hour earlier (nor every slot since it)."""
     tz, day = ZoneInfo(zone), NIGHTS[(zone, "fall-back")]

@@ -1,4 +1,4 @@
-"""Schedules (SPEC §11) on the fake clock: slots, catch-up, edits, pause, sync from code."""
+"""Schedules on the fake clock: slots, catch-up, edits, pause, sync from code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operator's figures (SPEC §14): ``stats.collect``, ``jobs stats [--json]`` and the
+"""The operator's figures: ``stats.collect``, ``jobs stats [--json]`` and the
 Prometheus metrics view, on runs written at known times."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
         "succeeded": 12,
         "failed": 5,
         "cancelled": 0,
-        "skipped": 0,  # every status is present (SPEC §14), flow control's too
+        "skipped": 0,  # every status is present, flow control's too
     }
     assert figures.queue_depth == {
         "default": {"queued": 0, "sleeping": 1, "waiting": 0, "running": 1},

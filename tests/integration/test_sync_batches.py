@@ -99,7 +99,7 @@ def test_an_outcome_that_frees_a_slot_is_held_only_where_one_call_frees_the_batc
     assert w.run_once()
     pending = w._pending
     assert pending is not None and pending.frees_slot and not plain(pending)
-    # PostgreSQL: the flow functions free a batch's slots in one call (migration 0017);
+    # PostgreSQL: the flow functions free a batch's slots in one call (durable_finish_concurrency);
     # elsewhere freeing a slot takes a transaction of its own, before the next run.
     fused = dialect.of("default").fused
     assert batchable(pending, fused) == fused
@@ -204,7 +204,7 @@ def test_runs_under_a_limit_claimed_together_free_their_slots(
     clock: FakeClock, quick: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On PostgreSQL the outcomes of a batch of limited runs wait for each other and
-    free their slots in one call (migration 0017); elsewhere freeing a slot takes a
+    free their slots in one call (durable_finish_concurrency); elsewhere freeing a slot takes a
     transaction of its own, so each is written before the next run starts."""
     for key in ("k0", "k0", "k1", "k2"):
         flow_jobs.one_per_key.enqueue(key)

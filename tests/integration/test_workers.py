@@ -1,4 +1,4 @@
-"""Worker rows (SPEC §14): registration, beats, lost and pruned workers, the
+"""Worker rows: registration, beats, lost and pruned workers, the
 ``jobs workers`` command and the admin page. Real processes: test_workers_processes.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Many async runs in one real ``runjobs`` process (SPEC §13): kill -9 with 50 runs in
+"""Many async runs in one real ``runjobs`` process: kill -9 with 50 runs in
 flight, SIGTERM draining every one of them, and no overlap with batched claims.
 
 Same harness as ``test_worker_processes.py`` (short lease, polls with generous

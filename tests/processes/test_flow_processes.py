@@ -1,4 +1,4 @@
-"""Flow control with real ``runjobs`` processes (SPEC §8): limits never exceeded under
+"""Flow control with real ``runjobs`` processes: limits never exceeded under
 four workers, a killed worker's slot coming back, a throttle's start windows, and a
 failure handler started by a real worker.
 

@@ -1,4 +1,4 @@
-"""Durability of real ``runjobs`` processes (SPEC §6): kill -9, overlap, drain, timeout.
+"""Durability of real ``runjobs`` processes: kill -9, overlap, drain, timeout.
 
 Each test starts worker processes with ``python -m django runjobs`` on the test
 database pytest created (passed in DURABLE_JOBS_TEST_DB_NAME, see tests/settings.py),

@@ -1,4 +1,4 @@
-"""Worker rows written by real ``runjobs`` processes (SPEC §14): they register,
+"""Worker rows written by real ``runjobs`` processes: they register,
 heartbeat, show the run in hand, are marked lost after kill -9 and stopped after
 SIGTERM. Same harness as test_worker_processes.py (lease 2s, heartbeat 0.5s)."""
 

@@ -1,4 +1,4 @@
-"""Jobs for flow control (SPEC §8): retries on request, failure handlers, limits."""
+"""Jobs for flow control: retries on request, failure handlers, limits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durations (SPEC §3): the accepted forms, the rejected ones, and the formatter."""
+"""Durations: the accepted forms, the rejected ones, and the formatter."""
 
 from __future__ import annotations
 

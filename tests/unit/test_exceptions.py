@@ -1,4 +1,4 @@
-"""The error contract (SPEC §9): stable codes, one class each, a common base."""
+"""The error contract: stable codes, one class each, a common base."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django_durable_jobs import exceptions
 from django_durable_jobs.engine.vocabulary import StepKind
 from django_durable_jobs.exceptions import DurableJobsError, Suspension
 
-SPEC_CODES = [
+PUBLIC_CODES = [
     "X_STEP_DUPLICATE",
     "X_JOB_TIMEOUT",
     "X_JOB_UNKNOWN",
@@ -40,7 +40,7 @@ def _error_classes() -> list[type[DurableJobsError]]:
     ]
 
 
-@pytest.mark.parametrize("code", SPEC_CODES)
+@pytest.mark.parametrize("code", PUBLIC_CODES)
 def test_each_spec_code_is_on_exactly_one_class(code: str) -> None:
     owners = [cls for cls in _error_classes() if cls.code == code]
     assert len(owners) == 1, f"{code} is carried by {owners}"

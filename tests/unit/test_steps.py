@@ -1,4 +1,4 @@
-"""The step engine against the in-memory store and a fake clock (seed/steps.ts parity)."""
+"""The step engine against the in-memory store and a fake clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Flow control at enqueue and at publish (SPEC §8): ``RateLimit`` (over the limit,
+"""Flow control at enqueue and at publish (README "Flow control"): ``RateLimit`` (over the limit,
 the run is written ``skipped``), ``Debounce`` (one run per quiet period, the latest
 arguments win) and ``CancelOn`` (a published event cancels matching runs).
 

@@ -1,4 +1,4 @@
-"""Flow control in the database: concurrency limits and throttles (SPEC §8).
+"""Flow control in the database: concurrency limits and throttles (README "Flow control").
 
 Runs under a limit carry their keys (computed at enqueue, ``stamp``) and are taken
 only by ``claim_limited``, one key at a time: the claimer locks the key (``lock``),

@@ -147,7 +147,7 @@ def _json_default(value: Any) -> Any:
 
 
 def outcome_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any]]:
-    """The outcome parameters of the flow functions (migration 0017): one array per
+    """The outcome parameters of the flow functions (``sql/schema.sql``): one array per
     outcome column (JSON as text, as ``array_type`` says), then the run ids and their
     lease owners."""
     arrays: list[list[Any]] = []

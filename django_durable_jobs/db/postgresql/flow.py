@@ -1,4 +1,4 @@
-"""The flow-control functions of migration 0017 on PostgreSQL, called: runs under a
+"""The flow-control functions of ``sql/schema.sql`` on PostgreSQL, called: runs under a
 concurrency limit claimed (with the outcomes of earlier ones) and finished, a batch
 in one call. The statements of runs under no limit are ``postgres``'s."""
 
@@ -30,7 +30,7 @@ def claim_concurrency(
     finishes: Sequence[Finish],
 ) -> tuple[list[JobRun], frozenset[Any], bool]:
     """Claim up to ``limit`` runs under a concurrency limit (and record ``finishes``, the
-    outcomes of such runs, first) with ``durable_claim_concurrency`` (migration 0017);
+    outcomes of such runs, first) with ``durable_claim_concurrency``;
     returns the runs, the ids of the outcomes recorded, and whether runnable runs
     under a throttle were seen among the candidates (``flow.claim_limited`` takes
     those)."""
@@ -63,7 +63,7 @@ def claim_concurrency(
 
 def finish_concurrency(using: str, finishes: Sequence[Finish], now: datetime) -> frozenset[Any]:
     """Record ``finishes``, outcomes of runs under a concurrency limit, and free their
-    slots, with ``durable_finish_concurrency`` (migration 0017): one call for a batch;
+    slots, with ``durable_finish_concurrency``: one call for a batch;
     the ids it recorded."""
     connection = connections[using]
     params: list[Any] = [now, *_finish_arrays(finishes, connection)]
@@ -76,7 +76,7 @@ def finish_concurrency(using: str, finishes: Sequence[Finish], now: datetime) ->
 
 def lock(using: str, job_name: str, kind: str, key: str) -> None:
     """``flow_keys.lock`` on PostgreSQL: the key's advisory lock until the transaction ends
-    (``durable_flow_lock``, migration 0017), which the flow functions take too."""
+    (``durable_flow_lock``), which the flow functions take too."""
     with connections[using].cursor() as cursor:
         cursor.execute("SELECT durable_flow_lock(%s, %s, %s)", [job_name, kind, key])
 
@@ -99,7 +99,7 @@ def _marks(*types: str) -> str:
 
 
 def _param_type(name: str) -> str:
-    """The function's parameter type for an outcome column (migration 0017): its times
+    """The function's parameter type for an outcome column: its times
     are ``timestamptz[]``, everything else travels as ``text[]`` (JSON too)."""
     field = JobRun._meta.get_field(name)
     return "timestamptz[]" if isinstance(field, DateTimeField) else "text[]"

@@ -1,0 +1,278 @@
+-- PostgreSQL's functions and triggers of django_durable_jobs, as the database holds them.
+--
+-- Loaded by the migrations (db/postgresql/sql.py); a test checks that a migrated
+-- database's definitions equal these. One statement a section; each section starts
+-- with its name between dashes.
+
+-- durable_jobs_notify_enqueued --
+-- An idle worker listening on the channel durable_jobs learns that runs were
+-- enqueued: one notification per INSERT statement, sent on commit.
+CREATE OR REPLACE FUNCTION durable_jobs_notify_enqueued()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_notify('durable_jobs', 'enqueued');
+    RETURN NULL;
+END
+$function$;
+
+-- durable_jobs_notify_woken --
+-- An idle worker learns that a run became runnable now (a published event, a
+-- finished child, a retry without backoff, a released run, an operator's wake):
+-- every such write sets wake_at to now on a runnable run. Identical notifications of
+-- one transaction are sent once.
+CREATE OR REPLACE FUNCTION durable_jobs_notify_woken()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_notify('durable_jobs', 'woken');
+    RETURN NULL;
+END
+$function$;
+
+-- durable_flow_lock_id --
+-- The number of a flow-control key's advisory lock: (job, kind, key) hashed.
+CREATE OR REPLACE FUNCTION durable_flow_lock_id(p_job text, p_kind text, p_key text)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT hashtext(p_job || chr(31) || p_kind || chr(31) || p_key)
+$function$;
+
+-- durable_flow_lock --
+-- Lock one flow-control key until the transaction ends (db/flow/keys.py `lock`,
+-- `Dialect.lock_key`). 1248813683 is this app's advisory-lock class.
+CREATE OR REPLACE FUNCTION durable_flow_lock(p_job text, p_kind text, p_key text)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    SELECT pg_advisory_xact_lock(1248813683, durable_flow_lock_id(p_job, p_kind, p_key))
+$function$;
+
+-- durable_flow_try_lock --
+-- The same lock, not waited for: a key another worker holds is left to it.
+CREATE OR REPLACE FUNCTION durable_flow_try_lock(p_job text, p_kind text, p_key text)
+ RETURNS boolean
+ LANGUAGE sql
+AS $function$
+    SELECT pg_try_advisory_xact_lock(1248813683, durable_flow_lock_id(p_job, p_kind, p_key))
+$function$;
+
+-- durable_finish_concurrency --
+-- Record the outcomes of runs under a concurrency limit (unnest arrays, one row a run,
+-- fenced by each run's lease) and let one held run of each freed key go: a batch of
+-- outcomes in one call (db/postgresql/flow.py `finish_concurrency`).
+CREATE OR REPLACE FUNCTION durable_finish_concurrency(p_now timestamp with time zone, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[])
+ RETURNS uuid[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    done_run record;
+    recorded uuid[] := '{}';
+BEGIN
+    -- The keys' locks first (flow.lock), in the order of their numbers: two workers
+    -- finishing runs of the same keys never wait for each other in a cycle.
+    PERFORM durable_flow_lock(l.job_name, 'concurrency', l.key)
+    FROM (
+        SELECT DISTINCT u.job_name, u.key,
+            durable_flow_lock_id(u.job_name, 'concurrency', u.key) AS number
+        FROM unnest(p_jobs, p_keys) AS u(job_name, key)
+        ORDER BY number
+    ) AS l;
+    FOR done_run IN
+        UPDATE "django_durable_jobs_jobrun" r SET
+            status = u.status, result = u.result::jsonb, finished_at = u.finished_at,
+            wake_at = u.wake_at, error_code = u.error_code, error = u.error,
+            error_type = u.error_type, traceback = u.traceback,
+            lease_owner = '', lease_expires_at = NULL
+        FROM unnest(p_ids, p_owners, p_status, p_result, p_finished_at, p_wake_at,
+            p_error_code, p_error, p_error_type, p_traceback)
+            AS u(id, owner, status, result, finished_at, wake_at, error_code, error,
+                error_type, traceback)
+        WHERE r.id = u.id AND r.lease_owner = u.owner AND r.status = 'running'
+            AND r.concurrency_limit IS NOT NULL
+        RETURNING r.id, r.job_name, r.concurrency_key
+    LOOP
+        recorded := recorded || done_run.id;
+        IF done_run.concurrency_key IS NULL THEN
+            UPDATE "django_durable_jobs_jobrun" SET wake_at = p_now
+            WHERE id = (
+                SELECT r.id FROM "django_durable_jobs_jobrun" r
+                WHERE r.job_name = done_run.job_name AND r.concurrency_key IS NULL
+                    AND r.concurrency_limit IS NOT NULL
+                    AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at IS NULL
+                ORDER BY r.created_at
+                LIMIT 1);
+        ELSE
+            UPDATE "django_durable_jobs_jobrun" SET wake_at = p_now
+            WHERE id = (
+                SELECT r.id FROM "django_durable_jobs_jobrun" r
+                WHERE r.job_name = done_run.job_name AND r.concurrency_key = done_run.concurrency_key
+                    AND r.concurrency_limit IS NOT NULL
+                    AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at IS NULL
+                ORDER BY r.created_at
+                LIMIT 1);
+        END IF;
+    END LOOP;
+    RETURN recorded;
+END
+$function$;
+
+-- durable_claim_concurrency --
+-- Claim up to p_limit runs under a concurrency limit, best first, one key at a time
+-- with its lock; a saturated key's due runs are held (wake_at NULL) until a slot
+-- frees. Outcomes of earlier runs (p_ids...) are recorded first, in the same call.
+-- Returns a row per run claimed, then one row of flags: the outcomes recorded and
+-- whether runs under a throttle were seen (claimed by db/flow/limits.py instead).
+CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time zone, p_owner text, p_lease_until timestamp with time zone, p_queues text[], p_limit integer, p_candidates integer, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[])
+ RETURNS TABLE(recorded uuid[], throttled boolean, claimed_from text, fresh boolean, run django_durable_jobs_jobrun)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    cand record;
+    best record;
+    done text[] := '{}';
+    k text;
+    taken integer;
+    n integer := 0;
+    recorded_then uuid[] := '{}';
+    throttled_seen boolean := false;
+    chosen uuid[] := '{}';
+    chosen_keys text[] := '{}';
+    chosen_from text[] := '{}';
+    chosen_fresh boolean[] := '{}';
+BEGIN
+    -- First the outcomes of limited runs, if any; then one row per run claimed; last
+    -- one row of flags: the ids of the outcomes recorded, and whether runnable runs
+    -- under a throttle were seen (flow.claim_limited's).
+    IF cardinality(p_ids) > 0 THEN
+        recorded_then := durable_finish_concurrency(p_now, p_status, p_result, p_finished_at, p_wake_at, p_error_code, p_error, p_error_type, p_traceback, p_ids, p_owners, p_jobs, p_keys);
+    END IF;
+    FOR cand IN
+        SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
+        FROM "django_durable_jobs_jobrun" r
+        WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
+            AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+        ORDER BY r.priority DESC, r.wake_at
+        LIMIT p_candidates
+    LOOP
+        -- A run under no limit first: it is the unlimited claim's (priority order).
+        EXIT WHEN cand.concurrency_limit IS NULL AND cand.throttle_limit IS NULL;
+        IF cand.throttle_limit IS NOT NULL THEN
+            throttled_seen := true;
+            CONTINUE;
+        END IF;
+        CONTINUE WHEN n >= p_limit;
+        k := cand.job_name || chr(31) || coalesce(cand.concurrency_key, '')
+            || chr(31) || cand.concurrency_limit;
+        CONTINUE WHEN k = ANY (done);
+        -- The key's lock first (flow.lock): nothing of the key is read before it. A key
+        -- another worker holds is left to it: it is that worker's to claim or free.
+        IF NOT durable_flow_try_lock(cand.job_name, 'concurrency',
+                coalesce(cand.concurrency_key, '')) THEN
+            done := done || k;
+            CONTINUE;
+        END IF;
+        IF cand.concurrency_key IS NULL THEN
+            SELECT r.id, r.status, r.started_at INTO best FROM "django_durable_jobs_jobrun" r
+        WHERE r.job_name = cand.job_name AND r.concurrency_key IS NULL
+            AND r.concurrency_limit = cand.concurrency_limit AND r.throttle_limit IS NULL
+            AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
+            AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
+        ORDER BY r.priority DESC, r.wake_at
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        ELSE
+            SELECT r.id, r.status, r.started_at INTO best FROM "django_durable_jobs_jobrun" r
+        WHERE r.job_name = cand.job_name AND r.concurrency_key = cand.concurrency_key
+            AND r.concurrency_limit = cand.concurrency_limit AND r.throttle_limit IS NULL
+            AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
+            AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
+        ORDER BY r.priority DESC, r.wake_at
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF NOT FOUND THEN
+            done := done || k;  -- taken or held by other workers meanwhile
+            CONTINUE;
+        END IF;
+        IF cand.concurrency_key IS NULL THEN
+            SELECT count(*) INTO taken FROM "django_durable_jobs_jobrun" r
+        WHERE r.job_name = cand.job_name AND r.concurrency_key IS NULL
+            AND r.concurrency_limit IS NOT NULL
+            AND r.status IN ('running', 'cancelled')
+            AND (r.status = 'running'
+                OR (r.lease_expires_at >= p_now AND r.lease_owner <> ''));
+        ELSE
+            SELECT count(*) INTO taken FROM "django_durable_jobs_jobrun" r
+        WHERE r.job_name = cand.job_name AND r.concurrency_key = cand.concurrency_key
+            AND r.concurrency_limit IS NOT NULL
+            AND r.status IN ('running', 'cancelled')
+            AND (r.status = 'running'
+                OR (r.lease_expires_at >= p_now AND r.lease_owner <> ''));
+        END IF;
+        -- ... and those this call chose already.
+        taken := taken + coalesce(cardinality(array_positions(chosen_keys, k)), 0);
+        IF taken >= cand.concurrency_limit THEN
+            IF cand.concurrency_key IS NULL THEN
+            UPDATE "django_durable_jobs_jobrun" r SET wake_at = NULL
+            WHERE r.job_name = cand.job_name AND r.concurrency_key IS NULL
+                AND r.concurrency_limit IS NOT NULL
+                AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
+                AND r.id <> ALL (chosen);
+        ELSE
+            UPDATE "django_durable_jobs_jobrun" r SET wake_at = NULL
+            WHERE r.job_name = cand.job_name AND r.concurrency_key = cand.concurrency_key
+                AND r.concurrency_limit IS NOT NULL
+                AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
+                AND r.id <> ALL (chosen);
+        END IF;
+            done := done || k;
+            CONTINUE;
+        END IF;
+        chosen := chosen || best.id;
+        chosen_keys := chosen_keys || k;
+        chosen_from := chosen_from || best.status::text;
+        chosen_fresh := chosen_fresh || (best.started_at IS NULL);
+        n := n + 1;
+    END LOOP;
+    -- The runs chosen, taken in one statement (each is locked since it was chosen).
+    RETURN QUERY
+        WITH took AS (
+            UPDATE "django_durable_jobs_jobrun" r SET
+                attempt = CASE WHEN r.status = 'queued' THEN r.attempt + 1 ELSE r.attempt END,
+                status = 'running',
+                started_at = COALESCE(r.started_at, p_now),
+                lease_owner = p_owner,
+                lease_expires_at = p_lease_until
+            FROM unnest(chosen, chosen_from, chosen_fresh) WITH ORDINALITY
+                AS c(id, was, first, position)
+            WHERE r.id = c.id
+            RETURNING r AS row, c.was, c.first, c.position
+        )
+        SELECT NULL::uuid[], NULL::boolean, took.was, took.first, took.row
+        FROM took ORDER BY took.position;
+    recorded := recorded_then;
+    throttled := throttled_seen;
+    claimed_from := NULL;
+    fresh := NULL;
+    run := NULL;
+    RETURN NEXT;
+END
+$function$;
+
+-- durable_jobs_enqueued --
+-- An INSERT of runs notifies once, whatever the number of rows.
+CREATE TRIGGER durable_jobs_enqueued AFTER INSERT ON django_durable_jobs_jobrun
+    FOR EACH STATEMENT EXECUTE FUNCTION durable_jobs_notify_enqueued();
+
+-- durable_jobs_woken --
+-- A runnable run whose wake time is now or past, in the same statement as the write.
+CREATE TRIGGER durable_jobs_woken AFTER UPDATE OF wake_at, status ON django_durable_jobs_jobrun
+    FOR EACH ROW WHEN (NEW.status IN ('queued', 'sleeping', 'waiting') AND NEW.wake_at <= now())
+    EXECUTE FUNCTION durable_jobs_notify_woken();
