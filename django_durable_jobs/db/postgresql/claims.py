@@ -22,6 +22,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from ...models import JobRun
+from . import sql
 from .statements import execute_again, kept_cursor, numbered_to_named, own_commit, prepare
 
 #: The columns a claim returns and a JobRun is built from, in model order.
@@ -46,26 +47,6 @@ OUTCOME_COLUMNS = (
     "traceback",
 )
 
-_SELECT = """
-picked AS (
-    SELECT id, status, started_at FROM {table}
-    WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= $1 {queues}
-        -- runs under a limit are claimed one key at a time, by flow.claim_limited
-        AND concurrency_limit IS NULL AND throttle_limit IS NULL
-    ORDER BY priority DESC, wake_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE {table} AS run SET
-        status = 'running',
-        attempt = CASE WHEN picked.status = 'queued' THEN run.attempt + 1 ELSE run.attempt END,
-        started_at = COALESCE(run.started_at, $1),
-        lease_owner = $3,
-        lease_expires_at = $4
-    FROM picked WHERE run.id = picked.id
-    RETURNING {columns}, picked.status AS claimed_from, picked.started_at IS NULL AS fresh
-)"""
 _TYPES = ["timestamptz", "int", "text", "timestamptz", "text[]"]
 
 
@@ -83,15 +64,8 @@ def _outcome_sql(connection: Any) -> tuple[str, list[str]]:
     fields = [_field(name) for name in OUTCOME_COLUMNS]
     sets = ", ".join(f"{qn(field.column)} = o.{qn(field.column)}" for field in fields)
     record = ", ".join(f"{qn(field.column)} {field.db_type(connection)}" for field in fields)
-    sql = f"""
-done AS (
-    UPDATE {{table}} AS run SET {sets},
-        lease_owner = '', lease_expires_at = NULL
-    FROM json_to_recordset(${first}::json) AS o({record}, run_id uuid, owner text)
-    WHERE run.id = o.run_id AND run.lease_owner = o.owner AND run.status = 'running'
-    RETURNING run.id
-),"""
-    return sql, ["json"]
+    template = sql.sections("queries")["claim_outcomes"]
+    return template.format(table="{table}", sets=sets, first=first, record=record), ["json"]
 
 
 def outcome_document(finishes: Sequence[Finish], connection: Any) -> str:
@@ -215,13 +189,13 @@ def claim(
     ``look_for_limited``, also tell whether runs under a limit are due (an index
     probe in the same statement, so a worker asks the flow claim only then)."""
     connection = connections[using]
-    name, sql, types = _statement(connection, queues, bool(finishes), look_for_limited)
+    name, statement, types = _statement(connection, queues, bool(finishes), look_for_limited)
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if finishes:
         params.append(outcome_document(finishes, connection))
     lazy = not finishes and own_commit(connection)
     with kept_cursor(connection) as cursor:
-        execute_again(connection, cursor, name, types, sql, params, lazy_commit=lazy)
+        execute_again(connection, cursor, name, types, statement, params, lazy_commit=lazy)
         rows = cursor.fetchall()
     done = frozenset(rows[0][0] or ()) if rows and finishes else frozenset()
     runs = [run_from_row(using, connection, row[2:]) for row in rows if row[2] is not None]
@@ -258,14 +232,6 @@ def _statement(
     return None, numbered_to_named(body, types, connection), types
 
 
-#: Runs under a limit due now (of the worker's queues): ``durable_run_limited``.
-_LIMITED_DUE = """EXISTS (
-    SELECT 1 FROM {table} WHERE status IN ('queued', 'sleeping', 'waiting')
-        AND wake_at <= $1 {queues}
-        AND (concurrency_limit IS NOT NULL OR throttle_limit IS NOT NULL)
-)"""
-
-
 def _body(connection: Any, variant: str, finishing: bool, looking: bool) -> tuple[list[str], str]:
     table = connection.ops.quote_name(JobRun._meta.db_table)
     # An equality lets the planner walk durable_run_runnable in order; "= ANY" cannot,
@@ -276,14 +242,15 @@ def _body(connection: Any, variant: str, finishing: bool, looking: bool) -> tupl
         "many": "AND queue = ANY($5)",
     }[variant]
     done, done_types = _outcome_sql(connection) if finishing else ("", [])
-    ctes = done + _SELECT
-    limited = _LIMITED_DUE.format(table=table, queues=queue_filter) if looking else "NULL"
-    body = (
-        "WITH "
-        + ctes.format(table=table, queues=queue_filter, columns=_COLUMNS)
-        + "\nSELECT "
-        + ("(SELECT array_agg(id) FROM done)" if finishing else "NULL")
-        + f", {limited}, claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
+    queries = sql.sections("queries")
+    limited = queries["claim_limited_due"] if looking else "NULL"
+    body = queries["claim"].format(
+        outcomes=done.format(table=table),
+        table=table,
+        queues=queue_filter,
+        columns=_COLUMNS,
+        recorded="(SELECT array_agg(id) FROM done)" if finishing else "NULL",
+        limited_due=limited.format(table=table, queues=queue_filter),
     )
     return _TYPES + done_types, body
 

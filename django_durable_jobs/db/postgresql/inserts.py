@@ -16,6 +16,7 @@ from django.db import connections
 from django.db.models import CharField, DateTimeField, JSONField, TextField, UUIDField
 
 from ...models import JobRun, StepRecord
+from . import sql
 from .claims import FIELDS, array_type, cast_back, json_text
 from .statements import run_statement
 
@@ -26,7 +27,7 @@ def insert_run(using: str, run: JobRun) -> None:
     against 0.9-1.0 ms a run on the benchmark machine). Like ``bulk_create``, it sends
     no ``pre_save``/``post_save``; ``run_enqueued`` is the signal of a new run."""
     connection = connections[using]
-    sql, types = _run_insert(connection)
+    statement, types = _run_insert(connection)
     tz = settings.USE_TZ
     params = [
         _param(field, kinds, getattr(run, field.attname), connection, tz)
@@ -38,7 +39,7 @@ def insert_run(using: str, run: JobRun) -> None:
     # more. From its second on, the prepared statement.
     again = connection.connection in _INSERTED
     _INSERTED[connection.connection] = True
-    run_statement(connection, RUN_INSERT, types, sql, params, prepared=again)
+    run_statement(connection, RUN_INSERT, types, statement, params, prepared=again)
     run._state.adding = False
     run._state.db = using
 
@@ -124,8 +125,9 @@ def _run_insert(connection: Any) -> tuple[str, list[str]]:
         qn = connection.ops.quote_name
         columns = ", ".join(qn(field.column) for field in FIELDS)
         marks = ", ".join(f"${number}" for number in range(1, len(FIELDS) + 1))
+        insert = sql.sections("queries")["insert_run"]
         _RUN_INSERTS[connection.alias] = (
-            f"INSERT INTO {qn(JobRun._meta.db_table)} ({columns}) VALUES ({marks})",
+            insert.format(table=qn(JobRun._meta.db_table), columns=columns, marks=marks),
             [str(field.db_type(connection)) for field in FIELDS],
         )
     return _RUN_INSERTS[connection.alias]
@@ -148,19 +150,21 @@ def insert_many_sql(connection: Any) -> tuple[str, list[Any]]:
     arrays = ", ".join(f"%s::{array_type(field, connection)}" for field in per_run)
     aliases = ", ".join(qn(field.column) for field in per_run)
     columns = [field.column for field in FIELDS]
-    sql = (
-        f"INSERT INTO {qn(JobRun._meta.db_table)} ({', '.join(qn(c) for c in columns)})\n"
-        f"SELECT {', '.join(values[c] for c in columns)}\n"
-        f"FROM unnest({arrays}) AS r({aliases})"
+    statement = sql.sections("queries")["insert_runs"].format(
+        table=qn(JobRun._meta.db_table),
+        columns=", ".join(qn(c) for c in columns),
+        values=", ".join(values[c] for c in columns),
+        arrays=arrays,
+        aliases=aliases,
     )
-    return sql, [*shared, *per_run]
+    return statement, [*shared, *per_run]
 
 
 def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
     """``bulk_create`` for queued runs of one job in ``unnest`` arrays: the rows cost
     the database little, and building Django's per-row SQL cost most of the time."""
     connection = connections[using]
-    sql, fields = insert_many_sql(connection)
+    statement, fields = insert_many_sql(connection)
     shared = fields[: len(fields) - len(PER_RUN)]
     with connection.cursor() as cursor:
         for start in range(0, len(runs), batch_size):
@@ -175,7 +179,7 @@ def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
                 if isinstance(field, JSONField):
                     column = [json.dumps(value, ensure_ascii=False) for value in column]
                 params.append(column)
-            cursor.execute(sql, params)
+            cursor.execute(statement, params)
     for run in runs:
         run._state.adding = False
         run._state.db = using
@@ -205,13 +209,17 @@ def insert_steps(
         marks = ", ".join(f"%s::{kind}" for kind in [*types, "text[]"])
         _STEP_INSERTS[key] = (
             fields,
-            f"INSERT INTO {qn(StepRecord._meta.db_table)} ({', '.join(columns)}) "
-            f"SELECT {values} FROM unnest({marks}) AS u({', '.join(columns)}, owner) "
-            f"JOIN {qn(JobRun._meta.db_table)} AS run ON run.id = u.{columns[0]} "
-            "AND run.lease_owner = u.owner AND run.status = 'running' "
-            f"RETURNING {columns[0]}, {columns[1]}",
+            sql.sections("queries")["insert_steps"].format(
+                steps=qn(StepRecord._meta.db_table),
+                table=qn(JobRun._meta.db_table),
+                columns=", ".join(columns),
+                values=values,
+                marks=marks,
+                run=columns[0],
+                name=columns[1],
+            ),
         )
-    fields, sql = _STEP_INSERTS[key]
+    fields, statement = _STEP_INSERTS[key]
     arrays: list[list[Any]] = []
     for index, field in enumerate(fields):
         column = [row[index] for row in rows]
@@ -220,5 +228,5 @@ def insert_steps(
         else:
             arrays.append([field.get_db_prep_save(value, connection) for value in column])
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*arrays, list(owners)])
+        cursor.execute(statement, [*arrays, list(owners)])
         return {(str(run_id), name) for run_id, name in cursor.fetchall()}

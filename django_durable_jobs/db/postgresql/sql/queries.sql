@@ -1,0 +1,77 @@
+-- The statements of PostgreSQL's fast path (psycopg 3), as templates: `{table}`,
+-- `{columns}` and the like are filled in once per process from the models' fields
+-- (claims.py, inserts.py), so a new column takes no edit here. `$1`... are the
+-- parameters of the prepared statement; `%s` those Django's cursor sends.
+-- One statement (or part of one) a section; each section starts with its name
+-- between dashes.
+
+-- claim --
+-- The claim: one round trip and one commit per run. {outcomes} records the previous
+-- runs' outcomes first (claim_outcomes, or nothing); the claimed runs come back one a
+-- row, with the ids of the outcomes recorded and {limited_due} (claim_limited_due, or
+-- NULL) on every row, and one row of NULLs when nothing was claimed.
+-- $1 now, $2 how many, $3 the worker's lease owner, $4 the lease's end, $5 the
+-- worker's queues.
+WITH {outcomes}
+picked AS (
+    SELECT id, status, started_at FROM {table}
+    WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= $1 {queues}
+        -- runs under a limit are claimed one key at a time (db/flow/limits.py)
+        AND concurrency_limit IS NULL AND throttle_limit IS NULL
+    ORDER BY priority DESC, wake_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE {table} AS run SET
+        status = 'running',
+        attempt = CASE WHEN picked.status = 'queued' THEN run.attempt + 1 ELSE run.attempt END,
+        started_at = COALESCE(run.started_at, $1),
+        lease_owner = $3,
+        lease_expires_at = $4
+    FROM picked WHERE run.id = picked.id
+    RETURNING {columns}, picked.status AS claimed_from, picked.started_at IS NULL AS fresh
+)
+SELECT {recorded}, {limited_due}, claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON true;
+
+-- claim_outcomes --
+-- The outcomes of the worker's previous runs, written with its next claim: one JSON
+-- document ($6), an object per run (claims.py `outcome_document`), each fenced by its
+-- own lease owner: a run whose lease was lost is not written.
+done AS (
+    UPDATE {table} AS run SET {sets},
+        lease_owner = '', lease_expires_at = NULL
+    FROM json_to_recordset(${first}::json) AS o({record}, run_id uuid, owner text)
+    WHERE run.id = o.run_id AND run.lease_owner = o.owner AND run.status = 'running'
+    RETURNING run.id
+),
+
+-- claim_limited_due --
+-- Whether runs under a flow-control limit are due now (of the worker's queues), an
+-- index probe of durable_run_limited: the worker calls the flow claim only then.
+EXISTS (
+    SELECT 1 FROM {table} WHERE status IN ('queued', 'sleeping', 'waiting')
+        AND wake_at <= $1 {queues}
+        AND (concurrency_limit IS NOT NULL OR throttle_limit IS NOT NULL)
+);
+
+-- insert_run --
+-- One run (`enqueue`), every column, prepared once per connection: planning a
+-- 30-column INSERT and building Django's SQL for it cost more than running it.
+INSERT INTO {table} ({columns}) VALUES ({marks});
+
+-- insert_runs --
+-- The runs of one `enqueue_many` call: the columns that differ between them (id,
+-- arguments, wake time) in one array each, every other column sent once.
+INSERT INTO {table} ({columns})
+SELECT {values}
+FROM unnest({arrays}) AS r({aliases});
+
+-- insert_steps --
+-- Step records of a batch of async runs, each written only while its owner holds its
+-- run's lease and the run is running: one statement and one commit for the batch;
+-- returns the (run, name) of the rows written.
+INSERT INTO {steps} ({columns})
+SELECT {values} FROM unnest({marks}) AS u({columns}, owner)
+JOIN {table} AS run ON run.id = u.{run} AND run.lease_owner = u.owner AND run.status = 'running'
+RETURNING {run}, {name};
