@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from django_durable_jobs.db import dialect
 from django_durable_jobs.db.claims import claim, release
-from django_durable_jobs.db.postgresql import claims as postgres
 from django_durable_jobs.engine.clock import FakeClock, use
 from django_durable_jobs.engine.timeouts import TimeGuard
 from django_durable_jobs.models import JobRun
@@ -90,7 +90,7 @@ def _skip_on_psycopg2(item: pytest.Item) -> None:
     marker = item.get_closest_marker("psycopg3")
     if marker is None or connection.vendor != "postgresql":
         return
-    if not postgres.available(connection.alias):  # the dialect's own test of psycopg 3
+    if not dialect.of(connection.alias).fused:  # the dialect's own test of psycopg 3
         why = marker.kwargs.get("reason", "psycopg 3's path")
         item.add_marker(pytest.mark.skip(reason=f"{why} (this run: psycopg2)"))
 

@@ -22,6 +22,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 from django.db import DatabaseError, connections
 
 from .. import conf
+from . import dialect
 
 log = logging.getLogger("django_durable_jobs.clock")
 
@@ -29,16 +30,6 @@ log = logging.getLogger("django_durable_jobs.clock")
 RESYNC_SECONDS = 60.0
 #: After a failed measurement (the database is down), try again this soon.
 RETRY_SECONDS = 5.0
-
-#: The database's time now, as precisely as each database tells it. PostgreSQL's
-#: now() is the transaction's start; clock_timestamp() is the real time.
-_NOW_SQL = {
-    "postgresql": "SELECT clock_timestamp()",
-    "mysql": "SELECT UTC_TIMESTAMP(6)",
-    "sqlite": "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')",
-}
-#: The finest step of each database's answer: SQLite's is a millisecond.
-_RESOLUTION = {"sqlite": timedelta(milliseconds=1)}
 
 
 class DatabaseClock:
@@ -105,7 +96,8 @@ class DatabaseClock:
 def measure_offset(using: str) -> tuple[timedelta, timedelta]:
     """(the database's clock minus this process's, the uncertainty of that figure)."""
     connection = connections[using]
-    sql = _NOW_SQL.get(connection.vendor)
+    chosen = dialect.of(using)
+    sql = chosen.now_sql
     if sql is None:  # an unknown backend: trust this process's clock
         return timedelta(0), timedelta(0)
     connection.ensure_connection()  # so that connecting is not part of the round trip
@@ -116,7 +108,7 @@ def measure_offset(using: str) -> tuple[timedelta, timedelta]:
         (value,) = cursor.fetchone()
     half_trip = (after - before) / 2
     offset = _utc(value) - (before + half_trip)
-    return offset, half_trip + _RESOLUTION.get(connection.vendor, timedelta(microseconds=1))
+    return offset, half_trip + chosen.clock_resolution
 
 
 def _utc(value: Any) -> datetime:

@@ -54,6 +54,11 @@ class Dialect:
     fused: ClassVar[bool] = False
     #: Idle workers are woken by LISTEN/NOTIFY rather than by polling.
     listens: ClassVar[bool] = False
+    #: The database's clock, read (``dbclock``); None: an unknown backend, whose
+    #: processes trust their own clocks.
+    now_sql: ClassVar[str | None] = None
+    #: The finest step of the database's clock.
+    clock_resolution: ClassVar[timedelta] = timedelta(microseconds=1)
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -190,6 +195,9 @@ class Dialect:
 
 
 class SQLite(Dialect):
+    now_sql = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
+    clock_resolution = timedelta(milliseconds=1)
+
     def on_connect(self, connection: Any) -> None:
         # Several worker processes share one file: WAL lets readers run beside the
         # writer, and a busy timeout makes writers wait instead of failing.
@@ -256,6 +264,8 @@ class _Locking(Dialect):
 
 
 class MySQL(_Locking):
+    now_sql = "SELECT UTC_TIMESTAMP(6)"
+
     def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
         """Lock up to ``limit`` of the best runnable runs.
 
@@ -291,6 +301,9 @@ class MySQL(_Locking):
 
 class Postgres(_Locking):
     """psycopg2: the ORM's claims and flow control, with ``FOR UPDATE SKIP LOCKED``."""
+
+    # now() is the transaction's start; clock_timestamp() is the real time.
+    now_sql = "SELECT clock_timestamp()"
 
     def lock_key(self, job_name: str, kind: str, key: str) -> None:
         # A transaction-level advisory lock (``durable_flow_lock``), the lock the flow
@@ -374,7 +387,9 @@ def of(using: str) -> Dialect:
 def _choose(using: str) -> Dialect:
     connection = connections[using]
     if connection.vendor == "postgresql":
-        return Psycopg(using) if postgres.available(using) else Postgres(using)
+        # The one-round-trip path needs psycopg 3 (``notifies``, prepared statements).
+        driver = getattr(getattr(connection, "Database", None), "__name__", "")
+        return Psycopg(using) if driver == "psycopg" else Postgres(using)
     if connection.vendor == "mysql":
         return MySQL(using)
     if connection.vendor == "sqlite":

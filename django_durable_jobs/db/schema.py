@@ -31,6 +31,10 @@ def exact_collation(connection: BaseDatabaseWrapper) -> str | None:
     ``A`` and ``a `` from ``a``. MariaDB's ``utf8mb4_nopad_bin`` and MySQL's
     ``utf8mb4_0900_bin`` (8.0.17+) do both; ``utf8mb4_bin``, the only binary utf8mb4
     collation of older MySQL 8.0 releases, still ignores trailing spaces.
+
+    A column's type, asked by the schema editor and the model field as Django's own
+    fields ask theirs: the one vendor decision outside ``dialect.py`` (the models,
+    which ``dialect`` reads, are built on it).
     """
     if connection.vendor != "mysql":
         return None

@@ -28,7 +28,7 @@ from tests.testapp import jobs
 pytestmark = pytest.mark.django_db
 
 needs_postgres = pytest.mark.skipif(
-    "not postgres.available('default')", reason="the prepared statements are PostgreSQL's"
+    "not dialect.of('default').fused", reason="the prepared statements are PostgreSQL's"
 )
 
 

@@ -154,13 +154,6 @@ class Finish:
     concurrency_key: str | None = None
 
 
-def available(using: str) -> bool:
-    """This fast path needs PostgreSQL through psycopg 3."""
-    connection = connections[using]
-    database = getattr(connection, "Database", None)
-    return connection.vendor == "postgresql" and getattr(database, "__name__", "") == "psycopg"
-
-
 @dataclass
 class Claimed:
     """What the claim's statement returns."""
