@@ -49,7 +49,6 @@ from ..declare import Job, job
 from ..engine.async_steps import AsyncSteps
 from ..engine.attempt import JobContext
 from ..engine.serialization import check_arguments_payload
-from ..engine.sync_steps import Steps
 from ..exceptions import UnknownJob
 from ..jobs.registry import register_job
 from ..models import JobRun, RunStatus, StepRecord
@@ -249,15 +248,17 @@ def run_task(
         return call_task(ctx, task, lambda: _call(definition, args, kwargs))
     backend = task_backends[ctx.job_name.removeprefix(JOB_PREFIX)]
     assert isinstance(backend, DurableJobsBackend)
-    step: Steps | AsyncSteps = ctx.step
-    if iscoroutinefunction(definition.func):
-        step = AsyncSteps.twin(ctx.step, io=_main_thread)
+    twin = (
+        AsyncSteps.twin(ctx.step, io=_main_thread) if iscoroutinefunction(definition.func) else None
+    )
     context = DurableTaskContext(
         task_result=backend.result_of(_current_run(ctx.run_id), task=definition),
-        step=step,
+        step=twin or ctx.step,
         run_id=ctx.run_id,
         logger=ctx.logger,
     )
+    if twin is not None:
+        return call_task(ctx, task, lambda: _await(ctx, twin, definition, (context, *args), kwargs))
     return call_task(ctx, task, lambda: _call(definition, (context, *args), kwargs))
 
 
@@ -265,6 +266,32 @@ def _call(definition: Task[Any, Any], args: Sequence[Any], kwargs: dict[str, Any
     if iscoroutinefunction(definition.func):
         return async_to_sync(definition.func)(*args, **kwargs)
     return definition.func(*args, **kwargs)
+
+
+def _await(
+    ctx: JobContext,
+    step: AsyncSteps,
+    definition: Task[Any, Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Await an async task whose steps are ``step`` (the attempt's twin) with the checks
+    ``arun_attempt`` makes for an async job: a step call never awaited fails the run
+    (``check_awaited``), and a suspension the task caught is handed to the attempt's
+    own step API, whose ``suspended`` ``run_attempt`` reads once the task returns."""
+
+    async def attempt() -> Any:
+        try:
+            value = await definition.func(*args, **kwargs)
+            step.check_awaited()
+            return value
+        finally:
+            step.check_awaited(fail=False)  # it raised: close those calls, no more
+
+    try:
+        return async_to_sync(attempt)()
+    finally:
+        ctx.step.suspended = ctx.step.suspended or step.suspended
 
 
 async def _main_thread(work: Callable[[], Any]) -> Any:

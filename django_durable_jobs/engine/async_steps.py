@@ -14,22 +14,19 @@ import asyncio
 import contextlib
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from inspect import CORO_CLOSED, CORO_CREATED
-from typing import Any, Concatenate, ParamSpec, TypeVar
-
-from asgiref.sync import markcoroutinefunction
+from typing import Any, TypeVar
 
 from ..exceptions import StepUsageError, Suspension
 from . import fanout, otel
 from .core import DEFAULT_WAIT_TIMEOUT, Io, Plan, UserCall
 from .durations import Duration
 from .records import Call, RecordedStep, StepStore
+from .step_calls import StepCalls, awaited
 from .steps import StepEngine
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
 #: Runs blocking work (a store call, a sync step function) off the event loop.
 IoRunner = Callable[[Callable[[], Any]], Awaitable[Any]]
@@ -46,31 +43,6 @@ async def in_thread(work: Callable[[], T]) -> T:
 async def inline(work: Callable[[], T]) -> T:
     """An ``IoRunner`` for stores that never block (the in-memory ones of tests)."""
     return work()
-
-
-def _awaited(
-    method: Callable[Concatenate[AsyncSteps, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[AsyncSteps, P], Coroutine[Any, Any, T]]:
-    """A step method whose coroutine is remembered until the attempt ends, so that one
-    never awaited (``ctx.step.run(...)`` without ``await``: the step silently never
-    ran) fails the run instead (``AsyncSteps.check_awaited``)."""
-
-    @functools.wraps(method)
-    def step(self: AsyncSteps, /, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
-        coroutine = method(self, *args, **kwargs)
-        calls = self.__dict__.setdefault("_calls", [])
-        if len(calls) >= _PRUNE_AT:  # a long job: forget the calls that finished
-            calls[:] = [c for c in calls if inspect.getcoroutinestate(c[1]) != CORO_CLOSED]
-        calls.append((f"{method.__name__}({args[0]!r})" if args else method.__name__, coroutine))
-        return coroutine
-
-    # Still a coroutine function to whoever asks (``asgiref.sync.iscoroutinefunction``;
-    # ``inspect``'s too from Python 3.12 on).
-    return markcoroutinefunction(step)
-
-
-#: How many step calls an attempt remembers before it forgets those that started.
-_PRUNE_AT = 256
 
 
 class AsyncSteps(StepEngine):
@@ -112,25 +84,25 @@ class AsyncSteps(StepEngine):
         twin._put = None
         return twin
 
-    @_awaited
+    @awaited
     async def run(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` once, ever (awaited if it is async; a sync ``fn``
         runs in a thread), and return its stored output."""
         return await self._perform(self._run(name, fn, args, kwargs))
 
-    @_awaited
+    @awaited
     async def sleep(
         self, name_or_duration: str | Duration, duration: Duration | None = None
     ) -> None:
         """``await sleep("3d")`` (step ``sleep:3d``) or ``await sleep("cool-off", "3d")``."""
         await self._perform(self._sleep(*self._sleep_args(name_or_duration, duration)))
 
-    @_awaited
+    @awaited
     async def sleep_until(self, name: str, when: datetime) -> None:
         """Suspend until ``when`` (an aware datetime)."""
         await self._perform(self._sleep(name, self._until(name, when)))
 
-    @_awaited
+    @awaited
     async def wait_for_event(
         self,
         name: str,
@@ -143,14 +115,14 @@ class AsyncSteps(StepEngine):
         """As ``Steps.wait_for_event``: the payload, or ``None`` on timeout."""
         return await self._perform(self._wait(name, event, timeout, match, required))
 
-    @_awaited
+    @awaited
     async def publish(
         self, name: str, event: str, payload: Any = None, *, key: str | None = None
     ) -> int:
         """Publish ``event`` as a step: exactly one event however often the run replays."""
         return await self._perform(self._publish(name, event, payload, key))
 
-    @_awaited
+    @awaited
     async def invoke(
         self,
         name: str,
@@ -164,7 +136,7 @@ class AsyncSteps(StepEngine):
         return await self._perform(self._invoke(name, job, args, kwargs, timeout))
 
     # -- fan-out (fanout.py) -------------------------------------------------
-    @_awaited
+    @awaited
     async def invoke_all(
         self, name: str, calls: Sequence[Call], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT
     ) -> list[Any]:
@@ -177,7 +149,7 @@ class AsyncSteps(StepEngine):
         """
         return await self._perform(fanout.invoke_all(self, name, calls, timeout))
 
-    @_awaited
+    @awaited
     async def map(
         self,
         name: str,
@@ -195,18 +167,14 @@ class AsyncSteps(StepEngine):
         """Raise ``StepUsageError`` for the step calls of this attempt never awaited
         (nor handed to a task): each is closed, so Python does not warn about it
         later. ``fail=False``: only close them (the attempt stopped another way)."""
-        calls: list[tuple[str, Coroutine[Any, Any, Any]]] = self.__dict__.pop("_calls", [])
-        if not calls:
+        calls: StepCalls | None = self.__dict__.pop("_calls", None)
+        if calls is None:
             return
         try:
             scheduled = {id(task.get_coro()) for task in asyncio.all_tasks()}
         except RuntimeError:  # no running loop
             scheduled = set()
-        never = [
-            (what, c)
-            for what, c in calls
-            if inspect.getcoroutinestate(c) == CORO_CREATED and id(c) not in scheduled
-        ]
+        never = calls.never_started(scheduled)
         for _, coroutine in never:
             coroutine.close()
         if never and fail:
@@ -223,7 +191,8 @@ class AsyncSteps(StepEngine):
         were refused (the lease let go) or never written, and the resumed run executed
         them again. ``within``: the seconds the job's ``timeout`` leaves (None: no
         timeout); a step still executing then is not waited for."""
-        mine = {id(coroutine) for _, coroutine in self.__dict__.get("_calls", [])}
+        calls: StepCalls | None = self.__dict__.get("_calls")
+        mine = calls.ids() if calls is not None else set()
         if not mine:
             return
         tasks = [t for t in asyncio.all_tasks() if not t.done() and id(t.get_coro()) in mine]

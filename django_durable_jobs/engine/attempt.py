@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -165,15 +165,17 @@ async def arun_attempt(
             return Failed(ErrorInfo.of(_timed_out(ctx, timeout)), retryable=False)
         await ctx.step.finish_started(_left(timeout, began))
         return _stopped(exc)
+    except BaseExceptionGroup as group:  # an asyncio.TaskGroup: failed, or a step suspended
+        # Before ``Exception``, which an ExceptionGroup is: a group of failures stops the
+        # attempt as its first failure would (a NonRetriable is not retried).
+        if (inside := _stop_in(group)) is None:
+            raise
+        await ctx.step.finish_started(_left(timeout, began))
+        return _grouped(_stopped(inside), group)
     except (Suspension, Exception, *JOB_EXITS) as stop:
         # A gathered step still executing: recorded first, within the job's timeout.
         await ctx.step.finish_started(_left(timeout, began))
         return _stopped(stop)
-    except BaseExceptionGroup as group:  # an asyncio.TaskGroup whose step suspended the run
-        if (inside := _stop_in(group)) is None:
-            raise
-        await ctx.step.finish_started(_left(timeout, began))
-        return _stopped(inside)
     finally:
         ctx.step.check_awaited(fail=False)
 
@@ -198,6 +200,14 @@ def _stop_in(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     failures = [leaf for leaf in leaves if isinstance(leaf, (Exception, *JOB_EXITS))]
     suspensions = [leaf for leaf in leaves if isinstance(leaf, Suspension)]
     return (failures or suspensions or [None])[0]
+
+
+def _grouped(outcome: Outcome, group: BaseExceptionGroup[BaseException]) -> Outcome:
+    """``outcome`` of the failure ``_stop_in`` found in ``group``, with the group's
+    traceback, which shows every failure of the group, not only the first."""
+    if not isinstance(outcome, Failed):
+        return outcome
+    return replace(outcome, error=replace(outcome.error, traceback=ErrorInfo.of(group).traceback))
 
 
 def _not_swallowed(ctx: JobContext | AsyncJobContext) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from django_durable_jobs.engine.attempt import Failed, Succeeded, Suspended
@@ -193,3 +195,45 @@ def test_a_step_that_suspends_inside_a_task_group_parks_the_run(
     driver.drain()
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED and run.result == 42
+
+
+@pytest.mark.parametrize(
+    ("kind", "error_type", "message"),
+    [
+        ("plain", "builtins.ValueError", "no such order"),
+        ("two", "builtins.ValueError", "first"),
+        ("retry-after", "django_durable_jobs.exceptions.RetryAfter", "no such order"),
+    ],
+    ids=["plain", "two", "retry-after"],
+)
+def test_a_task_group_that_fails_is_retried_as_its_first_failure(
+    driver: Driver, clock: FakeClock, kind: str, error_type: str, message: str
+) -> None:
+    """The TaskGroup's ExceptionGroup was the failure: stored as "builtins.ExceptionGroup:
+    unhandled errors in a TaskGroup (1 sub-exception)", with no code, and a RetryAfter
+    in it retried after the backoff, not after its delay."""
+    run = async_jobs.async_task_group_fails.enqueue(kind)
+    first = driver.step()
+    assert first is not None and isinstance(first.outcome, Failed)
+    assert first.outcome.retryable
+    assert (first.outcome.error.type, first.outcome.error.message) == (error_type, message)
+    run.refresh_from_db()
+    assert (run.status, run.error_type, run.error) == (RunStatus.QUEUED, error_type, message)
+    if kind == "two":  # the traceback is the group's: every failure is in it
+        assert "ValueError: first" in run.traceback and "ValueError: second" in run.traceback
+    if kind == "retry-after":  # after its delay, not the backoff (0)
+        assert run.error_code == "X_RETRY_AFTER"
+        assert run.wake_at == clock.now() + timedelta(minutes=5)
+    for _ in range(2):  # the retries
+        clock.advance("5m")
+        assert driver.step() is not None
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.error_type) == (RunStatus.FAILED, 3, error_type)
+
+
+def test_a_task_group_that_fails_with_a_non_retriable_error_fails_at_once(driver: Driver) -> None:
+    """The ExceptionGroup around it was retried: a NonRetriable ran the run twice more."""
+    run = async_jobs.async_task_group_fails.enqueue("non-retriable")
+    run = failed_at_once(driver, run, "X_NON_RETRIABLE")
+    assert run.error == "no such order"
+    assert JobRun.objects.get(pk=run.pk).steps.get(name="double").status == StepStatus.COMPLETED

@@ -14,6 +14,7 @@ from asgiref.sync import async_to_sync
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.testing import InlineJobs
 from tests.testapp import jobs as testjobs
+from tests.testapp.models import Effect
 
 pytestmark = [
     pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6.0"),
@@ -106,3 +107,42 @@ def test_an_async_task_with_context_awaits_durable_steps(jobs: InlineJobs) -> No
 def test_asteps_of_a_sync_context_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="async def task"):
         asteps(object())
+
+
+def failed_at_once(jobs: InlineJobs, result: Any, code: str) -> JobRun:
+    """The task's run executed once: failed with ``code``, not retried (the backend
+    retries once, 10 s later)."""
+    jobs.drain()
+    jobs.advance("1m")
+    run = JobRun.objects.get(pk=result.id)
+    assert (run.status, run.error_code, run.attempt) == (RunStatus.FAILED, code, 1), run.error
+    return run
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_task_that_swallows_its_suspension_fails_instead_of_skipping_the_sleep(
+    jobs: InlineJobs, kind: str
+) -> None:
+    """The async task's awaited steps suspended the run on a twin of the attempt's
+    step API, which the sync attempt's check did not read: the run succeeded with
+    "woke early" an hour too soon."""
+    task = tasks.swallows_sleep if kind == "sync" else tasks.async_swallows_sleep
+    run = failed_at_once(jobs, task.enqueue(), "X_STEP_USAGE")
+    assert "step 'nap' suspended the run, but the job carried on" in run.error
+    assert run.result is None
+
+
+@pytest.mark.parametrize("returned", [False, True], ids=["dropped", "returned"])
+def test_a_step_an_async_task_never_awaited_fails_the_run_at_once(
+    jobs: InlineJobs, returned: bool, recwarn: pytest.WarningsRecorder
+) -> None:
+    """Without ``await`` the step's function never ran, and the run succeeded (or failed
+    as a return value that is not JSON), retried."""
+    run = failed_at_once(jobs, tasks.async_forgot_await.enqueue(returned), "X_STEP_USAGE")
+    assert "ctx.step.run('send') was never awaited" in run.error
+    assert not Effect.objects.filter(name="task-sent").exists()
+    # Closed by the check: no "coroutine ... was never awaited" warning later.
+    import gc
+
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]

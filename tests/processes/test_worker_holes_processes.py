@@ -204,17 +204,21 @@ def test_a_step_that_kills_its_worker_is_named_when_attempts_run_out(
 # -- a run cancelled while a step executes --------------------------------------------
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_step_that_completes_after_its_run_was_cancelled_is_replayed_by_a_retry(
     workers: Workers,  # noqa: F811 - the fixture imported above
+    kind: str,
 ) -> None:
     """An operator cancels a run while its step works: the step finishes (a sync step
     cannot be stopped halfway), and its record was refused, so a retry ran the step's
-    side effect a second time. It is recorded now, and the retry replays it."""
+    side effect a second time. It is recorded now, and the retry replays it. The async
+    job's sync step function runs on a step thread of the async lane."""
     from django_durable_jobs.verbs import runs
 
     worker = workers.start("canceller")
     workers.wait_started(worker)
-    run = worker_jobs.sleeper.enqueue(2.0)
+    job = worker_jobs.sleeper if kind == "sync" else worker_jobs.async_sleeper
+    run = job.enqueue(2.0)
     wait_until(
         lambda: effects(run)["sleeper-started"], timeout=30, what="the step", workers=[worker]
     )

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from django_durable_jobs import job
+from django_durable_jobs import NonRetriable, RetryAfter, job
 
 from .jobs import effect
 from .models import Effect, Execution
@@ -203,6 +203,33 @@ async def async_task_group(ctx: Any) -> int:
     async with asyncio.TaskGroup() as group:
         group.create_task(ctx.step.sleep("nap", "1h"))
         doubled = group.create_task(ctx.step.run("double", _double, 21))
+    return int(doubled.result())
+
+
+def _fails(kind: str, message: str) -> None:
+    if kind == "non-retriable":
+        raise NonRetriable(message)
+    if kind == "retry-after":
+        raise RetryAfter("5m", message)
+    raise ValueError(message)
+
+
+@job(name="tests.async_task_group_fails", retries=2, backoff=0)
+async def async_task_group_fails(ctx: Any, kind: str) -> int:
+    """A step that fails (as ``kind`` says) beside one that succeeds, in an
+    asyncio.TaskGroup: the group raises an ExceptionGroup of that failure. "two": two
+    plain failures of the job's own code, which fail together (neither awaits)."""
+
+    async def fails(message: str) -> None:
+        _fails("plain", message)
+
+    async with asyncio.TaskGroup() as group:
+        doubled = group.create_task(ctx.step.run("double", _double, 21))
+        if kind == "two":
+            group.create_task(fails("first"))
+            group.create_task(fails("second"))
+        else:
+            group.create_task(ctx.step.run("fails", _fails, kind, "no such order"))
     return int(doubled.result())
 
 

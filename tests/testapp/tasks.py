@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from django.tasks import TaskContext, task
@@ -43,6 +44,13 @@ def durable(context: TaskContext[Any, Any], order_id: int) -> dict[str, Any]:
         "attempt": context.attempt,
         "result_id": context.task_result.id,
     }
+
+
+@task(takes_context=True)
+def swallows_sleep(context: TaskContext[Any, Any]) -> str:
+    with contextlib.suppress(BaseException):  # the mistake under test
+        steps(context).sleep("nap", "1h")
+    return "woke early"
 
 
 @task(takes_context=True)
@@ -92,3 +100,22 @@ async def _fetch(order_id: int) -> str:
     await asyncio.sleep(0)
     CALLS[f"async-fetch-{order_id}"] += 1
     return f"fetched-{order_id}"
+
+
+@task(takes_context=True)
+async def async_swallows_sleep(context: TaskContext[Any, Any]) -> str:
+    with contextlib.suppress(BaseException):  # the mistake under test
+        await asteps(context).sleep("nap", "1h")
+    return "woke early"
+
+
+@task(takes_context=True)
+async def async_forgot_await(context: TaskContext[Any, Any], returned: bool) -> Any:
+    """A step called without ``await``: its coroutine is made and dropped, or returned
+    as the task's value."""
+    step = asteps(context)
+    pending = step.run("send", effect, "task-sent", step.run_id)
+    if returned:
+        return pending
+    await step.run("after", effect, "task-after", step.run_id)
+    return "done"

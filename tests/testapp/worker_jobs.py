@@ -50,6 +50,13 @@ def sleeper(ctx: Any, seconds: float) -> float:
     return float(ctx.step.run("sleep", _sleep, ctx.run_id, seconds))
 
 
+@job(name="tests.async_sleeper", retries=0)
+async def async_sleeper(ctx: Any, seconds: float) -> float:
+    """``sleeper`` as an ``async def`` job: its sync step function runs on one of the
+    async lane's step threads."""
+    return float(await ctx.step.run("sleep", _sleep, ctx.run_id, seconds))
+
+
 def _work(n: int) -> int:
     time.sleep(random.uniform(0, 0.005))
     return n
