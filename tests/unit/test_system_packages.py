@@ -38,13 +38,22 @@ def as_nobody(
     env = {**(state or {}), "PATH": path + os.environ["PATH"], "SYSTEM_OPTIONAL": optional}
     if required is not None:
         env["SYSTEM_REQUIRED"] = required
-    return subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(SCRIPT), *interpreters],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # A copy nobody can reach: the checkout may sit below a directory only its owner
+    # may enter (a home of mode 0700, a clone inside ``mktemp -d``).
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        script = Path(folder) / SCRIPT.name
+        shutil.copy2(SCRIPT, script)
+        script.chmod(0o755)
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(script)]
+        return subprocess.run(
+            [*command, *interpreters],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=folder,
+        )
 
 
 @pytest.fixture
