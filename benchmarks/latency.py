@@ -7,7 +7,7 @@ runs; ``wakeup.measure_wakeup``: ``WAKE_EVENTS`` events) against a fresh ``runjo
 and this machine's floor (``floor.measure_floor``: the start probe with raw psycopg,
 no framework), and prints their percentiles, so that a change to either path can be measured in a
 minute, several times, without the peers. The database (``BENCH_DB``) is dropped and
-recreated. The goals (issue 14): enqueue -> start p50 <= 3 ms; commit -> next step
+recreated. The goals: enqueue -> start p50 <= 3 ms; commit -> next step
 p50 <= 5 ms and p99 <= 20 ms.
 """
 

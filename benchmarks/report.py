@@ -145,7 +145,7 @@ def goals(r: Report) -> list[str]:
     wake50, wake99 = pct(r.wakeup.latency_ms, 50), pct(r.wakeup.latency_ms, 99)
     worst = max(r.rss, key=lambda x: x.growth)
     return [
-        "Goals (issue 14), in this run:",
+        "Goals, in this run:",
         f"  no-op 1 worker >= pgqueuer: tuned {tuned:,.0f}/s = {times(tuned, pgq)}, plain "
         f"project {plain:,.0f}/s = {times(plain, pgq)} of "
         + ("pgqueuer (not run)" if pgq is None else f"pgqueuer's {pgq:,.0f}/s")

@@ -77,7 +77,7 @@ elif _default_db["ENGINE"] == "django.db.backends.mysql":  # MariaDB (or MySQL)
     _default_db["OPTIONS"] = {"charset": "utf8mb4"}
     _default_db["CONN_MAX_AGE"] = 0
 
-# Worker subprocesses (tests/processes/test_worker_processes.py) must use the database pytest
+# Worker subprocesses (tests/processes/worker/test_worker.py) must use the database pytest
 # created, not the one DATABASE_URL names: the test passes it here (the SQLite file
 # path, or test_durable_jobs on a server), read from connection.settings_dict["NAME"].
 if os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):

@@ -79,7 +79,7 @@ def _database_checks() -> list[CheckMessage]:
 
 
 # On every database of the integration tier: MariaDB (no partial indexes) is the one that
-# used to warn five times (issue 17), but a model change can make any backend warn.
+# used to warn five times, but a model change can make any backend warn.
 @pytest.mark.django_db
 def test_no_database_check_warns_about_this_app() -> None:
     assert _database_checks() == []

@@ -1,4 +1,4 @@
-"""Edge inputs end to end (issue 9, items 8-10): durations that overflow the calendar,
+"""Edge inputs end to end: durations that overflow the calendar,
 values no database can store (lone surrogates, deep nesting, NUL in names) and options
 that slip past validation. Each must be a typed error, never a bare Python or database
 error, and a run that hits one fails at once instead of being retried."""

@@ -1,4 +1,4 @@
-"""A project with ``USE_TZ = False`` (issue 9, item 12): Django's supported setting.
+"""A project with ``USE_TZ = False``: Django's supported setting.
 
 Django then stores naive local times (``TIME_ZONE``) and SQLite and MySQL refuse
 aware datetimes, while the app's clock is aware. Runs must enqueue, claim, sleep,

@@ -58,7 +58,7 @@ def test_manage_py_demo_runs_the_flow_with_a_real_worker(tmp_path: Path) -> None
 @pytest.mark.subprocess
 @own_sqlite_file
 def test_the_example_declares_its_nightly_report_at_three(tmp_path: Path) -> None:
-    """The schedule tests/integration/test_example_schedules.py builds by hand (the test
+    """The schedule tests/integration/verbs/test_example_schedules.py builds by hand (the test
     settings declare none) is the one example_project.settings declares: ``migrate``
     syncs it from code, ``shop.nightly_report`` at ``0 3 * * *`` in TIME_ZONE."""
     env = example_env(tmp_path)

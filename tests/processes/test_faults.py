@@ -1,4 +1,4 @@
-"""The fault-injection matrix (issue 11): every named fault point (faults.py) x {kill,
+"""The fault-injection matrix: every named fault point (db/faults.py) x {kill,
 database error, pause past the lease} x {first, middle, last hit}, each in a real
 ``runjobs`` process, with a second worker that takes over.
 
@@ -39,7 +39,7 @@ from django_durable_jobs.db import faults
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
 from django_durable_jobs.verbs.events import publish_event
 from tests.processes.lifeline import die_with_test
-from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
+from tests.processes.worker.test_worker import (  # noqa: F401 - `workers` is a fixture
     Worker,
     Workers,
     effects,

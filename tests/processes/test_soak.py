@@ -1,4 +1,4 @@
-"""The soak (issue 11): mixed load (sleeps, waits with events, child runs, failures with
+"""The soak: mixed load (sleeps, waits with events, child runs, failures with
 retries) on real workers that are SIGKILLed at random and replaced, for
 ``DURABLE_JOBS_SOAK_SECONDS`` (default 600). ``make soak`` runs it (marked ``soak``; never
 in CI) and it prints runs, kills, repeated side effects, p99 latencies and worker RSS.
@@ -17,7 +17,7 @@ from django.db.models import Count
 
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from django_durable_jobs.verbs.events import publish_event
-from tests.processes.test_worker_processes import Worker, Workers, wait_until, workers  # noqa: F401
+from tests.processes.worker.test_worker import Worker, Workers, wait_until, workers  # noqa: F401
 from tests.testapp import fault_jobs
 from tests.testapp.models import Effect
 

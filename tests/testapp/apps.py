@@ -11,4 +11,4 @@ class TestappConfig(AppConfig):
     def ready(self) -> None:
         from .clocks import install_from_environment
 
-        install_from_environment()  # worker processes of tests/processes/test_schedule_processes.py
+        install_from_environment()  # worker processes of tests/processes/verbs/test_schedules.py

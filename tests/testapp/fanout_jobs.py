@@ -85,7 +85,7 @@ def bad(ctx: Any) -> list[Any]:
 
 
 def _die_after_children_insert(sender: Any, run: JobRun, **kwargs: Any) -> None:
-    """Fault injection for tests/processes/test_fanout_processes.py: a worker started with
+    """Fault injection for tests/processes/verbs/test_fanout.py: a worker started with
     DURABLE_JOBS_TEST_DIE_AFTER_FANOUT kills itself (SIGKILL) right after the children
     of a fan-out are inserted, before the step that started them is recorded."""
     child = (run.idempotency_key or "").startswith("fanout:")

@@ -62,5 +62,5 @@ def bad_name(ctx: Any, where: str) -> None:
 @job(name="tests.inputs.grandparent", retries=0)
 def grandparent(ctx: Any, value: int) -> Any:
     """Three generations for cancelling a whole family
-    (tests/integration/test_children_verbs.py)."""
+    (tests/integration/verbs/test_children.py)."""
     return ctx.step.invoke("call-parent", "tests.parent", value, timeout="1h")

@@ -124,7 +124,7 @@ from . import (  # noqa: E402,F401
     fanout_jobs,
     fault_jobs,
     flow_jobs,
-    hole_jobs,
+    hostile_jobs,
     schedule_jobs,
     worker_jobs,
 )

@@ -15,7 +15,7 @@ def slot(ctx: Any, label: str = "") -> str | None:
     return None if ctx.scheduled_at is None else f"{label}{ctx.scheduled_at.isoformat()}"
 
 
-# tests/processes/test_schedule_processes.py: worker processes declare a schedule in code (so
+# tests/processes/verbs/test_schedules.py: worker processes declare a schedule in code (so
 # that they all sync it at start); in-process tests never see it.
 if os.environ.get("DURABLE_JOBS_TEST_CRON"):
     job(name="tests.slot_in_code", cron=os.environ["DURABLE_JOBS_TEST_CRON"])(slot.fn)

@@ -1,4 +1,4 @@
-"""Jobs that real worker processes run in ``tests/processes/test_worker_processes.py``.
+"""Jobs that real worker processes run in ``tests/processes/worker/test_worker.py``.
 
 Their side effects are rows (``Effect``, ``Execution``), never in-process counters:
 the test and the workers are different processes.

@@ -195,7 +195,7 @@ def apt_calls(state: Path) -> list[str]:
 def test_as_root_it_installs_pkg_config_and_the_mariadb_headers_with_apt_get(
     shared_dir: Path,
 ) -> None:
-    """The fresh machine of issue 16: pkg-config and libmariadb-dev missing, the rest
+    """A fresh machine: pkg-config and libmariadb-dev missing, the rest
     there; as root (CI, this machine) they are installed, in one apt-get install."""
     env = fake_debian(
         shared_dir,
