@@ -66,8 +66,7 @@ def enqueue_job(
         parent_id=parent,
         trace_context=otel.carrier(),
     )
-    flow.stamp(run, job, clean_args, clean_kwargs)
-    gates.stamp(run, job, clean_args, clean_kwargs)
+    _stamp(run, job, clean_args, clean_kwargs)
     db = conf.database()
     outcome = "new"
     if gates.gated(job):
@@ -90,6 +89,25 @@ def enqueue_job(
     elif outcome == "new":
         signals.run_enqueued.send(sender=JobRun, run=run)
     return run
+
+
+def check_call(job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Raise what ``enqueue_job`` raises for these arguments before it writes anything:
+    they must be storable, fit the job's signature, and make every key of its limits
+    (a key function may raise anything). Writes nothing; the schedules admin refuses
+    a schedule its job cannot start with this.
+
+    >>> check_call(get_job("shop.sync"), (), {"order_id": 7})  # doctest: +SKIP
+    """
+    clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
+    _stamp(JobRun.new(job_name=job.name), job, clean_args, clean_kwargs)
+    gates.cancel_keys(job, clean_args, clean_kwargs)
+
+
+def _stamp(run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """The keys of the job's limits, made of these arguments, onto ``run``."""
+    flow.stamp(run, job, args, kwargs)
+    gates.stamp(run, job, args, kwargs)
 
 
 Call = Mapping[str, Any] | tuple[Any, ...]

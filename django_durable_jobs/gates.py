@@ -134,19 +134,28 @@ def _debounce(runs: JobRunQuerySet, run: JobRun, limit: Limit, now: datetime) ->
     return existing
 
 
+def cancel_keys(
+    job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[tuple[str, str | None]]:
+    """The (event, key) of each ``CancelOn`` of ``job`` for a run of these arguments
+    (key None: any); raises as a limit's key does when it cannot be made of them."""
+    return [
+        (
+            item.event,
+            None
+            if item.match is None
+            else Limit("cancel_on", 1, item.match).key_of(job.name, job.fn, args, kwargs),
+        )
+        for item in job.cancel_on
+    ]
+
+
 def add_cancel_keys(
     run: JobRun, job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], using: str
 ) -> None:
     """Record which events cancel this new run (``CancelOn``)."""
     rows = [
-        CancelKey(
-            run=run,
-            event=item.event,
-            key=None
-            if item.match is None
-            else Limit("cancel_on", 1, item.match).key_of(job.name, job.fn, args, kwargs),
-        )
-        for item in job.cancel_on
+        CancelKey(run=run, event=event, key=key) for event, key in cancel_keys(job, args, kwargs)
     ]
     if rows:
         CancelKey.objects.using(using).bulk_create(rows)
