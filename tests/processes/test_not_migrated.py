@@ -179,3 +179,25 @@ def test_every_jobs_action_says_run_migrate_on_an_unmigrated_database(tmp_path, 
         refused.stderr
     )
     assert "Traceback" not in refused.stderr and refused.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "action",
+    [["list"], ["publish", "order.paid", "--key", "1"]],
+    ids=["a-column-read", "a-column-written"],
+)
+def test_jobs_on_a_partly_migrated_database_says_run_migrate(tmp_path, action):
+    """This app's tables are there, migrated to an older release: a column the code
+    reads or writes is missing. That was a traceback ("no such column"), not the line
+    the missing tables get."""
+    db = tmp_path / "older.sqlite3"
+    assert manage(db, "migrate", "django_durable_jobs", "0003").returncode == 0
+    refused = manage(db, "jobs", *action)
+    count = len(list((REPO_DIR / "django_durable_jobs/migrations").glob("0*.py")))
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(
+        f"CommandError: django_durable_jobs has {count - 3} unapplied migration(s) on "
+        "database 'default' (0004_step_kind_deadline, "
+    ), refused.stderr
+    assert refused.stderr.rstrip().endswith(": run `python manage.py migrate`")
+    assert "Traceback" not in refused.stderr and refused.stderr.count("\n") == 1
