@@ -46,7 +46,7 @@ ACTIONS = ("kill", "dberror", "pause")
 #: The exit code of a process killed by a fault (tests tell it from a crash).
 KILLED = 86
 
-log = logging.getLogger("django_durable_jobs.db.faults")
+log = logging.getLogger("django_durable_jobs.faults")
 
 
 class FaultSpecError(ValueError):

@@ -93,6 +93,19 @@ def enqueue_job(
     return run
 
 
+def check_call(job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Raise what ``enqueue_job`` raises for these arguments before it writes anything:
+    they must be storable, fit the job's signature, and make every key of its limits
+    (a key function may raise anything). Writes nothing; the schedules admin refuses
+    a schedule its job cannot start with this.
+
+    >>> check_call(get_job("shop.sync"), (), {"order_id": 7})  # doctest: +SKIP
+    """
+    clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
+    flow_keys.stamp(JobRun.new(job_name=job.name), job, clean_args, clean_kwargs)
+    gates.cancel_keys(job, clean_args, clean_kwargs)
+
+
 Call = Mapping[str, Any] | tuple[Any, ...]
 
 
