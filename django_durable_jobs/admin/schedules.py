@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from ..definitions.registry import get_job
 from ..engine import clock
 from ..engine.cron import check_expr, zone
 from ..exceptions import InvalidSchedule, UnknownJob
-from ..jobs.registry import get_job
 from ..models import Schedule
 from ..verbs import schedules
 

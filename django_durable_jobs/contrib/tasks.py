@@ -46,11 +46,11 @@ from django.utils.module_loading import import_string
 from .. import conf
 from ..db.leases import LeaseOwner
 from ..declare import Job, job
+from ..definitions.registry import register_job
 from ..engine.async_steps import AsyncSteps
 from ..engine.attempt import JobContext
 from ..engine.serialization import check_arguments_payload
 from ..exceptions import InvalidPayload, UnknownJob
-from ..jobs.registry import register_job
 from ..models import JobRun, RunStatus, StepRecord
 from .task_context import DurableTaskContext, asteps, executing, steps
 from .task_errors import call_task, refused_as_django_refuses, task_errors

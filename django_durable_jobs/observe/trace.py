@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..definitions.registry import all_jobs
+from ..definitions.registry import max_attempts as of_definition
 from ..engine import clock
 from ..engine.fanout import key_prefix
 from ..engine.serialization import error_line, shown_type
 from ..engine.vocabulary import StepKind
-from ..jobs.registry import all_jobs
-from ..jobs.registry import max_attempts as of_definition
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
 

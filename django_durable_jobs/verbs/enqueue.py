@@ -19,6 +19,7 @@ from ..db import dialect
 from ..db.flow import gates, holds
 from ..db.flow import keys as flow_keys
 from ..db.migrated import needs_tables
+from ..definitions.registry import JobDefinition, JobOptions, check_arguments, get_job
 from ..engine import clock, otel
 from ..engine.durations import Duration, after, parse_duration
 from ..engine.serialization import check_arguments_payload, unstorable
@@ -26,7 +27,6 @@ from ..exceptions import (
     InvalidDuration,
     InvalidName,
 )
-from ..jobs.registry import JobDefinition, JobOptions, check_arguments, get_job
 from ..models import JobRun
 
 

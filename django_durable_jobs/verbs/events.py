@@ -26,11 +26,11 @@ from ..db import conflicts, dialect, migrated
 from ..db.event_log import OrmEventLog
 from ..db.migrated import needs_tables
 from ..db.store import child_run_outcome
+from ..definitions.registry import JobOptions, jobs_on_event
 from ..engine import clock
 from ..engine.records import RecordedStep
 from ..engine.serialization import check_payload, unstorable
 from ..exceptions import InvalidName, RunStateError
-from ..jobs.registry import JobOptions, jobs_on_event
 from ..models import CANCELLABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
 from .enqueue import enqueue_job
 from .runs import cancel

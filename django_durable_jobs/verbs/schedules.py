@@ -21,9 +21,9 @@ from django.db.models import Min
 
 from .. import conf
 from ..db import dialect
+from ..definitions.registry import JobDefinition, JobOptions, all_jobs, get_job
 from ..engine.cron import Cron, check_expr, latest_slot, next_slot, zone
 from ..exceptions import InvalidPayload, InvalidSchedule, UnknownJob
-from ..jobs.registry import JobDefinition, JobOptions, all_jobs, get_job
 from ..models import JobRun, Schedule
 
 log = logging.getLogger("django_durable_jobs.schedules")

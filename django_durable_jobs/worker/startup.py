@@ -12,9 +12,9 @@ from django.db import DatabaseError
 
 from .. import conf
 from ..db.migrated import unapplied_message, unapplied_migrations
+from ..definitions.discovery import not_imported, where_jobs_come_from
+from ..definitions.registry import JobDefinition, all_jobs
 from ..engine.durations import format_duration
-from ..jobs.discovery import not_imported, where_jobs_come_from
-from ..jobs.registry import JobDefinition, all_jobs
 
 log = logging.getLogger("django_durable_jobs.worker")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.jobs import registry
+from django_durable_jobs.definitions import registry
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from django.db import transaction
 
+from ...definitions.registry import JobDefinition
 from ...engine.limits import Limit
-from ...jobs.registry import JobDefinition
 from ...models import CancelKey, IdempotencyKey, JobRun, JobRunQuerySet, RunStatus
 from .. import dialect
 from . import keys as flow_keys

@@ -21,7 +21,7 @@ if HAS_TASKS:
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 
     from django_durable_jobs.contrib.tasks import DurableJobsBackend, install, steps
-    from django_durable_jobs.jobs.registry import get_job, unregister
+    from django_durable_jobs.definitions.registry import get_job, unregister
     from tests.testapp import tasks
 
 
