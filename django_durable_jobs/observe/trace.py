@@ -84,6 +84,13 @@ class StepRow:
     bar: Bar
     #: A fan-out step's child runs, in call order (empty for other steps).
     children: tuple[Child, ...] = ()
+    #: What the step is (``StepKind``): "atomic" steps are drawn as "run" ones.
+    step_kind: str = "run"
+
+    @property
+    def atomic(self) -> bool:
+        """Its function's writes to the jobs database committed with its record."""
+        return self.step_kind == StepKind.ATOMIC
 
     @property
     def fanout_text(self) -> str:
@@ -296,6 +303,7 @@ def _kind(step: StepRecord) -> str:
     # "publish" steps are drawn like a run; "invoke" and "fanout" ones like a wait.
     drawn_as: dict[str, str] = {
         StepKind.PUBLISH: StepKind.RUN,
+        StepKind.ATOMIC: StepKind.RUN,
         StepKind.INVOKE: StepKind.WAIT,
         StepKind.FANOUT: StepKind.WAIT,
     }
@@ -329,6 +337,7 @@ def _row(
         name=step.name,
         status=step.status,
         kind=_kind(step),
+        step_kind=str(step.kind),
         attempts=step.attempts,
         started_at=step.started_at,
         ended_at=end,
