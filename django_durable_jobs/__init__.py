@@ -22,6 +22,7 @@ from .exceptions import (
     PayloadTooLarge,
     RetryAfter,
     RunCancelled,
+    RunFailed,
     RunNotFound,
     RunStateError,
     StepDuplicateError,
@@ -53,6 +54,7 @@ __all__ = [
     "RateLimit",
     "RetryAfter",
     "RunCancelled",
+    "RunFailed",
     "RunNotFound",
     "RunStateError",
     "StepDuplicateError",
@@ -64,10 +66,12 @@ __all__ = [
     "UnknownJob",
     "aenqueue",
     "apublish_event",
+    "asend",
     "enqueue",
     "job",
     "publish_event",
     "publish_on",
+    "send",
 ]
 
 
@@ -100,6 +104,25 @@ async def apublish_event(event: str, payload: Any = None, *, key: str | None = N
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(publish_event, thread_sensitive=True)(event, payload, key=key)
+
+
+def send(run_id: Any, topic: str, payload: Any = None) -> Any:
+    """Send a message to one run, in the caller's transaction; the run's
+    ``ctx.step.receive(name, topic)`` gets it (each message once, in the order sent).
+    Raises ``RunNotFound`` for an unknown run, ``RunStateError`` for a finished one.
+
+    >>> send(run.id, "approval", {"ok": True})  # doctest: +SKIP
+    """
+    from .verbs.messages import send as send_message
+
+    return send_message(run_id, topic, payload)
+
+
+async def asend(run_id: Any, topic: str, payload: Any = None) -> Any:
+    """``send`` for async views: ``await asend(run.id, "approval", {"ok": True})``."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(send, thread_sensitive=True)(run_id, topic, payload)
 
 
 def publish_on(signal: Any, **options: Any) -> Any:

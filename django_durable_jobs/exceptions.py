@@ -137,6 +137,27 @@ class RunStateError(DurableJobsError, ValueError):
     retryable = False
 
 
+class RunFailed(DurableJobsError):
+    """``JobRun.wait`` (``await_result``) of a run that failed: ``error_code`` and
+    ``error`` are the run's own (``X_JOB_TIMEOUT``, ``X_NON_RETRIABLE``, ...), so a
+    caller can tell one failure from another.
+
+    >>> try:  # doctest: +SKIP
+    ...     run.wait(timeout="30s")
+    ... except RunFailed as failure:
+    ...     log.warning("report failed: %s %s", failure.error_code, failure.error)
+    """
+
+    code = "X_RUN_FAILED"
+    retryable = False
+
+    def __init__(self, message: str, *, run_id: str = "", error_code: str = "", error: str = ""):
+        super().__init__(message)
+        self.run_id = run_id
+        self.error_code = error_code
+        self.error = error
+
+
 class StepNotFound(DurableJobsError, LookupError):
     """``replay_from`` named a step the run has not recorded."""
 

@@ -27,6 +27,7 @@ SUSPENDED_REASON = {
     StepKind.WAIT: "event",
     StepKind.INVOKE: "child",
     StepKind.FANOUT: "child",
+    StepKind.RECEIVE: "message",
 }
 
 

@@ -45,6 +45,8 @@ POINTS = (
     "atomic.before_record",  # an atomic step's function returned; its record not written
     "atomic.before_commit",  # an atomic step's record is written; not committed yet
     "atomic.committed",  # an atomic step's writes and record committed
+    "message.matched",  # a receive took a message; its completed record not written yet
+    "message.received",  # a receive's message and completed record committed together
 )
 ACTIONS = ("kill", "dberror", "pause")
 #: The exit code of a process killed by a fault (tests tell it from a crash).

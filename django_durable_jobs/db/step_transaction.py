@@ -15,7 +15,10 @@ Three things make that exact:
 
 Fault points (``faults.py``): ``atomic.before`` (the transaction is open, the function
 not called), ``atomic.before_record`` (the function returned), ``atomic.before_commit``
-(the record is written), ``atomic.committed``.
+(the record is written), ``atomic.committed``. A receive that takes a message
+(``step.receive``) commits the message's reception with its record the same way:
+``message.matched`` (``mailbox.py``: the message is taken, the record not written),
+``message.received`` (both committed).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, Protocol
 from django.db import connections, transaction
 
 from ..engine.records import Committed, RecordedStep
+from ..engine.vocabulary import StepKind
 from ..exceptions import StepUsageError
 from . import dialect, faults
 
@@ -89,9 +93,18 @@ class StepTransaction(Committed):
         return wrapper
 
 
+#: The fault points a step's transaction passes, by its kind: when it is open, before
+#: its commit, once it committed (None: none there).
+POINTS: dict[StepKind, tuple[str | None, str | None, str | None]] = {
+    StepKind.ATOMIC: ("atomic.before", "atomic.before_commit", "atomic.committed"),
+    StepKind.RECEIVE: (None, None, "message.received"),
+}
+
+
 @contextmanager
-def step_transaction(store: _Store) -> Iterator[StepTransaction]:
+def step_transaction(store: _Store, kind: StepKind = StepKind.ATOMIC) -> Iterator[StepTransaction]:
     """``StepStore.step_transaction`` on the ORM store (see the module's docstring)."""
+    opened, committing, committed = POINTS[kind]
     using = store.using
     state = StepTransaction(using)
     store.in_step = state
@@ -105,11 +118,13 @@ def step_transaction(store: _Store) -> Iterator[StepTransaction]:
                 # SQLite: the write lock first, or a read that later writes fails with
                 # "database is locked" instead of waiting for another process's write.
                 dialect.of(using).write_first()
-                faults.hit("atomic.before", using)
+                if opened:
+                    faults.hit(opened, using)
                 yield state
                 if state.refused:  # caught by the function: the step still rolls back
                     raise StepUsageError(state.refused)
-                faults.hit("atomic.before_commit", using)
+                if committing:
+                    faults.hit(committing, using)
     except BaseException:
         for record in state.records:
             store.forget(record)
@@ -119,4 +134,5 @@ def step_transaction(store: _Store) -> Iterator[StepTransaction]:
     state.committed = True
     for record in state.records:
         store.recorded(record)
-    faults.hit("atomic.committed", using)
+    if committed and (kind is StepKind.ATOMIC or state.records):
+        faults.hit(committed, using)

@@ -268,8 +268,10 @@ class OrmStepStore:
     def atomic(self) -> Any:
         return transaction.atomic(using=self.using)
 
-    def step_transaction(self) -> AbstractContextManager[StepTransaction]:
-        return step_transaction(self)
+    def step_transaction(
+        self, kind: StepKind = StepKind.ATOMIC
+    ) -> AbstractContextManager[StepTransaction]:
+        return step_transaction(self, kind)
 
     def clear(self, run_id: str) -> None:
         self._rows().filter(run_id=run_id).delete()

@@ -122,6 +122,19 @@ class AsyncSteps(StepEngine):
         return await self._perform(self._wait(name, event, timeout, match, required))
 
     @awaited
+    async def receive(
+        self,
+        name: str,
+        topic: str,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+        required: bool = False,
+    ) -> Any:
+        """As ``Steps.receive``: the oldest message of ``topic`` not yet received, or
+        ``None`` on timeout."""
+        return await self._perform(self._receive(name, topic, timeout, required))
+
+    @awaited
     async def publish(
         self, name: str, event: str, payload: Any = None, *, key: str | None = None
     ) -> int:

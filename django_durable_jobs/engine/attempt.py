@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from ..exceptions import (
     Suspension,
 )
 from .durations import format_duration
+from .progress import Progress
 from .serialization import ErrorInfo, NotStorable, roundtrip
 from .sync_steps import Steps
 from .timeouts import Overrun, TimeGuard
@@ -49,6 +50,18 @@ class JobContext:
     logger: logging.Logger
     #: The slot a schedule started this run for (aware); None if no schedule did.
     scheduled_at: datetime | None = None
+    #: The attempt's progress (``set_progress``); ``progress.value`` is the newest.
+    progress: Progress = field(default_factory=Progress)
+
+    def set_progress(self, value: Any) -> None:
+        """Store ``value`` (any JSON) on the run as ``JobRun.progress``, shown by the
+        admin and ``jobs show``; last write wins, not a step (not replayed). Cheap in a
+        loop: written at most every 500 ms, at the next step when due, and always at
+        the run's next stop (``engine/progress.py``). Not awaited in async jobs either.
+
+        >>> ctx.set_progress({"done": 40, "total": 100})  # doctest: +SKIP
+        """
+        self.progress.set(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +75,18 @@ class AsyncJobContext:
     logger: logging.Logger
     #: The slot a schedule started this run for (aware); None if no schedule did.
     scheduled_at: datetime | None = None
+    #: The attempt's progress (``set_progress``); ``progress.value`` is the newest.
+    progress: Progress = field(default_factory=Progress)
+
+    def set_progress(self, value: Any) -> None:
+        """Store ``value`` (any JSON) on the run as ``JobRun.progress``, shown by the
+        admin and ``jobs show``; last write wins, not a step (not replayed). Cheap in a
+        loop: written at most every 500 ms, at the next step when due, and always at
+        the run's next stop (``engine/progress.py``). Not awaited in async jobs either.
+
+        >>> ctx.set_progress({"done": 40, "total": 100})  # doctest: +SKIP
+        """
+        self.progress.set(value)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from ..exceptions import (
 from . import otel
 from .clock import Clock, SystemClock
 from .durations import Duration, after, format_duration
-from .records import ChildBatches, ChildRuns, EventLookup, RecordedStep, StepStore
+from .progress import Progress
+from .records import ChildBatches, ChildRuns, EventLookup, Mailbox, RecordedStep, StepStore
 from .serialization import ErrorInfo, NotStorable, roundtrip, unstorable
 from .vocabulary import StepKind, StepStatus
 
@@ -95,13 +96,17 @@ class StepCore:
         children: ChildRuns | None = None,
         mark_starts: bool = False,
         batches: ChildBatches | None = None,
+        mailbox: Mailbox | None = None,
+        progress: Progress | None = None,
     ) -> None:
         """``records``: the run's records if the caller already knows them (a run that
         never started has none), saving a read; otherwise they are read at the first
         step. ``interrupt``: asked before each step; an exception it returns is raised
         there (a cancelled run stops at its next step). ``mark_starts``: record each
         ``run`` step's start before its function runs (one more write per step), so a
-        worker that dies inside it names it (``STEP_LOST``).
+        worker that dies inside it names it (``STEP_LOST``). ``mailbox``: the messages
+        ``receive`` takes; ``progress``: the attempt's ``set_progress`` value, written
+        at a step's start when due.
         """
         self.run_id = run_id
         self.job_name = job_name
@@ -115,6 +120,8 @@ class StepCore:
         self._children = children
         self._mark_starts = mark_starts
         self._batches = batches
+        self._mailbox = mailbox
+        self._progress = progress
         self._used: list[str] = []
         self._replayed: list[str] = []
         #: The suspension a step of this attempt raised, if any: the attempt must end
@@ -161,6 +168,8 @@ class StepCore:
                 stop = yield stop
             if stop is not None:
                 raise stop
+        if self._progress is not None and self._progress.due():
+            yield Io(self._progress.flush, write=True)
         if name in self._used:
             raise StepDuplicateError(
                 f"job {self.job_name!r} run {self.run_id}: step name {name!r} is used twice "

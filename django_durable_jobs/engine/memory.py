@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from .clock import Clock, SystemClock
-from .records import ChildOutcome, Committed, EventHit, RecordedStep
+from .records import ChildOutcome, Committed, EventHit, MessageHit, RecordedStep
 from .serialization import roundtrip
+from .vocabulary import StepKind
 
 
 class MemoryStepStore:
@@ -37,7 +38,7 @@ class MemoryStepStore:
         return nullcontext()
 
     @contextmanager
-    def step_transaction(self) -> Iterator[Committed]:
+    def step_transaction(self, kind: StepKind = StepKind.ATOMIC) -> Iterator[Committed]:
         """No database: the record put inside stays whether the block raises or not,
         which the engine never lets happen (it puts the record last)."""
         done = Committed()
@@ -91,3 +92,22 @@ class MemoryChildRuns:
 
     def outcome(self, child_run_id: str) -> ChildOutcome | None:
         return self._outcomes.get(child_run_id)
+
+
+class MemoryMailbox:
+    """A ``Mailbox`` over a list, with ``send`` for tests."""
+
+    def __init__(self) -> None:
+        #: [id, run id, topic, payload, the step that received it or None]
+        self.messages: list[list[Any]] = []
+
+    def send(self, run_id: str, topic: str, payload: Any = None) -> int:
+        self.messages.append([len(self.messages) + 1, run_id, topic, roundtrip(payload), None])
+        return len(self.messages)
+
+    def take(self, run_id: str, topic: str, step: str, now: datetime) -> MessageHit | None:
+        for message in self.messages:
+            if message[1:3] == [run_id, topic] and message[4] is None:
+                message[4] = step
+                return MessageHit(message[0], message[3])
+        return None

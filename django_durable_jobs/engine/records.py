@@ -38,7 +38,7 @@ class RecordedStep:
     #: Events committed after this cursor (``EventLookup.cursor``) count for a waiting step.
     event_cursor: int | None = None
     error: ErrorInfo | None = None
-    #: What made the step: "run", "sleep", "wait", "publish" or "invoke".
+    #: What made the step: "run", "sleep", "wait", "publish", "invoke", "receive"...
     kind: StepKind = StepKind.RUN
     #: When a wait or an invoke gives up (its timeout from the first start).
     deadline: datetime | None = None
@@ -62,12 +62,14 @@ class StepStore(Protocol):
         """Writes inside commit together (a step that publishes an event)."""
         ...
 
-    def step_transaction(self) -> AbstractContextManager[Committed]:
-        """The transaction of an atomic step (``step.atomic``): the writes inside, the
-        step's record included, commit together when the block ends, only while this
-        worker holds the run's lease, and none of them if it raises. Writes through
-        another database are refused inside it. The value says, once the block ended,
-        whether the transaction committed."""
+    def step_transaction(
+        self, kind: StepKind = StepKind.ATOMIC
+    ) -> AbstractContextManager[Committed]:
+        """The transaction of an atomic step (``step.atomic``) or of a receive that takes
+        a message (``kind``): the writes inside, the step's record included, commit
+        together when the block ends, only while this worker holds the run's lease,
+        and none of them if it raises. Writes through another database are refused
+        inside it. The value says, once the block ended, whether it committed."""
         ...
 
 
@@ -105,6 +107,25 @@ class EventLookup(Protocol):
 
     def publish(self, event: str, payload: Any = None, *, key: str | None = None) -> int:
         """Publish an event; returns its position."""
+        ...
+
+
+@dataclass(frozen=True)
+class MessageHit:
+    """A message a receive took (``Mailbox.take``)."""
+
+    id: int
+    payload: Any
+
+
+class Mailbox(Protocol):
+    """The messages sent to runs (``send``), for ``step.receive``."""
+
+    def take(self, run_id: str, topic: str, step: str, now: datetime) -> MessageHit | None:
+        """Mark the oldest message of ``topic`` sent to the run and not received yet as
+        received by ``step`` at ``now``, and return it; None if there is none. Called inside the
+        step's transaction (``StepStore.step_transaction``): the message is taken only
+        if the step's record commits with it."""
         ...
 
 
@@ -165,6 +186,8 @@ __all__ = [
     "ChildRuns",
     "EventHit",
     "EventLookup",
+    "Mailbox",
+    "MessageHit",
     "RecordedStep",
     "StepKind",
     "StepStatus",

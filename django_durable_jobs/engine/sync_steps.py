@@ -117,6 +117,24 @@ class Steps(StepEngine):
         fail the run with ``X_JOB_TIMEOUT``)."""
         return self._perform(self._wait(name, event, timeout, match, required))
 
+    def receive(
+        self,
+        name: str,
+        topic: str,
+        *,
+        timeout: Duration = DEFAULT_WAIT_TIMEOUT,
+        required: bool = False,
+    ) -> Any:
+        """Return the payload of the oldest message of ``topic`` sent to this run
+        (``send``) and not received yet, suspending the run until one is sent; ``None``
+        after ``timeout`` (``required=True``: fail the run with ``X_JOB_TIMEOUT``).
+        Each message is received once, in the order sent; one sent before the step
+        started waits for it. The message's reception commits with the step's record.
+
+        >>> decision = ctx.step.receive("approval", "approval", timeout="2d")  # doctest: +SKIP
+        """
+        return self._perform(self._receive(name, topic, timeout, required))
+
     def publish(self, name: str, event: str, payload: Any = None, *, key: str | None = None) -> int:
         """Publish ``event`` as a step: exactly one event however often the run replays.
 

@@ -18,8 +18,8 @@ class StepStatus(StrEnum):
     SLEEPING = "sleeping"
     """Sleeping until ``wake_at``."""
     WAITING = "waiting"
-    """Waiting for ``event`` (with ``correlation_key``) or a child run (``child``), until
-    its deadline."""
+    """Waiting for ``event`` (with ``correlation_key``), a message of the topic ``event``
+    (a receive) or a child run (``child``), until its deadline."""
     FAILED = "failed"
     """The last attempt raised; it runs again on retry."""
 
@@ -43,3 +43,6 @@ class StepKind(StrEnum):
     """``step.invoke``: one child run; the run parks until it finishes."""
     FANOUT = "fanout"
     """``step.invoke_all`` / ``map``: many child runs; woken by the last."""
+    RECEIVE = "receive"
+    """``step.receive``: the oldest message of a topic sent to the run (``send``), taken
+    in the transaction that records the step; the run parks until one is sent."""

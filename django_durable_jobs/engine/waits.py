@@ -1,4 +1,4 @@
-"""The steps that wait with a deadline: ``wait_for_event`` and ``invoke``. Each
+"""The steps that wait with a deadline: ``wait_for_event``, ``receive`` and ``invoke``. Each
 records its deadline once, when its window opens, looks for what it waits for, and
 suspends the run until the next look (the safety poll) or the deadline. No Django."""
 
@@ -27,7 +27,7 @@ logger = logging.getLogger("django_durable_jobs.steps")
 
 
 class Waits(StepCore):
-    """``wait_for_event`` and ``invoke`` (``StepEngine`` adds the others)."""
+    """``wait_for_event``, ``receive`` and ``invoke`` (``StepEngine`` adds the others)."""
 
     # -- wait_for_event ----------------------------------------------------
     def _wait(
@@ -74,25 +74,73 @@ class Waits(StepCore):
     def _wait_timed_out(
         self, record: RecordedStep, limit: timedelta, required: bool, now: datetime
     ) -> Plan[None]:
+        what = "message" if record.kind is StepKind.RECEIVE else "event"
         if required:
             error = JobTimeoutError(
                 f"job {self.job_name!r} run {self.run_id}: step {record.name!r} got no "
-                f"{record.event!r} event within {format_duration(limit)}"
+                f"{record.event!r} {what} within {format_duration(limit)}"
             )
             yield from self._save(
                 replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error))
             )
             raise error
         logger.warning(
-            "step %r of run %s: no %r event within %s; continuing with None",
+            "step %r of run %s: no %r %s within %s; continuing with None",
             record.name,
             self.run_id,
             record.event,
+            what,
             format_duration(limit),
         )
         done = replace(record, status=StepStatus.COMPLETED, output=None, completed_at=now)
         yield from self._save(done)
         return None
+
+    # -- receive -----------------------------------------------------------
+    def _receive(self, name: str, topic: str, timeout: Duration, required: bool) -> Plan[Any]:
+        mailbox = self._mailbox
+        if mailbox is None:
+            raise RuntimeError("step.receive needs a mailbox; this engine has none")
+        limit = _check_topic(name, topic, timeout)
+        existing = yield from self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            return self._replay(existing)
+        with self._span(name, StepKind.RECEIVE, existing):
+            now = self._clock.now()
+            record = RecordedStep(
+                run_id=self.run_id,
+                name=name,
+                kind=StepKind.RECEIVE,
+                status=StepStatus.WAITING,
+                started_at=existing.started_at if existing else now,
+                attempts=_executions(existing) if existing is not None else 1,
+                event=topic,
+                deadline=self._deadline(existing, now, limit, timeout),
+            )
+
+            def take() -> RecordedStep | None:
+                # The message is received only if the completed record commits with it:
+                # a crash in between leaves both undone, and the retry takes it again.
+                with self._store.step_transaction(StepKind.RECEIVE):
+                    hit = mailbox.take(self.run_id, topic, name, now)
+                    if hit is None:
+                        return None
+                    done = replace(
+                        record, status=StepStatus.COMPLETED, output=hit.payload, completed_at=now
+                    )
+                    self._store.put(done)
+                return done
+
+            taken: RecordedStep | None = yield Io(take, write=True)
+            if taken is not None:
+                self._records[name] = taken
+                return taken.output
+            deadline = record.deadline or now
+            if now >= deadline:
+                return (yield from self._wait_timed_out(record, limit, required, now))
+            wake_at = min(deadline, after(now, self._limits.event_poll))
+            yield from self._save(replace(record, wake_at=wake_at))
+            raise Suspension(name, wake_at, StepKind.RECEIVE)
 
     # -- invoke ------------------------------------------------------------
     def _invoke(
@@ -169,4 +217,17 @@ def _check_wait(name: str, event: str, timeout: Duration, match: str | None) -> 
     for what, text in (("event", event), ("match", match)):
         if text is not None and (why := unstorable(text)) is not None:
             raise InvalidName(f"wait_for_event({name!r}): {what} {text!r} cannot be stored: {why}")
+    return limit
+
+
+def _check_topic(name: str, topic: str, timeout: Duration) -> timedelta:
+    """The arguments of ``receive``, checked before anything is read or written."""
+    limit = parse_duration(timeout)
+    if not isinstance(topic, str) or not topic or len(topic) > MAX_EVENT_NAME:
+        raise InvalidName(
+            f"receive({name!r}): topics are non-empty strings of at most "
+            f"{MAX_EVENT_NAME} characters, got {topic!r}"
+        )
+    if (why := unstorable(topic)) is not None:
+        raise InvalidName(f"receive({name!r}): topic {topic!r} cannot be stored: {why}")
     return limit

@@ -1,4 +1,4 @@
-"""Runs, step records and events. Public for reading; write through the API.
+"""Runs, step records, events and messages. Public for reading; write through the API.
 
 One module per table family; every name is importable from here, as before."""
 
@@ -6,6 +6,8 @@ from ..engine.vocabulary import StepStatus as StepStatus
 from .events import Event as Event
 from .events import EventPosition as EventPosition
 from .events import EventQuerySet as EventQuerySet
+from .messages import Message as Message
+from .messages import MessageQuerySet as MessageQuerySet
 from .operations import Schedule as Schedule
 from .operations import ScheduleQuerySet as ScheduleQuerySet
 from .operations import Worker as Worker

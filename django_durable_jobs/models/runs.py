@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from django.apps import apps
 from django.db import connections, models
 from django.db.models import Case, F, Func, PositiveIntegerField, Q, Value, When
 from django.db.models.functions import Coalesce
@@ -179,6 +180,9 @@ class JobRun(models.Model):
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
     result = models.JSONField(null=True, blank=True)
+    #: What the job last told of its progress (``ctx.set_progress``): any JSON value;
+    #: ``{"done": 40, "total": 100}`` draws a bar in the admin.
+    progress = models.JSONField(null=True, blank=True)
     error_code = models.CharField(max_length=40, blank=True, default="")
     error = models.TextField(blank=True, default="")
     error_type = models.CharField(max_length=200, blank=True, default="")
@@ -324,6 +328,30 @@ class JobRun(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED
+
+    def wait(self, timeout: Any = None) -> Any:
+        """Block until this run finishes; return its result (README "Results and
+        messages"). Raises ``RunFailed`` (``X_RUN_FAILED``, with the run's
+        ``error_code`` and ``error``) for a failed run, ``RunCancelled`` for a cancelled
+        or skipped one, ``TimeoutError`` once ``timeout`` (a duration; None: no limit)
+        has passed. On PostgreSQL (psycopg 3) it wakes on the run's finish (NOTIFY);
+        elsewhere it polls, every 10 ms at first, then at most every 200 ms. The run's
+        fields are read again meanwhile, so ``self`` is up to date when it returns.
+
+        >>> report.enqueue(7).wait(timeout="30s")  # doctest: +SKIP
+        """
+        return _results().wait(self, timeout)
+
+    async def await_result(self, timeout: Any = None) -> Any:
+        """``wait`` for async code: ``result = await run.await_result(timeout="30s")``.
+        The event loop is not blocked; no thread is held while the run is unfinished."""
+        return await _results().await_result(self, timeout)
+
+
+def _results() -> Any:
+    """How runs are waited for (``verbs/results.py``), through the app's config: the
+    models stay below the verbs (tests/unit/test_layers.py)."""
+    return apps.get_app_config("django_durable_jobs")
 
 
 #: (attname, default, factory) of each concrete field of ``JobRun``, in order: the

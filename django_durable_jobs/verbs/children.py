@@ -69,12 +69,16 @@ def release_forgotten(parent: uuid.UUID) -> int:
 
 
 def fresh_windows(run: uuid.UUID) -> int:
-    """``retry`` and ``replay_from``: waits, invokes and fan-outs that did not complete forget their
-    deadline; the engine opens a new window (the step's timeout from now) when it meets
-    them, instead of failing again at once because the old one has passed."""
+    """``retry`` and ``replay_from``: waits, receives, invokes and fan-outs that did not
+    complete forget their deadline; the engine opens a new window (the step's timeout
+    from now) when it meets them, instead of failing again at once because the old one
+    has passed."""
     return (
         _steps()
-        .filter(run_id=run, kind__in=(StepKind.WAIT, StepKind.INVOKE, StepKind.FANOUT))
+        .filter(
+            run_id=run,
+            kind__in=(StepKind.WAIT, StepKind.RECEIVE, StepKind.INVOKE, StepKind.FANOUT),
+        )
         .exclude(status=StepStatus.COMPLETED)
         .update(deadline=None)
     )

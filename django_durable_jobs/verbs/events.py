@@ -30,9 +30,11 @@ from ..definitions.registry import JobOptions, jobs_on_event
 from ..engine import clock
 from ..engine.records import RecordedStep
 from ..engine.serialization import check_payload, unstorable
+from ..engine.vocabulary import StepKind
 from ..exceptions import InvalidName, RunStateError
 from ..models import CANCELLABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
 from .enqueue import enqueue_job
+from .messages import has_unreceived
 from .runs import cancel
 
 
@@ -283,12 +285,14 @@ def wake_waiters(
 def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None:
     """Close the lost wake-up window of a run that just parked.
 
-    What it waits for (an event, a child run) may have arrived after the step looked
+    What it waits for (an event, a message, a child run) may have arrived after the step looked
     and before the run was parked; whoever delivered it then found no waiting run.
     Look once more, and if it is there make the run runnable now.
     """
     arrived = False
-    if record.event and record.event_cursor is not None:
+    if record.kind is StepKind.RECEIVE and record.event:
+        arrived = has_unreceived(run_id, record.event)
+    elif record.event and record.event_cursor is not None:
         arrived = (
             OrmEventLog(using=conf.database()).find(
                 record.event, record.correlation_key, record.event_cursor

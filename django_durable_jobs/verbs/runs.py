@@ -35,6 +35,7 @@ from ..models import (
 )
 from . import children
 from .failure_handlers import start_handler
+from .messages import release_received
 
 # -- operating runs ---------------------------------------------------------------
 #
@@ -106,7 +107,8 @@ def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
 
 def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> JobRun:
     """Forget ``step`` and every step recorded after it, and run the run again: the
-    steps before it replay from storage, ``step`` and the later ones execute anew."""
+    steps before it replay from storage, ``step`` and the later ones execute anew (the
+    messages their receives took are received again, by the steps that execute anew)."""
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
@@ -119,7 +121,9 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
                 f"run {pk} has no step {step!r}; its steps are: "
                 + (", ".join(map(repr, known)) or "(none)")
             )
-        steps.filter(id__gte=first).delete()
+        forgotten = steps.filter(id__gte=first)
+        release_received(pk, list(forgotten.values_list("name", flat=True)))
+        forgotten.delete()
         children.release_forgotten(pk)
         children.fresh_windows(pk)
     return run

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 from asgiref.sync import async_to_sync, sync_to_async
 
 from .. import conf, signals
+from ..db.mailbox import OrmMailbox
+from ..db.progress import progress_writer
 from ..db.store import OrmStepStore
 from ..definitions.registry import JobDefinition, attempts_of, get_job, max_attempts
 from ..engine import otel
@@ -34,6 +36,7 @@ from ..engine.attempt import (
 )
 from ..engine.clock import Clock, current
 from ..engine.core import Interrupt, StepLimits
+from ..engine.progress import Progress
 from ..engine.serialization import ErrorInfo
 from ..engine.steps import StepEngine
 from ..engine.sync_steps import STEP_LOST, Steps
@@ -104,7 +107,8 @@ def run_to_stop(
         )
     guard = guard or TimeGuard()
     run_id = str(run.id)  # once: a UUID's text is made in Python
-    steps = Steps(guard=guard, **_engine(run, run_id, definition, clock, owner, interrupt))
+    engine = _engine(run, run_id, definition, clock, owner, interrupt, inline=True)
+    steps = Steps(guard=guard, **engine)
     ctx = JobContext(
         step=steps,
         run_id=run_id,
@@ -112,6 +116,7 @@ def run_to_stop(
         job_name=run.job_name,
         logger=run_logger(run_id, run.job_name, run.attempt),
         scheduled_at=run.scheduled_at,
+        progress=engine["progress"],
     )
     signals.announce(signals.run_started, sender=JobRun, run=run)
     with otel.run_span(run.job_name, run_id, run.attempt, run.trace_context) as done:
@@ -125,6 +130,7 @@ def run_to_stop(
             max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
         )
         done(*otel_outcome(outcome))
+    ctx.progress.flush_at_stop()
     return _stopped_at(run, definition, outcome, clock, rng, steps)
 
 
@@ -156,7 +162,7 @@ async def arun_to_stop(
         return refused
     assert definition is not None
     run_id = str(run.id)
-    engine = _engine(run, run_id, definition, clock, owner, interrupt)
+    engine = _engine(run, run_id, definition, clock, owner, interrupt, inline=False)
     steps = AsyncSteps(io=io, put=put, call=call, **engine)
     ctx = AsyncJobContext(
         step=steps,
@@ -165,6 +171,7 @@ async def arun_to_stop(
         job_name=run.job_name,
         logger=run_logger(run_id, run.job_name, run.attempt),
         scheduled_at=run.scheduled_at,
+        progress=engine["progress"],
     )
     if signals.run_started.has_listeners(JobRun):  # receivers may use the ORM: off the loop
         await io(lambda: signals.announce(signals.run_started, sender=JobRun, run=run))
@@ -178,6 +185,8 @@ async def arun_to_stop(
             max_result_bytes=int(conf.get("MAX_OUTPUT_BYTES")),
         )
         done(*otel_outcome(outcome))
+    if ctx.progress.waiting:  # off the loop only when a value waits
+        await io(ctx.progress.flush_at_stop)
     return _stopped_at(run, definition, outcome, clock, rng, steps)
 
 
@@ -216,8 +225,11 @@ def _engine(
     clock: Clock,
     owner: str | None,
     interrupt: Interrupt | None,
+    *,
+    inline: bool,
 ) -> dict[str, Any]:
-    """What the step engine of one attempt is built from, sync or async alike."""
+    """What the step engine of one attempt is built from, sync or async alike
+    (``inline``: whether ``set_progress`` may write from the calling thread)."""
     using = conf.database()
     return {
         "run_id": run_id,
@@ -226,6 +238,13 @@ def _engine(
         "events": EventLog(using=using),
         "children": OrmChildRuns(using=using),
         "batches": OrmChildBatches(using=using),
+        "mailbox": OrmMailbox(using=using),
+        "progress": Progress(
+            progress_writer(run, using, owner),
+            clock,
+            inline=inline,
+            max_bytes=int(conf.get("MAX_PAYLOAD_BYTES")),
+        ),
         "clock": clock,
         "limits": StepLimits(
             step_timeout=definition.step_timeout or conf.duration("STEP_TIMEOUT"),

@@ -126,6 +126,7 @@ from . import (  # noqa: E402,F401
     fault_jobs,
     flow_jobs,
     hostile_jobs,
+    message_jobs,
     schedule_jobs,
     worker_jobs,
 )

@@ -32,6 +32,20 @@ BEGIN
 END
 $function$;
 
+-- durable_jobs_notify_finished --
+-- A process waiting for a run's result (JobRun.wait) learns that the run finished:
+-- the run's id on the channel durable_jobs_finished, sent on commit. Workers do not
+-- listen there.
+CREATE OR REPLACE FUNCTION durable_jobs_notify_finished()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_notify('durable_jobs_finished', NEW.id::text);
+    RETURN NULL;
+END
+$function$;
+
 -- durable_flow_lock_id --
 -- The number of a flow-control key's advisory lock: (job, kind, key) hashed.
 CREATE OR REPLACE FUNCTION durable_flow_lock_id(p_job text, p_kind text, p_key text)
@@ -276,3 +290,10 @@ CREATE TRIGGER durable_jobs_enqueued AFTER INSERT ON django_durable_jobs_jobrun
 CREATE TRIGGER durable_jobs_woken AFTER UPDATE OF wake_at, status ON django_durable_jobs_jobrun
     FOR EACH ROW WHEN (NEW.status IN ('queued', 'sleeping', 'waiting') AND NEW.wake_at <= now())
     EXECUTE FUNCTION durable_jobs_notify_woken();
+
+-- durable_jobs_finished --
+-- A run that became finished (succeeded, failed, cancelled, skipped) in this write.
+CREATE TRIGGER durable_jobs_finished AFTER UPDATE OF status ON django_durable_jobs_jobrun
+    FOR EACH ROW WHEN (NEW.status IN ('succeeded', 'failed', 'cancelled', 'skipped')
+        AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION durable_jobs_notify_finished();
