@@ -57,3 +57,14 @@ class DurableJobsConfig(AppConfig):
         backends.install()
         if backends.HAS_TASKS:  # django.tasks' own signals, for the runs of its tasks
             task_signals.connect()
+
+    # -- JobRun.wait and await_result (models stay below the verbs) -------------------
+    def wait(self, run: Any, timeout: Any) -> Any:
+        from .verbs import results
+
+        return results.wait(run, timeout)
+
+    async def await_result(self, run: Any, timeout: Any) -> Any:
+        from .verbs import results
+
+        return await results.await_result(run, timeout)

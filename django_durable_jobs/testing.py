@@ -21,7 +21,10 @@ unittest / Django's ``TestCase``::
 
 Waiting steps do not poll here: ``drain`` wakes a waiting run as soon as a
 matching event exists, including events published inside the test's transaction
-(whose on-commit wake-up never fires in a ``TestCase``).
+(whose on-commit wake-up never fires in a ``TestCase``), and a receiving run as soon
+as a message of its topic was sent. ``run.wait()`` (a view that waits for its job)
+executes what is runnable first, inline; a run still unfinished then raises
+``TimeoutError`` at once, since nothing moves the fake clock while it waits.
 """
 
 from __future__ import annotations
@@ -43,9 +46,21 @@ from .engine.clock import FakeClock
 from .engine.durations import Duration, parse_duration
 from .engine.serialization import error_line
 from .engine.timeouts import TimeGuard
-from .models import RUNNABLE, Event, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
+from .engine.vocabulary import StepKind
+from .models import (
+    RUNNABLE,
+    Event,
+    JobRun,
+    JobRunQuerySet,
+    Message,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+)
+from .verbs import results
 from .verbs.enqueue import enqueue
 from .verbs.events import publish_event
+from .verbs.messages import send
 from .worker.execution import execute
 
 #: Long enough that a waiting step parks until its deadline; events wake it instead.
@@ -94,6 +109,8 @@ class InlineJobs:
         stack.enter_context(
             override_settings(DURABLE_JOBS={**conf.user_settings(), "EVENT_POLL": _NO_POLL})
         )
+        # run.wait() executes what is runnable first (a view that waits for its job).
+        stack.callback(results.use_inline(self.drain))
         self._stack = stack
         return self
 
@@ -203,6 +220,13 @@ class InlineJobs:
             self.drain()
         return published
 
+    def send(self, run: JobRun, topic: str, payload: Any = None, *, drain: bool = True) -> Message:
+        """Send a message to ``run`` (as ``send``), then ``drain``."""
+        message = send(run.pk, topic, payload)
+        if drain:
+            self.drain()
+        return message
+
     # -- inspecting --------------------------------------------------------------------
     def refresh(self, run: JobRun) -> JobRun:
         run.refresh_from_db()
@@ -252,6 +276,10 @@ class InlineJobs:
         waiting = StepRecord.objects.using(using).filter(
             status=StepStatus.WAITING, run__status=RunStatus.WAITING, run__wake_at__gt=self.now
         )
+        receiving = waiting.filter(kind=StepKind.RECEIVE)
+        for run_id, topic in receiving.values_list("run_id", "event"):
+            if Message.objects.using(using).unreceived(run_id, topic).exists():
+                self._runs().filter(pk=run_id).wake_waiting(self.now)
         for step in waiting.exclude(event="").exclude(event_cursor=None):
             arrived = Event.objects.using(using).matching(
                 step.event, step.correlation_key, step.event_cursor or 0
