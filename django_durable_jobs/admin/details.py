@@ -37,13 +37,14 @@ TIMES: tuple[Row, ...] = (
 #: (``key_rows``).
 KEYS: tuple[str, ...] = tuple(run_keys.KEYS)
 ARGUMENTS: tuple[Row, ...] = (("args_json",), ("kwargs_json",))
+PROGRESS: tuple[Row, ...] = (("progress_shown",),)
 RESULT: tuple[Row, ...] = (("result_json",),)
 ERROR: tuple[Row, ...] = (("error_code", "error_type"), ("error_text",), ("traceback_text",))
 
 #: Every field the page can show (the admin's ``readonly_fields``).
 FIELDS: tuple[str, ...] = tuple(
     name
-    for group in (RUN, (KEYS,), TIMES, ARGUMENTS, RESULT, ERROR)
+    for group in (RUN, (KEYS,), TIMES, PROGRESS, ARGUMENTS, RESULT, ERROR)
     for row in group
     for name in row
 )
@@ -67,12 +68,15 @@ def key_rows(run: JobRun) -> tuple[Row, ...]:
 
 
 def groups(run: JobRun) -> list[tuple[Row, ...]]:
-    """The groups ``run`` shows: its keys if it holds any, a result once it succeeded,
-    an error once it has one."""
+    """The groups ``run`` shows: its keys if it holds any, its progress once the job
+    told some, a result once it succeeded, an error once it has one."""
     shown = [RUN]
     if keys := key_rows(run):
         shown.append(keys)
-    shown += [TIMES, ARGUMENTS]
+    shown.append(TIMES)
+    if run.progress is not None:
+        shown.append(PROGRESS)
+    shown.append(ARGUMENTS)
     if run.status == RunStatus.SUCCEEDED:
         shown.append(RESULT)
     if run.error or run.error_code:

@@ -19,6 +19,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Lower
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -29,7 +30,7 @@ from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
 from ..exceptions import DurableJobsError
 from ..models import JobRun
-from ..observe import trace
+from ..observe import progress, trace
 from ..verbs import runs
 from . import confirm, details
 from .display import badge, dotted, json_block, text_block, tools_beside_title
@@ -88,6 +89,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         "created",
         "duration",
         "wakes",
+        "progress_cell",
     )
     empty_value_display = EMPTY
     list_display_links = ("short_id",)
@@ -189,6 +191,28 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     @admin.display(description="kwargs")
     def kwargs_json(self, run: JobRun) -> SafeString:
         return json_block(run.kwargs)
+
+    @admin.display(description="progress")
+    def progress_shown(self, run: JobRun) -> SafeString:
+        found = progress.bar(run.progress)
+        # The JSON too when it says more than the bar ({"done", "total", "stage"}).
+        extra = found is None or set(run.progress or ()) - {"done", "total"}
+        context = {"bar": found, "detail": json_block(run.progress) if extra else ""}
+        return render_to_string("django_durable_jobs/progress.html", context)
+
+    @admin.display(description="progress")
+    def progress_cell(self, run: JobRun) -> SafeString | str:
+        found = progress.bar(run.progress)
+        if found is not None:
+            return format_html(
+                '<progress class="djdj-progress--cell" value="{}" max="{}" title="{}">'
+                "{}%</progress>",
+                found.done,
+                found.total,
+                found.text,
+                found.percent,
+            )
+        return progress.progress_text(run.progress, 30) or EMPTY
 
     @admin.display(description="result")
     def result_json(self, run: JobRun) -> SafeString:

@@ -3,6 +3,7 @@ its run (``step.receive``), inside the transaction that records the step."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from ..engine.records import MessageHit
@@ -28,8 +29,9 @@ class OrmMailbox:
         (their next receive takes them), and a message taken by another transaction is
         skipped for the next one."""
         messages = Message.objects.using(self.using)
+        run = uuid.UUID(str(run_id))
         for _ in range(_TRIES):
-            oldest = messages.unreceived(run_id, topic).values_list("id", "payload").first()
+            oldest = messages.unreceived(run, topic).values_list("id", "payload").first()
             if oldest is None:
                 return None
             message_id, payload = oldest

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 from django.db.models import Q
 
@@ -11,7 +13,7 @@ from .runs import JobRun
 
 
 class MessageQuerySet(models.QuerySet["Message"]):
-    def unreceived(self, run_id: object, topic: str) -> MessageQuerySet:
+    def unreceived(self, run_id: uuid.UUID, topic: str) -> MessageQuerySet:
         """The messages of ``topic`` sent to the run and not received yet, oldest first."""
         return self.filter(run_id=run_id, topic=topic, received_at__isnull=True).order_by("id")
 

@@ -119,6 +119,8 @@ class StepRow:
         if self.kind == StepKind.WAIT:
             if self.children:
                 text = self.fanout_text
+            elif self.step_kind == StepKind.RECEIVE:
+                text = f"message {self.event}"
             elif self.event:
                 text = self.event + (f" key={self.key}" if self.key is not None else "")
             else:
@@ -300,12 +302,13 @@ def run_duration(run: JobRun, now: datetime) -> timedelta | None:
 
 
 def _kind(step: StepRecord) -> str:
-    # "publish" steps are drawn like a run; "invoke" and "fanout" ones like a wait.
+    # "publish" steps are drawn like a run; "invoke", "fanout", "receive" ones like a wait.
     drawn_as: dict[str, str] = {
         StepKind.PUBLISH: StepKind.RUN,
         StepKind.ATOMIC: StepKind.RUN,
         StepKind.INVOKE: StepKind.WAIT,
         StepKind.FANOUT: StepKind.WAIT,
+        StepKind.RECEIVE: StepKind.WAIT,
     }
     return drawn_as.get(step.kind, step.kind)
 

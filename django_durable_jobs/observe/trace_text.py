@@ -10,6 +10,7 @@ from typing import Any
 
 from ..engine.serialization import error_line
 from ..models import FINISHED, RunStatus, StepStatus
+from .progress import progress_text
 from .run_keys import flow_keys, key_pairs
 from .trace import StepRow, Trace, clip, short_duration, stamp
 
@@ -80,6 +81,8 @@ def summary_lines(trace: Trace) -> list[str]:
     ]
     if keys := key_pairs(run):  # its job's limits at enqueue (README "Flow control")
         lines.append("  ".join(f"{label} {text}" for label, text in keys))
+    if run.progress is not None:  # ctx.set_progress: a bar's words, or the JSON
+        lines.append("progress " + progress_text(run.progress, 200))
     if run.status == RunStatus.SUCCEEDED:
         lines.append("result " + clip(json.dumps(run.result, ensure_ascii=False), 200))
     if run.error_code or run.error:
@@ -102,6 +105,8 @@ def as_json(trace: Trace) -> dict[str, Any]:
         "args": run.args,
         "kwargs": run.kwargs,
         "result": run.result,
+        # What the job last told with ctx.set_progress (any JSON; null: nothing).
+        "progress": run.progress,
         "error_code": run.error_code,
         "error_type": run.error_type,
         "error": run.error,

@@ -26,6 +26,7 @@ YOURS = {
     "Flow control": {"crm", "pager", "send_reminder"},
     "Schedules": {"build_report"},
     "Fan-out": {"load_order", "send_invoice", "paid_orders_of", "yesterday", "send_report"},
+    "Results and messages": {"quote_refund", "order_lines", "refund_line"},
 }
 
 
@@ -109,6 +110,7 @@ ELSEWHERE = {
     "Figures and metrics": set(),
     "From code and the terminal": {"run_id"},
     "Testing your jobs": set(),
+    "Results and messages": {"refund", "quote_refund", "order_lines", "refund_line"},
 }
 
 
