@@ -23,6 +23,7 @@ from django.db import connections
 from .statements import answered_elsewhere
 
 CHANNEL = "durable_jobs_finished"
+APPLICATION_NAME = "django_durable_jobs: JobRun.wait"
 #: Seconds without a waiting call after which the thread closes its connection.
 IDLE = 30.0
 #: How long a first subscriber waits for the connection before it polls instead.
@@ -43,6 +44,7 @@ class FinishWatch:
         self._thread: threading.Thread | None = None
         self._listening = threading.Event()
         self._pooled = False
+        self._stopping = False
 
     def subscribe(self, run_id: Any, callback: Callback) -> Callable[[], None] | None:
         """Call ``callback`` (from the listener's thread) when the run finishes, until
@@ -82,7 +84,8 @@ class FinishWatch:
                     idle_since = None
                 elif idle_since is None:
                     idle_since = time.monotonic()
-                if self._pooled or (idle_since and time.monotonic() - idle_since > IDLE):
+                idle = idle_since is not None and time.monotonic() - idle_since > IDLE
+                if self._pooled or self._stopping or idle:
                     self._thread = None
                     self._listening.clear()
                     _close(conn)
@@ -102,11 +105,23 @@ class FinishWatch:
                 self._call_all()
                 time.sleep(0.5)
 
+    def stop(self) -> None:
+        """End the thread and close its connection now (tests: before the test database
+        is dropped); waiting calls poll meanwhile, and a later one starts it again."""
+        with self._lock:
+            thread, self._stopping = self._thread, True
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            self._stopping = False
+
     def _connect(self) -> Any:
         import psycopg
 
         settings = connections[self.using].get_connection_params()
         params = {k: v for k, v in settings.items() if k not in {"cursor_factory", "context"}}
+        # Named, so that an operator sees what the connection is for (pg_stat_activity).
+        params["application_name"] = APPLICATION_NAME
         conn = psycopg.connect(autocommit=True, **params)
         conn.execute(f"LISTEN {CHANNEL}")
         if answered_elsewhere(conn):
@@ -155,3 +170,11 @@ def watch(using: str) -> FinishWatch:
         if found is None:
             found = _WATCHES[using] = FinishWatch(using)
         return found
+
+
+def stop_all() -> None:
+    """Stop every listener of this process (``FinishWatch.stop``)."""
+    with _WATCHES_LOCK:
+        watches = list(_WATCHES.values())
+    for found in watches:
+        found.stop()
