@@ -40,8 +40,9 @@ import pytest
 from django.db import connection
 
 from django_durable_jobs.db import faults
-from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.models import Event, JobRun, Message, RunStatus, StepRecord, StepStatus
 from django_durable_jobs.verbs.events import publish_event
+from django_durable_jobs.verbs.messages import send
 from tests.processes.lifeline import die_with_test
 from tests.processes.worker.test_worker import (  # noqa: F401 - `workers` is a fixture
     Worker,
@@ -73,6 +74,8 @@ POSITIONS = {
     "atomic.before_record": (1, 2, 3),
     "atomic.before_commit": (1, 2, 3),
     "atomic.committed": (1, 2, 3),
+    "message.matched": (1, 2, 3),
+    "message.received": (1, 2, 3),
 }
 #: The longest a paused worker stays frozen (``faults.PAUSE_ENV``): the test continues it
 #: sooner, once the second worker has finished the run; this bounds a stuck case.
@@ -145,6 +148,24 @@ ASYNC_ATOMIC_CI_SLICE = {
     ("atomic.before_commit", "dberror"),
     ("atomic.committed", "kill"),
 }
+#: The points of a receive (``inbox``: three receives, two of them woken by a message
+#: sent while the run waits), and the worker points around them: a kill after the
+#: message is matched and before the record is written, a zombie, a cut connection.
+RECEIVE_POINTS = (
+    "message.matched",
+    "message.received",
+    "suspend.write",
+    "claim.after",
+    "outcome.before",
+    "heartbeat",
+)
+RECEIVE_CI_SLICE = {
+    ("message.matched", "kill"),
+    ("message.matched", "dberror"),
+    ("message.matched", "pause"),
+    ("message.received", "kill"),
+    ("suspend.write", "kill"),
+}
 #: The atomic points inside the step's open transaction.
 FROZEN_IN_TRANSACTION = {"atomic.before", "atomic.before_record", "atomic.before_commit"}
 #: Each kind of job the matrix runs: the job, its points, CI's slice of them.
@@ -153,6 +174,7 @@ KINDS = {
     "async-": (fault_jobs.atrio, ASYNC_POINTS, ASYNC_CI_SLICE),
     "atomic-": (fault_jobs.atomic_trio, ATOMIC_POINTS, ATOMIC_CI_SLICE),
     "async-atomic-": (fault_jobs.aatomic_trio, ATOMIC_POINTS, ASYNC_ATOMIC_CI_SLICE),
+    "receive-": (fault_jobs.inbox, RECEIVE_POINTS, RECEIVE_CI_SLICE),
 }
 
 
@@ -185,7 +207,15 @@ def test_fault_matrix(
             "SQLite: a worker frozen inside a transaction holds the one write lock, "
             "so no other can take its run over until it is continued"
         )
+    receive = kind == "receive-"
+    if receive and action == "pause" and point == "message.matched" and _sqlite():
+        pytest.skip(
+            "SQLite: a worker frozen inside a receive's transaction holds the one write "
+            "lock, so no other can take its run over until it is continued"
+        )
     run = (KINDS[kind][0] or job).enqueue()
+    if receive:
+        send(run.id, fault_jobs.INBOX_TOPIC, {"n": 1})  # before the run starts: kept
     env = {faults.ENV: f"{point}:{action}:{nth}"}
     # Frozen until the second worker has finished the run; not a heartbeat pause: it
     # stops the process wherever the main thread is, on SQLite perhaps holding the write
@@ -193,7 +223,11 @@ def test_fault_matrix(
     if action == "pause" and point != "heartbeat":
         env[faults.PAUSE_ENV] = str(PAUSE_BOUND)
     first = workers.start("first", env=env)
-    pump = _EventPump(run) if relay else None
+    pump: _EventPump | _MessagePump | None = None
+    if relay:
+        pump = _EventPump(run)
+    elif receive:
+        pump = _MessagePump(run)
 
     def pumped(condition: Callable[[], bool]) -> Callable[[], bool]:
         def check() -> bool:
@@ -226,6 +260,8 @@ def test_fault_matrix(
     _settle_first(first, action)
     if atomic:
         _assert_exactly_once(run)
+    elif receive:
+        _assert_received_once(run, point, action, in_flight)
     else:
         _assert_outcome(run, point, action, nth, relay, in_flight)
     assert second.terminate() == 0
@@ -330,6 +366,45 @@ def _assert_exactly_once(run: JobRun) -> None:
         (name, StepStatus.COMPLETED) for i in (1, 2, 3) for name in (f"s{i}", f"nap{i}")
     ]
     assert effects(run) == {"s1": 1, "s2": 1, "s3": 1}
+
+
+def _assert_received_once(run: JobRun, point: str, action: str, in_flight: set[str]) -> None:
+    """``inbox``: whatever the fault, each message was received exactly once, by its own
+    receive, in the order sent, and none was lost (a message taken by a receive whose
+    record never committed would shift every later one and leave the last receive
+    waiting: the run would not finish)."""
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (RunStatus.SUCCEEDED, ""), (run.error_code, run.error)
+    assert run.result == [{"n": 1}, {"n": 2}, {"n": 3}], run.result
+    messages = Message.objects.filter(run=run).order_by("id")
+    assert list(messages.values_list("payload", "step")) == [
+        ({"n": i}, f"recv{i}") for i in (1, 2, 3)
+    ]
+    assert all(messages.values_list("received_at", flat=True))
+    records = StepRecord.objects.filter(run=run, name__startswith="recv")
+    assert set(records.values_list("status", flat=True)) == {StepStatus.COMPLETED}
+    repeated = {name: n for name, n in effects(run).items() if n != 1}
+    if point == "heartbeat":  # killed or frozen inside a step: that one step, twice
+        assert len(repeated) <= 1 and set(repeated.values()) <= {2}, (repeated, in_flight)
+    else:
+        assert repeated == {}, repeated
+
+
+class _MessagePump:
+    """Sends ``inbox`` its second and third message, each once the run waits for it."""
+
+    def __init__(self, run: JobRun) -> None:
+        self.run = run
+        self.sent: set[str] = set()
+
+    def publish(self) -> None:
+        waiting = StepRecord.objects.filter(
+            run=self.run, status=StepStatus.WAITING, kind="receive"
+        ).values_list("name", flat=True)
+        for name in waiting:
+            if name not in self.sent and name != "recv1":
+                self.sent.add(name)
+                send(self.run.id, fault_jobs.INBOX_TOPIC, {"n": int(name[-1])})
 
 
 def _pinged(result: Any) -> bool:

@@ -77,6 +77,24 @@ async def atrio(ctx: Any) -> list[str]:
     return done
 
 
+#: The topic of the messages ``inbox`` receives; the test sends ``{"n": i}`` for round i.
+INBOX_TOPIC = "tests.faults.item"
+
+
+@job(name="tests.faults.inbox", retries=3, backoff=0)
+def inbox(ctx: Any) -> list[Any]:
+    """Three receives, each followed by a step and a short sleep: ``message.matched`` and
+    ``message.received`` are hit first, in the middle and last. The first message is
+    sent before the run starts, the others once it waits for them (``_MessagePump``):
+    each must be received exactly once, by its own receive, whatever the fault."""
+    got: list[Any] = []
+    for i in (1, 2, 3):
+        got.append(ctx.step.receive(f"recv{i}", INBOX_TOPIC, timeout="5m"))
+        ctx.step.run(f"s{i}", _effect, f"s{i}", ctx.run_id)
+        ctx.step.sleep(f"nap{i}", "50ms")
+    return got
+
+
 @job(name="tests.faults.child", retries=3, backoff=0)
 def child(ctx: Any, n: int) -> int:
     ctx.step.run("c", _effect, f"child{n}", ctx.run_id)
