@@ -50,9 +50,9 @@ def truncate() -> None:
     """Empty the runs, steps and events: the next workload starts on empty tables."""
     from django.db import connection
 
-    from django_durable_jobs.models import Event, JobRun, StepRecord
+    from django_durable_jobs.models import Event, JobRun, Message, StepRecord
 
-    models = (StepRecord, Event, JobRun)
+    models = (StepRecord, Event, Message, JobRun)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             tables = ", ".join(m._meta.db_table for m in models)

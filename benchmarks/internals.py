@@ -12,8 +12,11 @@ Import it inside functions, after ``django.setup()``: the claim imports the mode
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+from django_durable_jobs.db import dialect
 from django_durable_jobs.db.claims import claim
+from django_durable_jobs.db.postgresql import finished
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
 from django_durable_jobs.observe import stats
@@ -52,3 +55,14 @@ def stop_heartbeat(worker: Worker) -> None:
     beat = getattr(worker, "_beat", None)
     if beat is not None:
         beat.stop()
+
+
+def polling_waits(using: str) -> Any:
+    """Within the block, ``JobRun.wait`` polls as on SQLite and MariaDB (the ORM's
+    dialect, which does not listen): benchmarks/messages.py's contrast."""
+    return dialect.chosen(using, dialect.Dialect(using))
+
+
+def stop_listeners() -> None:
+    """Close ``JobRun.wait``'s LISTEN connection (before the database is dropped)."""
+    finished.stop_all()

@@ -39,6 +39,22 @@ def bench_lat(ctx: Any, t0: float) -> None:
         f.write(f"{dt}\n")
 
 
+@job(name="bench.result")
+def bench_result(ctx: Any, pause_ms: int) -> float:
+    """Sleep ``pause_ms`` in a step (the waiting caller is parked by then), then return
+    the wall time the job returned: ``JobRun.wait`` measures from it (benchmarks/messages.py)."""
+    ctx.step.run("pause", time.sleep, pause_ms / 1000)
+    return time.time()
+
+
+@job(name="bench.inbox")
+def bench_inbox(ctx: Any) -> float:
+    """Park in ``step.receive`` until ``bench.go`` is sent to this run, then record when
+    the next step started (the run's result)."""
+    ctx.step.receive("r", "bench.go", timeout="1h")
+    return float(ctx.step.run("mark", time.time))
+
+
 @job(name="bench.wake")
 def bench_wake(ctx: Any, key: str) -> float:
     """Park until ``bench.go`` with ``key`` is published, then record when the next step

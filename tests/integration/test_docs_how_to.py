@@ -44,14 +44,14 @@ def test_results_an_unfinished_report_redirects_to_its_status_page(jobs: InlineJ
     def slow(year: int) -> int:
         raise RetryAfter("1m")  # the run is not finished when the view stops waiting
 
-    page.add_up = slow
+    page.add_up = slow  # type: ignore[attr-defined]
     with override_settings(ROOT_URLCONF=page.__name__):
         client = Client()
         response = client.get("/reports/2024/")
         assert response.status_code == 302
         assert response["Location"].startswith("/reports/status/")
         assert client.get(response["Location"]).status_code == 202
-        page.add_up = lambda year: 7
+        page.add_up = lambda year: 7  # type: ignore[attr-defined]
         jobs.advance("1m")
         assert client.get(response["Location"]).json() == {"year": 2024, "total": 7}
 

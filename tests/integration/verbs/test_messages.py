@@ -5,6 +5,7 @@ each in the order sent, and its commit wakes the receiving run at once."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -25,6 +26,11 @@ from tests.testapp import jobs, message_jobs
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _decision(run: JobRun) -> Any:
+    assert isinstance(run.result, dict), run.result
+    return run.result["decision"]
 
 
 def parked(driver: Driver, run: JobRun) -> JobRun:
@@ -57,7 +63,7 @@ def test_a_message_sent_before_the_receive_started_is_kept_for_it(driver: Driver
     send(run.id, "approval", "early")
     driver.step(run)
     run.refresh_from_db()
-    assert run.status == RunStatus.SUCCEEDED and run.result["decision"] == "early"
+    assert run.status == RunStatus.SUCCEEDED and _decision(run) == "early"
 
 
 def test_messages_are_received_once_each_in_the_order_sent(driver: Driver) -> None:
@@ -108,7 +114,7 @@ def test_a_send_committed_later_wakes_the_run_at_its_commit(
     assert run.wake_at is not None and run.wake_at <= clock.now()
     assert driver.step(run) is not None
     run.refresh_from_db()
-    assert run.result["decision"] == "yes"
+    assert _decision(run) == "yes"
 
 
 def test_a_receive_times_out_with_none_and_a_required_one_fails(
@@ -118,7 +124,7 @@ def test_a_receive_times_out_with_none_and_a_required_one_fails(
     clock.advance("2d")
     driver.step(run)
     run.refresh_from_db()
-    assert run.status == RunStatus.SUCCEEDED and run.result["decision"] is None
+    assert run.status == RunStatus.SUCCEEDED and _decision(run) is None
     must = parked(driver, message_jobs.required.enqueue())
     clock.advance("1h")
     driver.step(must)
@@ -148,7 +154,7 @@ def test_asend_sends_from_async_code(driver: Driver) -> None:
     async_to_sync(asend)(run.id, "approval", "from an async view")
     driver.step(run)
     run.refresh_from_db()
-    assert run.result["decision"] == "from an async view"
+    assert _decision(run) == "from an async view"
 
 
 def test_an_async_job_receives_messages_in_order(driver: Driver) -> None:
@@ -171,7 +177,7 @@ def test_replay_from_before_a_receive_gives_its_message_back(
     replay_from(run.id, "decision", now=clock.now())
     driver.drain()
     run.refresh_from_db()
-    assert run.result["decision"] == "first"  # the same message again, not the next
+    assert _decision(run) == "first"  # the same message again, not the next
     assert Message.objects.get(payload="second").step == ""
 
 
