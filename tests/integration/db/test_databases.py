@@ -17,8 +17,8 @@ from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import job, publish_event
 from django_durable_jobs.db.claims import claim, renew
-from django_durable_jobs.db.dialect import SHORTLIST_SPARE
 from django_durable_jobs.db.flow import limits as flow
+from django_durable_jobs.db.orm_dialect import SHORTLIST_SPARE
 from django_durable_jobs.db.schema import PartialIndex
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
