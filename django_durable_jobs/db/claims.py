@@ -1,5 +1,6 @@
 """Claiming runnable runs so that no run is ever held by two workers at once, and
-giving them back (released on shutdown, requeued when a worker died).
+giving them back (released on shutdown, requeued when a worker died). A run
+cancelled while a worker held it is never given back: it is let go of, cancelled.
 
 Flow control (per-key concurrency, rate limits, debounce) plugs in here: the
 candidate query is one QuerySet (``JobRun.objects.runnable``) that a limit can
@@ -9,17 +10,23 @@ before the guarded UPDATE that takes the rows.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 
 from .. import conf
 from ..engine.clock import Clock
 from ..models import JobRun, RunStatus
 from . import dialect
+from .flow import holds
+from .flow import keys as flow_keys
 from .flow import limits as flow
+
+log = logging.getLogger("django_durable_jobs.worker")
 
 
 def claim(
@@ -85,12 +92,19 @@ def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> i
 
 
 def release(run: JobRun, owner: str, *, now: datetime) -> bool:
-    """Give a claimed run back without using up an attempt (worker shutdown)."""
+    """Give a claimed run back without using up an attempt (worker shutdown); False if
+    it was not given back.
+
+    Only a run still running is given back. One cancelled meanwhile (``runs.cancel``
+    leaves its worker the lease) stays cancelled: the worker lets go of it instead
+    (``let_go_cancelled``). Given back as claimed, it was queued again with its
+    X_RUN_CANCELLED error and executed again.
+    """
     previous = getattr(run, "claimed_from", RunStatus.QUEUED)
     attempt = run.attempt - 1 if previous == RunStatus.QUEUED else run.attempt
-    return bool(
+    given_back = (
         JobRun.objects.using(conf.database())
-        .filter(pk=run.pk, lease_owner=owner)
+        .filter(pk=run.pk, lease_owner=owner, status=RunStatus.RUNNING)
         .update(
             status=previous,
             attempt=max(attempt, 0),
@@ -99,6 +113,27 @@ def release(run: JobRun, owner: str, *, now: datetime) -> bool:
             lease_expires_at=None,
         )
     )
+    if not given_back and let_go_cancelled(run, owner, now=now):
+        log.info("run cancelled: run=%s let go by its stopping worker, not given back", run.id)
+    return bool(given_back)
+
+
+def let_go_cancelled(run: JobRun, owner: str, *, now: datetime, **values: Any) -> bool:
+    """Let go of ``run``, cancelled while ``owner`` held its lease: the lease is cleared
+    (``values`` written with it), the run stays cancelled, and the concurrency slot it
+    held frees, under its key's lock (``holds.free_slot``). False if the run is not that.
+    """
+    using = conf.database()
+    rows = JobRun.objects.using(using).filter(
+        pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED
+    )
+    with transaction.atomic(using=using):
+        if run.concurrency_limit is not None:
+            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+        settled = rows.update(lease_owner="", lease_expires_at=None, **values)
+        if settled and run.concurrency_limit is not None:
+            holds.free_slot(using, run, now)
+    return bool(settled)
 
 
 def requeue_expired(*, now: datetime, limit: int = 100) -> int:
