@@ -67,14 +67,23 @@ def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timede
     return renew_held(dict.fromkeys(run_ids, owner), now=now, lease=lease)
 
 
-def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> int:
-    """Extend every lease in ``held`` (run id -> its owner) in ONE statement; returns
-    how many are still held.
+def renew_held(
+    held: Mapping[Any, str],
+    *,
+    now: datetime,
+    lease: timedelta,
+    status: str = RunStatus.RUNNING,
+) -> int:
+    """Extend every lease in ``held`` (run id -> its owner) of runs in ``status`` in ONE
+    statement; returns how many are still held.
 
     A worker holds runs of many claims at once (an async lane, one owner per claim):
     one UPDATE per owner made each beat queue for SQLite's single write lock once per
     claim, and under load the last ones landed after their lease had expired, so a
     live worker's runs were taken over (and, with no retry left, failed).
+
+    ``status`` cancelled: the runs cancelled in the worker's hand, which it executes
+    up to their next step; their lease says it is still alive (``let_go_expired_cancelled``).
     """
     by_owner: dict[str, list[Any]] = {}
     for run_id, owner in held.items():
@@ -86,7 +95,7 @@ def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> i
         ours |= Q(lease_owner=owner, id__in=run_ids)
     return (
         JobRun.objects.using(conf.database())
-        .filter(ours, status=RunStatus.RUNNING)
+        .filter(ours, status=status)
         .update(lease_expires_at=now + lease)
     )
 

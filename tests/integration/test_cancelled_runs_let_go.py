@@ -20,8 +20,10 @@ from django_durable_jobs import signals
 from django_durable_jobs.db.claims import claim, release
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep
+from django_durable_jobs.exceptions import RunCancelled
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
 from django_durable_jobs.verbs import runs
+from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from tests.testapp import flow_jobs, jobs
 from tests.testapp.models import Effect
@@ -150,3 +152,21 @@ def test_a_cancelled_run_claimed_in_a_batch_but_not_started_stays_cancelled_when
     assert not effects(cancelled)
     finished = JobRun.objects.filter(pk__in=[run.pk for run in batch]).exclude(pk=cancelled.pk)
     assert set(finished.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+
+
+@pytest.mark.django_db
+def test_a_live_worker_keeps_the_lease_of_a_run_cancelled_in_its_hand(clock: FakeClock) -> None:
+    """The heartbeat renews the lease of a cancelled run it still executes (a step in
+    flight finishes and is recorded, then the worker lets go of the run): the lease
+    says whether its worker lives. Before: only running runs were renewed."""
+    run = jobs.three_steps.enqueue(user_id=1)
+    [claimed] = claim("w", now=clock.now(), lease=LEASE)
+    beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
+    beat.hold("w", claimed.pk)
+    runs.cancel(run.pk)
+    clock.advance(LEASE - timedelta(seconds=1))
+    beat.beat()
+    assert isinstance(beat.interruption_for(run.pk)(), RunCancelled)  # noticed
+    run.refresh_from_db()
+    assert (run.status, run.lease_owner) == (RunStatus.CANCELLED, "w")
+    assert run.lease_expires_at == clock.now() + LEASE
