@@ -1,6 +1,7 @@
 """Claiming runnable runs so that no run is ever held by two workers at once, and
 giving them back (released on shutdown, requeued when a worker died). A run
-cancelled while a worker held it is never given back: it is let go of, cancelled.
+cancelled while a worker held it is never given back: it is let go of, cancelled,
+by that worker or, once its lease expired, by a reap.
 
 Flow control (per-key concurrency, rate limits, debounce) plugs in here: the
 candidate query is one QuerySet (``JobRun.objects.runnable``) that a limit can
@@ -127,15 +128,21 @@ def release(run: JobRun, owner: str, *, now: datetime) -> bool:
     return bool(given_back)
 
 
-def let_go_cancelled(run: JobRun, owner: str, *, now: datetime, **values: Any) -> bool:
+def let_go_cancelled(
+    run: JobRun, owner: str, *, now: datetime, expired: bool = False, **values: Any
+) -> bool:
     """Let go of ``run``, cancelled while ``owner`` held its lease: the lease is cleared
     (``values`` written with it), the run stays cancelled, and the concurrency slot it
-    held frees, under its key's lock (``holds.free_slot``). False if the run is not that.
+    held frees, under its key's lock (``holds.free_slot``). ``expired``: only if that
+    lease ran out before ``now`` (a renewal in between says its worker lives). False if
+    the run is not that.
     """
     using = conf.database()
     rows = JobRun.objects.using(using).filter(
         pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED
     )
+    if expired:
+        rows = rows.filter(lease_expires_at__lt=now)
     with transaction.atomic(using=using):
         if run.concurrency_limit is not None:
             flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
@@ -152,9 +159,25 @@ def requeue_expired(*, now: datetime, limit: int = 100) -> int:
     once its attempts are used up (the claim counts the next one).
     """
     runs = JobRun.objects.using(conf.database())
-    ids = list(runs.expired_leases(now).values_list("id", flat=True)[:limit])
+    ids = list(runs.expired_leases(now, RunStatus.RUNNING).values_list("id", flat=True)[:limit])
     if not ids:
         return 0
     return runs.filter(id__in=ids, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
         status=RunStatus.QUEUED, wake_at=now, lease_owner="", lease_expires_at=None
     )
+
+
+def let_go_expired_cancelled(*, now: datetime, limit: int = 100) -> int:
+    """Let go of runs cancelled in the hand of a worker that then died (their lease
+    expired; a live worker renews it until it has stopped the run): the lease is
+    cleared and the concurrency slot frees, so that an operator may retry, replay or
+    purge the run, which all want a run no worker holds. Its completed steps replay
+    on a retry. Returns how many were let go.
+    """
+    runs = JobRun.objects.using(conf.database())
+    found = list(
+        runs.expired_leases(now, RunStatus.CANCELLED).only(
+            "id", "lease_owner", "job_name", "concurrency_key", "concurrency_limit"
+        )[:limit]
+    )
+    return sum(let_go_cancelled(run, run.lease_owner, now=now, expired=True) for run in found)

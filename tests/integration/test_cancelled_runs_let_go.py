@@ -15,9 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from django_durable_jobs import signals
-from django_durable_jobs.db.claims import claim, release
+from django_durable_jobs.db.claims import claim, let_go_expired_cancelled, release
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep
 from django_durable_jobs.exceptions import RunCancelled
@@ -154,11 +155,60 @@ def test_a_cancelled_run_claimed_in_a_batch_but_not_started_stays_cancelled_when
     assert set(finished.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
 
 
+# -- the worker died -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_reap_lets_go_of_a_cancelled_run_whose_worker_died_and_a_retry_replays_it(
+    clock: FakeClock,
+) -> None:
+    """Before: expired leases were looked for on running runs only, and retry, replay
+    and purge all want a run no worker holds: such a run kept its lease for ever."""
+    jobs.FAIL_ONCE.add("two")
+    run = jobs.three_steps.enqueue(user_id=1)
+    w = worker(clock)
+    assert w.run_once()  # attempt 1: "one" completes, "two" fails
+    w.flush()
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == (RunStatus.QUEUED, 1)
+    [claimed] = claim("dead", now=clock.now(), lease=LEASE)  # attempt 2; the worker dies
+    runs.cancel(claimed.pk)
+    assert not worker(clock).run_once()  # a worker's reap: the lease still holds
+    run.refresh_from_db()
+    assert (run.status, run.lease_owner) == (RunStatus.CANCELLED, "dead")
+    clock.advance(LEASE + timedelta(seconds=1))
+    assert not worker(clock).run_once()  # its reap lets go of the run; nothing to execute
+    let_go_as_cancelled(run)
+    assert effects(run) == {"one": 1, "two": 1}
+    call_command("jobs", "retry", str(run.pk))
+    w = worker(clock)
+    assert w.run_once()
+    w.flush()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert effects(run) == {"one": 1, "two": 2, "three": 1}  # "one" replayed
+
+
+@pytest.mark.django_db
+def test_the_reap_frees_the_slot_of_a_cancelled_run_whose_worker_died(clock: FakeClock) -> None:
+    first = flow_jobs.one_per_key.enqueue("k")
+    claim("dead", now=clock.now(), lease=LEASE)
+    clock.advance(timedelta(milliseconds=1))
+    second = flow_jobs.one_per_key.enqueue("k")
+    runs.cancel(first.pk)
+    clock.advance(LEASE + timedelta(seconds=1))
+    assert let_go_expired_cancelled(now=clock.now()) == 1
+    let_go_as_cancelled(first)
+    second.refresh_from_db()
+    assert (second.status, second.wake_at) == (RunStatus.QUEUED, clock.now())  # let go
+
+
 @pytest.mark.django_db
 def test_a_live_worker_keeps_the_lease_of_a_run_cancelled_in_its_hand(clock: FakeClock) -> None:
     """The heartbeat renews the lease of a cancelled run it still executes (a step in
-    flight finishes and is recorded, then the worker lets go of the run): the lease
-    says whether its worker lives. Before: only running runs were renewed."""
+    flight finishes and is recorded, then the worker lets go of the run): the reap
+    leaves it alone. Before: only running runs were renewed, so a reap would take the
+    run from under a step longer than a lease, and the step's record was refused."""
     run = jobs.three_steps.enqueue(user_id=1)
     [claimed] = claim("w", now=clock.now(), lease=LEASE)
     beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
@@ -170,3 +220,9 @@ def test_a_live_worker_keeps_the_lease_of_a_run_cancelled_in_its_hand(clock: Fak
     run.refresh_from_db()
     assert (run.status, run.lease_owner) == (RunStatus.CANCELLED, "w")
     assert run.lease_expires_at == clock.now() + LEASE
+    clock.advance(LEASE - timedelta(seconds=1))
+    assert let_go_expired_cancelled(now=clock.now()) == 0
+    beat.drop(run.pk)  # no longer renewed (the worker died): the reap takes it
+    clock.advance(timedelta(seconds=2))
+    assert let_go_expired_cancelled(now=clock.now()) == 1
+    assert StepRecord.objects.filter(run=run).count() == 0

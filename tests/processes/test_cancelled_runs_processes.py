@@ -8,13 +8,18 @@ the database, worker output printed when a test fails).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.verbs import runs
 from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
+    REPO_DIR,
     Workers,
     effects,
+    status_of,
     wait_until,
     workers,
 )
@@ -66,3 +71,53 @@ def test_a_run_cancelled_mid_step_stays_cancelled_when_its_worker_stops_past_the
     counts = effects(run)
     # A and B replayed; C, abandoned before it completed, ran again.
     assert (counts["A"], counts["B"], counts["C-started"]) == (1, 1, 2)
+
+
+def test_a_run_cancelled_while_its_worker_is_killed_is_let_go_and_jobs_retry_replays_it(
+    workers: Workers,  # noqa: F811 - the fixture imported above
+) -> None:
+    """Before: only running runs were looked at for expired leases, and retry, replay
+    and purge all want a run no worker holds: the run kept the dead worker's lease
+    for ever, and ``jobs retry`` refused it ("has not stopped it")."""
+    first = workers.start("killed")
+    workers.wait_started(first)
+    run = worker_jobs.slow_steps.enqueue(3.0)
+    wait_until(lambda: effects(run)["C-started"], timeout=30, what="step C", workers=[first])
+    runs.cancel(run.pk)
+    first.kill()
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.lease_owner.startswith("killed#")
+    reaper = workers.start("reaper")
+    wait_until(
+        lambda: not JobRun.objects.get(pk=run.pk).lease_owner,
+        timeout=30,
+        what="a worker's reap to let go of the dead worker's lease",
+        workers=[reaper],
+    )
+    let_go_as_cancelled(run)
+    wait_until(
+        lambda: "let go of 1 cancelled run(s) whose worker died" in reaper.log(),
+        timeout=10,
+        what="the reap's warning",
+        workers=[reaper],
+    )
+    retry = subprocess.run(
+        [sys.executable, "-m", "django", "jobs", "retry", str(run.pk)],
+        cwd=REPO_DIR,
+        env=workers.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert retry.returncode == 0, retry.stderr
+    wait_until(
+        lambda: status_of(run) == RunStatus.SUCCEEDED,
+        timeout=60,
+        what="the retried run to succeed",
+        workers=[reaper],
+    )
+    counts = effects(run)
+    # A and B replayed; C, cut off by the kill, ran again.
+    assert (counts["A"], counts["B"], counts["C-started"], counts["C-done"]) == (1, 1, 2, 1)
+    assert reaper.terminate() == 0
