@@ -84,7 +84,8 @@ def renew_held(
     live worker's runs were taken over (and, with no retry left, failed).
 
     ``status`` cancelled: the runs cancelled in the worker's hand, which it executes
-    up to their next step; their lease says it is still alive (``let_go_expired_cancelled``).
+    up to their next step; their lease says the worker is alive
+    (``let_go_expired_cancelled``).
     """
     by_owner: dict[str, list[Any]] = {}
     for run_id, owner in held.items():
@@ -124,7 +125,7 @@ def release(run: JobRun, owner: str, *, now: datetime) -> bool:
         )
     )
     if not given_back and let_go_cancelled(run, owner, now=now):
-        log.info("run cancelled: run=%s let go by its stopping worker, not given back", run.id)
+        log.info("run cancelled: run=%s let go by its worker instead of given back", run.id)
     return bool(given_back)
 
 

@@ -151,8 +151,8 @@ class Heartbeat(threading.Thread):
         """Renew the leases of runs cancelled in this worker's hand: it executes each up
         to its next step (a step in flight finishes and is recorded), then lets go of
         it. Expired, such a lease says the worker died, and a reap lets go of the run
-        (``claims.let_go_expired_cancelled``); not renewed, a step longer than a lease lost the
-        run to the reap and its record was refused."""
+        (``claims.let_go_expired_cancelled``); left to expire here, a step longer than
+        a lease would lose its run to the reap, and its record would be refused."""
         renew_held(held, now=self.clock.now(), lease=self.lease, status=RunStatus.CANCELLED)
         with self._lock:
             for run_id, owner in held.items():

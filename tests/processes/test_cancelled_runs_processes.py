@@ -61,7 +61,7 @@ def test_a_run_cancelled_mid_step_stays_cancelled_when_its_worker_stops_past_the
     runs.cancel(run.pk)
     assert worker.terminate(timeout=30) == 0
     let_go_as_cancelled(run)
-    assert "let go by its stopping worker, not given back" in worker.log()
+    assert "let go by its worker instead of given back" in worker.log()
     # A worker that executes everything runnable, then exits, finds nothing to execute.
     after = workers.start("after", "--burst")
     assert after.proc.wait(timeout=60) == 0
