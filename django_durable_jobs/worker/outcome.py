@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DataError, transaction
 
 from .. import conf, signals
-from ..db import dialect
+from ..db import claims, dialect
 from ..db.flow import holds
 from ..db.flow import keys as flow_keys
 from ..db.postgresql import claims as postgres
@@ -249,25 +249,12 @@ def _starts_handler(pending: Pending) -> bool:
 
 def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
     """A run cancelled while this worker executed it: let go of it, keep it cancelled."""
-    using = conf.database()
-    with transaction.atomic(using=using):
-        if run.concurrency_limit is not None:
-            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
-        settled = (
-            JobRun.objects.using(using)
-            .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
-            .update(
-                lease_owner="",
-                lease_expires_at=None,
-                error_code=RunCancelled.code,
-                error="cancelled while running",
-            )
-        )
-        if settled and run.concurrency_limit is not None:
-            holds.free_slot(using, run, now)
+    settled = claims.let_go_cancelled(
+        run, owner, now=now, error_code=RunCancelled.code, error="cancelled while running"
+    )
     if settled:
         log.info("run cancelled: run=%s stopped by cancellation", run.id)
-    return bool(settled)
+    return settled
 
 
 def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
