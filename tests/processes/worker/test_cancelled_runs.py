@@ -15,7 +15,7 @@ import pytest
 
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.verbs import runs
-from tests.processes.test_worker_processes import (  # noqa: F401 - `workers` is a fixture
+from tests.processes.worker.test_worker import (  # noqa: F401 - `workers` is a fixture
     REPO_DIR,
     Workers,
     effects,
