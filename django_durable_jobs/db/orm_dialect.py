@@ -165,7 +165,7 @@ class Dialect:
     def finish_concurrency(self, finish: Finish, now: datetime) -> bool | None:
         """Record ``finish``, the outcome of a run under a concurrency limit, and free
         its slot, in one call; None where the dialect has no such call
-        (``outcome.write`` then does it in a transaction of its own)."""
+        (``recording.write`` then does it in a transaction of its own)."""
         return None
 
     def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
