@@ -66,3 +66,26 @@ def bench_keyed(ctx: Any, key: str) -> None:
 
 
 from . import fanout_jobs  # noqa: E402,F401  (benchmarks/fanout.py)
+
+#: The table the ten-insert jobs write to (benchmarks/atomic.py creates it).
+ROWS_TABLE = "bench_atomic_row"
+
+
+def _insert(run_id: str, i: int) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {ROWS_TABLE} (run_id, i) VALUES (%s, %s)", [run_id, i])
+    return i
+
+
+@job(name="bench.ten_inserts_run")
+def bench_ten_inserts_run(ctx: Any) -> int:
+    """Ten ``run`` steps, each inserting a row: the row and the record commit apart."""
+    return sum(ctx.step.run(f"s{i}", _insert, ctx.run_id, i) for i in range(10))
+
+
+@job(name="bench.ten_inserts_atomic")
+def bench_ten_inserts_atomic(ctx: Any) -> int:
+    """Ten ``atomic`` steps, each inserting a row: the row and the record commit together."""
+    return sum(ctx.step.atomic(f"s{i}", _insert, ctx.run_id, i) for i in range(10))

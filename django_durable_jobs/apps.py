@@ -40,8 +40,8 @@ class DurableJobsConfig(AppConfig):
         from .contrib import tasks as backends
         from .db import migrated
         from .db.dbclock import DatabaseClock
+        from .definitions import discovery
         from .engine import clock
-        from .jobs import discovery
         from .verbs import retention
 
         del checks, migrated  # register the system checks on import

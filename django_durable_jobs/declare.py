@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, overload
 
+from .definitions.registry import JobDefinition, JobOptions, define
 from .engine.cron import Cron
 from .engine.durations import Duration
 from .engine.limits import CancelOn, Concurrency, Debounce, RateLimit, Throttle
 from .engine.retry import Backoff
-from .jobs.registry import JobDefinition, JobOptions, define
 
 if TYPE_CHECKING:
     from .models import JobRun

@@ -37,12 +37,12 @@ from django.test import override_settings
 from . import conf
 from .db.claims import claim, release
 from .declare import Job, JobCall
+from .definitions.registry import JobDefinition
 from .engine import clock as clocks
 from .engine.clock import FakeClock
 from .engine.durations import Duration, parse_duration
 from .engine.serialization import error_line
 from .engine.timeouts import TimeGuard
-from .jobs.registry import JobDefinition
 from .models import RUNNABLE, Event, JobRun, JobRunQuerySet, RunStatus, StepRecord, StepStatus
 from .verbs.enqueue import enqueue
 from .verbs.events import publish_event

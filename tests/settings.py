@@ -82,7 +82,16 @@ elif _default_db["ENGINE"] == "django.db.backends.mysql":  # MariaDB (or MySQL)
 # path, or test_durable_jobs on a server), read from connection.settings_dict["NAME"].
 if os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):
     _default_db["NAME"] = os.environ["DURABLE_JOBS_TEST_DB_NAME"]
-DATABASES = {"default": _default_db}
+#: A second database, for ``ctx.step.atomic``'s refusal of writes that would escape its
+#: transaction (reads through it are allowed). Nothing is migrated there.
+DATABASES = {
+    "default": _default_db,
+    "other": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": ":memory:",
+        "TEST": {"MIGRATE": False},
+    },
+}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -32,9 +32,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from .. import conf
+from ..definitions import registry
 from ..engine import clock
 from ..exceptions import UnknownJob
-from ..jobs import registry
 from ..models import JobRun
 from .display import badge
 from .times import EMPTY, when

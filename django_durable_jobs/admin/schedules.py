@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from ..definitions.registry import get_job
 from ..engine import clock
 from ..engine.cron import check_expr, zone
-from ..exceptions import InvalidPayload, InvalidSchedule, UnknownJob
-from ..jobs.registry import check_arguments, get_job
+from ..exceptions import InvalidSchedule, UnknownJob
 from ..models import Schedule
 from ..verbs import schedules
 
@@ -56,8 +56,9 @@ class ScheduleForm(_ModelForm):
         return str(name)
 
     def clean(self) -> dict[str, Any]:
-        """The arguments, checked as ``enqueue`` checks them: a schedule whose runs
-        cannot start is refused here, not on every tick of every worker."""
+        """The arguments, checked as ``enqueue`` checks them (the job's signature and
+        the keys of its limits): a schedule whose runs cannot start is refused here,
+        saying what the schedule's note would, not disabled by a worker's tick."""
         data = super().clean() or {}
         name, args, kwargs = data.get("job_name"), data.get("args"), data.get("kwargs")
         if name is None or self.has_error("args") or self.has_error("kwargs"):
@@ -70,9 +71,9 @@ class ScheduleForm(_ModelForm):
             self.add_error("kwargs", f"a JSON object of keyword arguments, got {kwargs!r}")
         else:
             try:
-                check_arguments(get_job(name), args, kwargs)
-            except InvalidPayload as exc:
-                raise ValidationError(str(exc)) from None
+                schedules.check_arguments_of(name, args, kwargs)
+            except Exception as exc:  # what enqueue raises: a key function's own error too
+                raise ValidationError(schedules.refusal(exc)) from None
             data["args"], data["kwargs"] = args, kwargs
         return data
 

@@ -1,4 +1,5 @@
-"""The failures of ``django.tasks`` runs as Django reports them: one ``TaskError`` per
+"""The failures of ``django.tasks`` runs as Django reports them: arguments it cannot
+store refused with its own exception type and words, one ``TaskError`` per
 failed execution, ``TypeError`` for a return value that is not JSON, and an exception
 in hand when ``task_finished`` is sent for a failed task, so that Django's ERROR log
 line (``log_task_finished`` reads ``sys.exc_info()``) carries the traceback.
@@ -10,13 +11,13 @@ every step) before the exception leaves the task.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import conf
 from ..engine.attempt import JobContext
 from ..engine.serialization import ErrorInfo, NotStorable, roundtrip
-from ..exceptions import DurableJobsError, RunCancelled, StepOutputInvalid
+from ..exceptions import DurableJobsError, InvalidPayload, RunCancelled, StepOutputInvalid
 from ..models import JobRun, RunStatus, StepRecord
 
 if TYPE_CHECKING:
@@ -30,6 +31,33 @@ class TaskReturnValueInvalid(StepOutputInvalid, TypeError):
     """A task returned a value that is not JSON. Not retried (the same code returns the
     same value); ``TaskResult.errors`` reports it as ``TypeError``, as Django's own
     backends do."""
+
+
+class TaskArgumentsInvalid(InvalidPayload, ValueError):
+    """Arguments refused for a value Django's own backends refuse with ``ValueError``
+    (bytes that are not UTF-8): ``InvalidPayload`` and that ``ValueError`` at once."""
+
+
+def refused_as_django_refuses(
+    exc: InvalidPayload, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> InvalidPayload:
+    """``exc``, our refusal of a task's arguments (naming where the value is), with the
+    words of the error Django's own backends raise for the same arguments, and of its
+    type: ``TypeError("Unsupported type: ...")`` (``InvalidPayload`` is a ``TypeError``)
+    or ``ValueError("Unsupported value: ...")``, which code written against them
+    catches. ``exc`` itself for a value only we refuse (NaN, a NUL character, ...)."""
+    from django.utils.json import normalize_json  # what TaskResult stores them with
+
+    try:
+        normalize_json([list(args), dict(kwargs)])
+    except (TypeError, ValueError) as djangos:
+        message = f"{exc} ({djangos})"
+        if isinstance(djangos, TypeError):
+            return type(exc)(message)
+        return TaskArgumentsInvalid(message)
+    except RecursionError:  # nested deeper than its recursion goes, or circular
+        pass
+    return exc
 
 
 class RecordedFailure(Exception):

@@ -46,14 +46,14 @@ from django.utils.module_loading import import_string
 from .. import conf
 from ..db.leases import LeaseOwner
 from ..declare import Job, job
+from ..definitions.registry import register_job
 from ..engine.async_steps import AsyncSteps
 from ..engine.attempt import JobContext
 from ..engine.serialization import check_arguments_payload
-from ..exceptions import UnknownJob
-from ..jobs.registry import register_job
+from ..exceptions import InvalidPayload, UnknownJob
 from ..models import JobRun, RunStatus, StepRecord
 from .task_context import DurableTaskContext, asteps, executing, steps
-from .task_errors import call_task, task_errors
+from .task_errors import call_task, refused_as_django_refuses, task_errors
 
 HAS_TASKS = django.VERSION >= (6, 0)
 
@@ -138,9 +138,12 @@ class DurableJobsBackend(BaseTaskBackend):
         path = _importable(task)
         limit = int(conf.get("MAX_PAYLOAD_BYTES"))
         # "argument 0['items']", as job.enqueue names it (not "the arguments[0]").
-        clean_args, clean_kwargs = check_arguments_payload(
-            f"task {path!r}: ", args, kwargs, limit=limit
-        )
+        try:
+            clean_args, clean_kwargs = check_arguments_payload(
+                f"task {path!r}: ", args, kwargs, limit=limit
+            )
+        except InvalidPayload as exc:
+            raise refused_as_django_refuses(exc, args, kwargs) from None
         run_after = _aware(task.run_after)
         run = self.job.using(
             queue=task.queue_name, priority=task.priority, run_after=run_after

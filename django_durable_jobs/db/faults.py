@@ -41,12 +41,16 @@ POINTS = (
     "heartbeat",  # the heartbeat thread is about to renew the lease
     "invoke.start",  # a child run was written; the parent's step record was not
     "fanout.start",  # a fan-out's children were written (one insert); the parent's step was not
+    "atomic.before",  # an atomic step's transaction is open; its function not called yet
+    "atomic.before_record",  # an atomic step's function returned; its record not written
+    "atomic.before_commit",  # an atomic step's record is written; not committed yet
+    "atomic.committed",  # an atomic step's writes and record committed
 )
 ACTIONS = ("kill", "dberror", "pause")
 #: The exit code of a process killed by a fault (tests tell it from a crash).
 KILLED = 86
 
-log = logging.getLogger("django_durable_jobs.db.faults")
+log = logging.getLogger("django_durable_jobs.faults")
 
 
 class FaultSpecError(ValueError):

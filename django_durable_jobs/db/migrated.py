@@ -34,6 +34,15 @@ _MISSING = re.compile(
     r"|Table '(?:[^'.]+\.)?(?P<c>django_durable_jobs_\w+)' doesn't exist"
 )
 
+# The schema older than the code: a column it names is missing (SQLite "no such
+# column: t.c" and "table t has no column named c", PostgreSQL 'column t.c does not
+# exist' and 'column "c" of relation "t" does not exist', MariaDB/MySQL "Unknown
+# column 'c'", which names no table), or one of this app's PostgreSQL functions.
+_BEHIND = re.compile(
+    r"no such column: |has no column named |column \S+ (?:of relation \S+ )?does not exist"
+    r"|Unknown column '|function durable_\w+\(.*\) does not exist"
+)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -61,23 +70,80 @@ def missing_table(exc: BaseException) -> str | None:
     return next(name for name in found.groups() if name) if found else None
 
 
+def unapplied_message(using: str, missing: list[str]) -> str:
+    """What ``runjobs`` and ``jobs`` say about this app's ``missing`` migrations."""
+    return (
+        f"{APP} has {len(missing)} unapplied migration(s) on database {using!r} "
+        f"({', '.join(missing)}): {MIGRATE}"
+    )
+
+
 def needs_tables(function: Callable[P, R]) -> Callable[P, R]:
-    """Turn "no such table: django_durable_jobs_…" into ``NotMigrated`` saying what to do."""
+    """Turn "no such table: django_durable_jobs_…" into ``NotMigrated`` saying what to do;
+    and "no such column", when this app's migrations are not all applied (its tables
+    are there, migrated to an older release), into one naming those migrations."""
 
     @functools.wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return function(*args, **kwargs)
         except DatabaseError as exc:
-            table = missing_table(exc)
-            if table is None or isinstance(exc, NotMigrated):
+            if isinstance(exc, NotMigrated):
                 raise
-            raise NotMigrated(
-                f"the table {table} does not exist on database {conf.database()!r}: "
-                f"{MIGRATE} (django_durable_jobs is installed but not migrated)"
-            ) from exc
+            table = missing_table(exc)
+            if table is not None:
+                raise NotMigrated(
+                    f"the table {table} does not exist on database {conf.database()!r}: "
+                    f"{MIGRATE} (django_durable_jobs is installed but not migrated)"
+                ) from exc
+            missing = _unapplied_behind(exc)
+            if not missing:
+                raise
+            raise NotMigrated(unapplied_message(conf.database(), missing)) from exc
 
     return wrapper
+
+
+def schema_behind(exc: BaseException) -> bool:
+    """Whether ``exc`` says a column (or one of this app's functions) is missing."""
+    return _BEHIND.search(str(exc)) is not None
+
+
+def _unapplied_behind(exc: BaseException) -> list[str]:
+    """This app's unapplied migrations, when ``exc`` says the schema is older than the
+    code; [] otherwise. The migrations are looked up only then (they are read from
+    disk), and not where the failed statement left the transaction unusable (a
+    PostgreSQL transaction the caller opened): the caller gets the original error."""
+    if not schema_behind(exc):
+        return []
+    try:
+        return unapplied_migrations(conf.database())
+    except DatabaseError:
+        return []
+
+
+#: The aliases this process has seen every table of this app on (tables do not go
+#: away under a running project: once is enough).
+_HAVE_TABLES: set[str] = set()
+
+
+def has_tables(using: str) -> bool:
+    """Whether every table of this app is on database ``using``: one look at its list
+    of tables until they are, none after.
+
+    >>> has_tables("default")  # doctest: +SKIP
+    True
+    """
+    if using in _HAVE_TABLES:
+        return True
+    from django.apps import apps
+
+    models = apps.get_app_config(APP).get_models()
+    wanted = {model._meta.db_table for model in models if model._meta.managed}
+    if wanted <= set(connections[using].introspection.table_names()):
+        _HAVE_TABLES.add(using)
+        return True
+    return False
 
 
 def running_migrate() -> bool:

@@ -9,11 +9,11 @@ paused past its lease cannot record anything after another worker took over.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from contextlib import AbstractContextManager
+from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
-from django.db.models import Field
 
 from .. import signals
 from ..engine.records import ChildOutcome, RecordedStep, StepStore
@@ -22,7 +22,9 @@ from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
 from ..models import JobRun, RunStatus, StepRecord
 from . import dialect, faults
+from .fenced import LEASE_FIELDS, fenced_sql
 from .reads import Read
+from .step_transaction import StepTransaction, step_transaction
 
 
 class LeaseLost(DurableJobsError):
@@ -124,6 +126,8 @@ def _fault_point(record: RecordedStep) -> str:
         return "event.matched"
     if record.status is StepStatus.COMPLETED and record.kind is StepKind.RUN:
         return "step.before_record"
+    if record.status is StepStatus.COMPLETED and record.kind is StepKind.ATOMIC:
+        return "atomic.before_record"
     return ""
 
 
@@ -134,6 +138,8 @@ class OrmStepStore:
         self.using = using
         self.owner = owner
         self._known: set[tuple[str, str]] = set()
+        #: The atomic step's transaction the store writes in, if any.
+        self.in_step: StepTransaction | None = None
 
     def _rows(self) -> Any:
         return StepRecord.objects.using(self.using)
@@ -154,18 +160,30 @@ class OrmStepStore:
         ident = (record.run_id, record.name)
         values = _columns(record)
         faults.hit(_fault_point(record), self.using)
+        # An atomic step's record also locks the run's row (see step_transaction.py).
+        locked = "_locked" if self.in_step is not None else ""
         if ident not in self._known:
-            written = self._insert(record.run_id, record.name, values)
+            written = self._insert(record.run_id, record.name, values, locked)
         elif self.owner is None:
             written = self._rows().filter(run_id=record.run_id, name=record.name).update(**values)
         else:
-            written = self._fenced("durable_step_update", record.run_id, record.name, values)
+            statement = f"durable_step_update{locked}"
+            written = self._fenced(statement, record.run_id, record.name, values)
         if written == 0:
             raise self._refused(record)
-        self._recorded(record)
+        if self.in_step is not None:  # what follows waits for the commit
+            self._known.add(ident)
+            self.in_step.records.append(record)
+            return
+        self.recorded(record)
 
-    def _recorded(self, record: RecordedStep) -> None:
-        """What follows a write that landed (``put``, ``put_many``)."""
+    def forget(self, record: RecordedStep) -> None:
+        """A write rolled back with its step's transaction: the row does not exist."""
+        self._known.discard((record.run_id, record.name))
+
+    def recorded(self, record: RecordedStep) -> None:
+        """What follows a write that landed (``put``, ``put_many``, an atomic step's
+        commit)."""
         self._known.add((record.run_id, record.name))
         if record.status is StepStatus.COMPLETED and record.kind is StepKind.RUN:
             faults.hit("step.recorded", self.using)
@@ -187,8 +205,12 @@ class OrmStepStore:
             .first()
         )
         if status == RunStatus.CANCELLED:
-            kept = "is recorded, the run stops here" if self._kept(record) else "is not recorded"
-            return RunCancelled(f"run {record.run_id} was cancelled; step {record.name!r} {kept}")
+            # An atomic step's record rolls back with its writes: nothing is kept.
+            kept = self.in_step is None and self._kept(record)
+            kept_text = "is recorded, the run stops here" if kept else "is not recorded"
+            return RunCancelled(
+                f"run {record.run_id} was cancelled; step {record.name!r} {kept_text}"
+            )
         return LeaseLost(
             f"run {record.run_id}: not recording step {record.name!r}: this worker "
             f"({self.owner}) no longer holds the run's lease"
@@ -212,23 +234,23 @@ class OrmStepStore:
             if held and not rows.update(**values):
                 self._rows().create(run_id=record.run_id, name=record.name, **values)
         if held:
-            self._recorded(record)
+            self.recorded(record)
         return held
 
-    def _insert(self, run_id: str, name: str, values: dict[str, Any]) -> int:
+    def _insert(self, run_id: str, name: str, values: dict[str, Any], locked: str = "") -> int:
         if self.owner is None:
             self._rows().create(run_id=run_id, name=name, **values)
             return 1
-        return self._fenced("durable_step_insert", run_id, name, values)
+        return self._fenced(f"durable_step_insert{locked}", run_id, name, values)
 
     def _fenced(self, statement: str, run_id: str, name: str, values: dict[str, Any]) -> int:
         """Write the record in one statement that lands only while this worker holds
         the run's lease (``_FENCED``); the rows written."""
         connection = connections[self.using]
-        fields, sql, types = _fenced_sql(connection, statement, tuple(values))
+        fields, sql, types = fenced_sql(connection, statement, tuple(values))
         written = zip(fields, [run_id, name, *values.values()], strict=True)
         # The lease it is fenced by: the run's id, its owner, and RUNNING.
-        lease = zip(_LEASE_FIELDS, [run_id, self.owner, RunStatus.RUNNING.value], strict=True)
+        lease = zip(LEASE_FIELDS, [run_id, self.owner, RunStatus.RUNNING.value], strict=True)
         return dialect.of(self.using).execute_fenced(statement, sql, [*written, *lease], types)
 
     def delete(self, run_id: str, name: str) -> None:
@@ -237,6 +259,9 @@ class OrmStepStore:
 
     def atomic(self) -> Any:
         return transaction.atomic(using=self.using)
+
+    def step_transaction(self) -> AbstractContextManager[StepTransaction]:
+        return step_transaction(self)
 
     def clear(self, run_id: str) -> None:
         self._rows().filter(run_id=run_id).delete()
@@ -306,67 +331,9 @@ def _insert_many(
             results[index] = store._refused(record)
             continue
         try:
-            store._recorded(record)
+            store.recorded(record)
         except Exception as exc:
             results[index] = exc
-
-
-#: (database alias, statement, the columns written) -> ``_fenced_sql``'s answer: built
-#: once per process (building it cost as much as sending it).
-_FENCED: dict[tuple[str, str, tuple[str, ...]], tuple[list[Any], str, list[str]]] = {}
-
-
-#: The fields of the lease a fenced write checks (``_fenced_sql``'s last three).
-_LEASE_FIELDS = [JobRun._meta.get_field(name) for name in ("id", "lease_owner", "status")]
-
-
-def _fenced_sql(
-    connection: Any, statement: str, columns: tuple[str, ...]
-) -> tuple[list[Any], str, list[str]]:
-    """The fields, the SQL and the parameter types of a fenced step write of
-    ``columns`` (after ``run`` and ``name``), for this connection's database:
-
-    - ``durable_step_insert``: ``INSERT ... SELECT ... FROM run WHERE lease_owner = me``;
-    - ``durable_step_update``: ``UPDATE ... WHERE run, name AND EXISTS (the run, leased
-      to me)``, a known record rewritten (a wait that matched, a retried step).
-
-    Both take the record's values, then the run's id, the lease owner and ``running``.
-    """
-    key = (connection.alias, statement, columns)
-    if key not in _FENCED:
-        qn = connection.ops.quote_name
-        meta, run_meta = StepRecord._meta, JobRun._meta
-        assert run_meta.pk is not None
-        fields = [
-            cast("Field[Any, Any]", meta.get_field(name)) for name in ("run", "name", *columns)
-        ]
-        marks = [f"${number}" for number in range(1, len(fields) + 4)]
-        leased = (
-            f"{qn(str(run_meta.pk.column))} = {marks[-3]} "
-            f"AND {qn('lease_owner')} = {marks[-2]} AND {qn('status')} = {marks[-1]}"
-        )
-        if statement == "durable_step_insert":
-            sql = (
-                f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
-                f"SELECT {', '.join(marks[: len(fields)])} FROM {qn(run_meta.db_table)} "
-                f"WHERE {leased}"
-            )
-        else:
-            run_column, name_column = (qn(str(f.column)) for f in fields[:2])
-            assignments = ", ".join(
-                f"{qn(str(f.column))} = {mark}"
-                for f, mark in zip(fields[2:], marks[2 : len(fields)], strict=True)
-            )
-            sql = (
-                f"UPDATE {qn(meta.db_table)} SET {assignments} "
-                f"WHERE {run_column} = {marks[0]} AND {name_column} = {marks[1]} "
-                f"AND EXISTS (SELECT 1 FROM {qn(run_meta.db_table)} WHERE {leased})"
-            )
-        # The parameters' types, from the same fields as the statement.
-        guards = [run_meta.pk, run_meta.get_field("lease_owner"), run_meta.get_field("status")]
-        types = [str(field.db_type(connection)) for field in [*fields, *guards]]
-        _FENCED[key] = (fields, sql, types)
-    return _FENCED[key]
 
 
 #: What a parent reads of a child run to learn how it ended (``child_outcome``).

@@ -91,6 +91,12 @@ class AsyncSteps(StepEngine):
         return await self._perform(self._run(name, fn, args, kwargs))
 
     @awaited
+    async def atomic(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``step.atomic`` of sync jobs, awaited: ``fn`` is a plain function, run in a
+        thread inside one transaction on the jobs database that also records the step."""
+        return await self._perform(self._atomic(name, fn, args, kwargs))
+
+    @awaited
     async def sleep(
         self, name_or_duration: str | Duration, duration: Duration | None = None
     ) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
 from .clock import Clock, SystemClock
-from .records import ChildOutcome, EventHit, RecordedStep
+from .records import ChildOutcome, Committed, EventHit, RecordedStep
 from .serialization import roundtrip
 
 
@@ -35,6 +35,14 @@ class MemoryStepStore:
 
     def atomic(self) -> AbstractContextManager[Any]:
         return nullcontext()
+
+    @contextmanager
+    def step_transaction(self) -> Iterator[Committed]:
+        """No database: the record put inside stays whether the block raises or not,
+        which the engine never lets happen (it puts the record last)."""
+        done = Committed()
+        yield done
+        done.committed = True
 
 
 class MemoryEventLog:

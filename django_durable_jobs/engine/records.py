@@ -62,6 +62,21 @@ class StepStore(Protocol):
         """Writes inside commit together (a step that publishes an event)."""
         ...
 
+    def step_transaction(self) -> AbstractContextManager[Committed]:
+        """The transaction of an atomic step (``step.atomic``): the writes inside, the
+        step's record included, commit together when the block ends, only while this
+        worker holds the run's lease, and none of them if it raises. Writes through
+        another database are refused inside it. The value says, once the block ended,
+        whether the transaction committed."""
+        ...
+
+
+class Committed:
+    """Whether a step's transaction committed (``StepStore.step_transaction``)."""
+
+    def __init__(self) -> None:
+        self.committed = False
+
 
 @dataclass(frozen=True)
 class EventHit:

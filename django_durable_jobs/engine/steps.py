@@ -19,6 +19,7 @@ process.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..exceptions import StepUsageError, Suspension
+from . import otel
 from .clock import aware
 from .core import Io, Plan, UserCall
 from .durations import Duration, after, format_duration, parse_duration
@@ -81,6 +83,84 @@ class StepEngine(Waits):
         # DEBUG: a line per step cost a fifth of a ten-step run's time (runjobs -v 2).
         logger.debug(
             "step completed: run=%s job=%s step=%r attempts=%d",
+            self.run_id,
+            self.job_name,
+            name,
+            attempts,
+        )
+        return output
+
+    # -- atomic ----------------------------------------------------------
+    def _atomic(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Plan[Any]:
+        """``fn`` and the step's record in one transaction on the jobs database
+        (``StepStore.step_transaction``): its writes there and the record commit
+        together, only while this worker holds the lease, or neither does. A retry
+        then finds either the record (and replays it) or nothing of ``fn``'s (and runs
+        it again on a clean slate): ``fn``'s writes take effect exactly once."""
+        if not callable(fn) or inspect.iscoroutinefunction(fn):
+            raise StepUsageError(
+                f"job {self.job_name!r}: step {name!r}: atomic(name, fn, ...) takes a "
+                f"plain function, whose database writes commit with the step, got {fn!r}"
+            )
+        existing = yield from self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            return self._replay(existing)
+        attempts = (existing.attempts if existing else 0) + 1
+        began = self._clock.now()
+        record = RecordedStep(
+            run_id=self.run_id,
+            name=name,
+            kind=StepKind.ATOMIC,
+            status=StepStatus.FAILED,
+            started_at=existing.started_at if existing else began,
+            attempts=attempts,
+            last_started_at=began,
+        )
+        if self._mark_starts:
+            yield from self._save(replace(record, error=self._lost(name, attempts)))
+        done: list[Any] = []
+
+        def in_transaction() -> tuple[Any, RecordedStep]:
+            span = otel.step_span(name, self.run_id, attempts, str(StepKind.ATOMIC))
+            with span, self._store.step_transaction() as transaction:
+                done.append(transaction)
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    getattr(value, "close", lambda: None)()
+                    raise StepUsageError(
+                        f"job {self.job_name!r}: step {name!r}: atomic() ran {fn!r}, which "
+                        "returned an awaitable: an atomic step's function is a plain one"
+                    )
+                self._check_took(name, began)
+                output = self._storable(name, value)
+                completed = replace(
+                    record,
+                    status=StepStatus.COMPLETED,
+                    output=output,
+                    completed_at=self._clock.now(),
+                )
+                self._store.put(completed)  # last: nothing of the step can fail after it
+            return output, completed
+
+        try:
+            # A write: never torn by a timeout (fn is not interrupted mid-transaction;
+            # a step that outlasts step_timeout is rolled back when fn returns).
+            output, completed = yield Io(in_transaction, write=True)
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            if done and done[0].committed:  # failed after its commit: the step is done
+                raise
+            # Rolled back, fn's writes with it, unless the commit landed and only its
+            # answer was lost: a completed record is never overwritten by a failure.
+            stored = yield Io(lambda: self._store.get(self.run_id, name))
+            if stored is not None and stored.status is StepStatus.COMPLETED:
+                raise
+            yield from self._save(replace(record, error=ErrorInfo.of(exc)))
+            raise
+        self._records[name] = completed
+        logger.debug(
+            "step completed: run=%s job=%s step=%r attempts=%d (atomic)",
             self.run_id,
             self.job_name,
             name,

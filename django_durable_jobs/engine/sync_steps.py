@@ -85,6 +85,16 @@ class Steps(StepEngine):
         """Run ``fn(*args, **kwargs)`` once, ever, and return its stored output."""
         return self._perform(self._run(name, fn, args, kwargs))
 
+    def atomic(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once, ever, inside one transaction on the jobs
+        database that also records the step: its writes there take effect exactly once.
+        ``on_commit`` callbacks it registers run after that commit; a write through
+        another database is refused (``StepUsageError``).
+
+        >>> ctx.step.atomic("mark-paid", mark_paid, order_id)  # doctest: +SKIP
+        """
+        return self._perform(self._atomic(name, fn, args, kwargs))
+
     def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
         """``sleep("3d")`` (step named ``sleep:3d``) or ``sleep("cool-off", "3d")``."""
         self._perform(self._sleep(*self._sleep_args(name_or_duration, duration)))

@@ -30,6 +30,9 @@ class StepKind(StrEnum):
 
     RUN = "run"
     """``step.run``: the user's function, once."""
+    ATOMIC = "atomic"
+    """``step.atomic``: the user's function and the step's record in one transaction on
+    the jobs database, so that its writes there take effect exactly once."""
     SLEEP = "sleep"
     """``step.sleep`` / ``sleep_until``: the run parks until ``wake_at``."""
     WAIT = "wait"

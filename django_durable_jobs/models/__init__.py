@@ -23,6 +23,7 @@ from .rules import cancelled as cancelled
 from .runs import CancelKey as CancelKey
 from .runs import Dashboard as Dashboard
 from .runs import FlowKey as FlowKey
+from .runs import IdempotencyKey as IdempotencyKey
 from .runs import JobRun as JobRun
 from .runs import JobRunQuerySet as JobRunQuerySet
 from .runs import best as best

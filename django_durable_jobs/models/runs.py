@@ -59,6 +59,25 @@ class CancelKey(models.Model):
         return f"{self.event} {self.key!r} -> {self.run_id}"
 
 
+class IdempotencyKey(models.Model):
+    """An idempotency key a run answers to besides its own: that of an enqueue a
+    ``Debounce`` joined to the run already pending (``gates.save_gated``). A repeat
+    with the key gets the run back, also once the run has started."""
+
+    run = models.ForeignKey("JobRun", on_delete=models.CASCADE, related_name="joined_keys")
+    job_name = ExactCharField(max_length=200)
+    key = ExactCharField(max_length=255)
+
+    class Meta:
+        verbose_name = "idempotency key"
+        constraints = (
+            models.UniqueConstraint(fields=("job_name", "key"), name="durable_joined_key"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.key!r} -> {self.run_id}"
+
+
 class JobRunQuerySet(models.QuerySet["JobRun"]):
     def runnable(self, now: datetime, queues: Iterable[str] | None = None) -> JobRunQuerySet:
         """Runs a worker may claim now, best first: priority, then wake time."""

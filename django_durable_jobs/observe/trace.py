@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..definitions.registry import all_jobs
+from ..definitions.registry import max_attempts as of_definition
 from ..engine import clock
 from ..engine.fanout import key_prefix
 from ..engine.serialization import error_line, shown_type
 from ..engine.vocabulary import StepKind
-from ..jobs.registry import all_jobs
-from ..jobs.registry import max_attempts as of_definition
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
 
@@ -84,6 +84,13 @@ class StepRow:
     bar: Bar
     #: A fan-out step's child runs, in call order (empty for other steps).
     children: tuple[Child, ...] = ()
+    #: What the step is (``StepKind``): "atomic" steps are drawn as "run" ones.
+    step_kind: str = "run"
+
+    @property
+    def atomic(self) -> bool:
+        """Its function's writes to the jobs database committed with its record."""
+        return self.step_kind == StepKind.ATOMIC
 
     @property
     def fanout_text(self) -> str:
@@ -296,6 +303,7 @@ def _kind(step: StepRecord) -> str:
     # "publish" steps are drawn like a run; "invoke" and "fanout" ones like a wait.
     drawn_as: dict[str, str] = {
         StepKind.PUBLISH: StepKind.RUN,
+        StepKind.ATOMIC: StepKind.RUN,
         StepKind.INVOKE: StepKind.WAIT,
         StepKind.FANOUT: StepKind.WAIT,
     }
@@ -329,6 +337,7 @@ def _row(
         name=step.name,
         status=step.status,
         kind=_kind(step),
+        step_kind=str(step.kind),
         attempts=step.attempts,
         started_at=step.started_at,
         ended_at=end,

@@ -30,7 +30,7 @@ STEP_HEADERS = (
 def step_cells(row: StepRow) -> tuple[str, ...]:
     return (
         str(row.number),
-        row.name,
+        f"{row.name} (atomic)" if row.atomic else row.name,
         row.status,
         str(row.attempts),
         stamp(row.started_at),
@@ -116,6 +116,7 @@ def as_json(trace: Trace) -> dict[str, Any]:
         "steps": [
             {
                 "name": row.name,
+                "kind": row.step_kind,
                 "status": row.status,
                 "attempts": row.attempts,
                 "started_at": _iso(row.started_at),

@@ -19,6 +19,7 @@ from ..db import dialect
 from ..db.flow import gates, holds
 from ..db.flow import keys as flow_keys
 from ..db.migrated import needs_tables
+from ..definitions.registry import JobDefinition, JobOptions, check_arguments, get_job
 from ..engine import clock, otel
 from ..engine.durations import Duration, after, parse_duration
 from ..engine.serialization import check_arguments_payload, unstorable
@@ -26,7 +27,6 @@ from ..exceptions import (
     InvalidDuration,
     InvalidName,
 )
-from ..jobs.registry import JobDefinition, JobOptions, check_arguments, get_job
 from ..models import JobRun
 
 
@@ -91,6 +91,19 @@ def enqueue_job(
     elif outcome == "new":
         signals.run_enqueued.send(sender=JobRun, run=run)
     return run
+
+
+def check_call(job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Raise what ``enqueue_job`` raises for these arguments before it writes anything:
+    they must be storable, fit the job's signature, and make every key of its limits
+    (a key function may raise anything). Writes nothing; the schedules admin refuses
+    a schedule its job cannot start with this.
+
+    >>> check_call(get_job("shop.sync"), (), {"order_id": 7})  # doctest: +SKIP
+    """
+    clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
+    flow_keys.stamp(JobRun.new(job_name=job.name), job, clean_args, clean_kwargs)
+    gates.cancel_keys(job, clean_args, clean_kwargs)
 
 
 Call = Mapping[str, Any] | tuple[Any, ...]

@@ -22,15 +22,15 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
 from .. import conf, signals
-from ..db import conflicts, dialect
+from ..db import conflicts, dialect, migrated
 from ..db.event_log import OrmEventLog
 from ..db.migrated import needs_tables
 from ..db.store import child_run_outcome
+from ..definitions.registry import JobOptions, jobs_on_event
 from ..engine import clock
 from ..engine.records import RecordedStep
 from ..engine.serialization import check_payload, unstorable
 from ..exceptions import InvalidName, RunStateError
-from ..jobs.registry import JobOptions, jobs_on_event
 from ..models import CANCELLABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
 from .enqueue import enqueue_job
 from .runs import cancel
@@ -44,7 +44,7 @@ class EventLog(OrmEventLog):
         return publish_event(event, payload, key=key).id
 
 
-log = logging.getLogger("django_durable_jobs.verbs.events")
+log = logging.getLogger("django_durable_jobs.events")
 
 #: PostgreSQL's ``now()``: the time the transaction started (``Now()`` is the statement's).
 
@@ -182,6 +182,9 @@ def publish_on(
     def receiver(**kwargs: Any) -> None:
         if when is not None and not when(**kwargs):
             return
+        if not migrated.has_tables(conf.database()):
+            _not_migrated(event)
+            return
         publish_event(
             event,
             payload(**kwargs) if payload is not None else None,
@@ -191,6 +194,26 @@ def publish_on(
     uid = dispatch_uid or f"django_durable_jobs:{event}:{id(signal)}:{_label(sender)}"
     signal.connect(receiver, sender=sender, weak=False, dispatch_uid=uid)
     return receiver
+
+
+#: The events a ``publish_on`` receiver of this process left unpublished, warned once.
+_UNPUBLISHED: set[str] = set()
+
+
+def _not_migrated(event: str) -> None:
+    """A save before ``migrate`` created this app's tables: the project's own data
+    migrations, its fixtures, ``migrate <its app>``. The sender's save stands and the
+    event is not published; raising would not undo a save in autocommit (already
+    committed) and would stop the command that saved, ``migrate`` itself included.
+    No run exists yet that could wait for the event; no ``on_event`` run starts."""
+    if event not in _UNPUBLISHED:
+        _UNPUBLISHED.add(event)
+        log.warning(
+            "event %r not published (publish_on): the tables of django_durable_jobs are "
+            "not on database %r yet; run `python manage.py migrate`",
+            event,
+            conf.database(),
+        )
 
 
 def _label(sender: Any) -> str:

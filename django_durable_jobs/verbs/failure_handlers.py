@@ -11,8 +11,8 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from ..definitions.registry import JobDefinition, JobOptions, get_job
 from ..exceptions import UnknownJob
-from ..jobs.registry import JobDefinition, JobOptions, get_job
 from ..models import JobRun, RunStatus
 from .enqueue import enqueue_job
 

@@ -19,11 +19,11 @@ from ..db import faults
 from ..db.flow import gates
 from ..db.flow import keys as flow_keys
 from ..db.store import CHILD_COLUMNS, child_outcome, child_run_outcome
+from ..definitions.registry import JobDefinition, JobOptions, get_job
 from ..engine import clock
 from ..engine.fanout import key_prefix
 from ..engine.records import Call, ChildOutcome
 from ..exceptions import StepUsageError
-from ..jobs.registry import JobDefinition, JobOptions, get_job
 from ..models import FINISHED, CancelKey, JobRun, JobRunQuerySet
 from .enqueue import _checked_arguments as checked_arguments
 from .enqueue import enqueue_job

@@ -1,7 +1,7 @@
 """``DURABLE_JOBS["RETENTION"]``: purge old finished runs through a schedule.
 
 With ``{"succeeded": "7d", "failed": "30d"}`` the app declares the job
-``django_durable_jobs.verbs.retention`` with an hourly schedule; any worker starts it like
+``django_durable_jobs.retention`` with an hourly schedule; any worker starts it like
 every other schedule (one run per hour, whatever the number of workers), and it
 deletes the runs of each status that finished longer ago than its age. Off (None) by
 default. Removing the setting disables the schedule at the next sync.
@@ -18,7 +18,7 @@ from ..engine.cron import Cron
 from ..engine.durations import parse_duration
 from . import runs
 
-JOB_NAME = "django_durable_jobs.verbs.retention"
+JOB_NAME = "django_durable_jobs.retention"
 #: Hourly, off the full hour when many other schedules fire.
 CRON = Cron("17 * * * *", timezone="UTC")
 

@@ -21,12 +21,12 @@ from django.db.models import Min
 
 from .. import conf
 from ..db import dialect
+from ..definitions.registry import JobDefinition, JobOptions, all_jobs, get_job
 from ..engine.cron import Cron, check_expr, latest_slot, next_slot, zone
 from ..exceptions import InvalidPayload, InvalidSchedule, UnknownJob
-from ..jobs.registry import JobDefinition, JobOptions, all_jobs, get_job
 from ..models import JobRun, Schedule
 
-log = logging.getLogger("django_durable_jobs.verbs.schedules")
+log = logging.getLogger("django_durable_jobs.schedules")
 
 #: How often a worker looks again although no slot is due (an operator may have added
 #: or moved a schedule in the admin).
@@ -207,7 +207,7 @@ def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
         # Arguments the job refuses (a row edited by hand), or that its limits' keys
         # cannot be made of (a key callable's KeyError, a key too long to store):
         # this schedule is disabled, every other one still starts.
-        _disable(schedule, f"cannot start: {type(exc).__name__}: {exc}")
+        _disable(schedule, refusal(exc))
         return None
     # In the same transaction as the insert: no worker sees the run without them.
     JobRun.objects.using(conf.database()).filter(pk=run.pk).update(
@@ -219,6 +219,19 @@ def _start_slot(schedule: Schedule, now: datetime) -> JobRun | None:
     schedule.save(update_fields=["last_run_at", "next_run_at"])
     log.info("schedule %s: started run %s for slot %s", schedule.pk, run.id, slot.isoformat())
     return run
+
+
+def check_arguments_of(job_name: str, args: Any, kwargs: Any) -> None:
+    """Refuse a schedule's arguments as its slots' ``enqueue`` would refuse them (the
+    admin's save), raising the same error: then no tick disables the schedule."""
+    from .enqueue import check_call
+
+    check_call(get_job(job_name), _arguments(args, list), _arguments(kwargs, dict))
+
+
+def refusal(exc: BaseException) -> str:
+    """Why a schedule's run cannot start, as its note and the schedules admin say it."""
+    return f"cannot start: {type(exc).__name__}: {exc}"
 
 
 def _arguments(value: Any, kind: type) -> Any:

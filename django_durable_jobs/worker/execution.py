@@ -18,6 +18,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 
 from .. import conf, signals
 from ..db.store import OrmStepStore
+from ..definitions.registry import JobDefinition, attempts_of, get_job, max_attempts
 from ..engine import otel
 from ..engine.async_steps import AsyncSteps, IoRunner, StepWriter
 from ..engine.attempt import (
@@ -38,7 +39,6 @@ from ..engine.steps import StepEngine
 from ..engine.sync_steps import STEP_LOST, Steps
 from ..engine.timeouts import TimeGuard
 from ..exceptions import AttemptsExhausted, UnknownJob
-from ..jobs.registry import JobDefinition, attempts_of, get_job, max_attempts
 from ..models import JobRun, StepRecord, StepStatus
 from ..verbs.events import EventLog
 from ..verbs.invocations import OrmChildBatches, OrmChildRuns

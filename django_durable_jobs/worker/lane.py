@@ -32,11 +32,11 @@ from django.db import close_old_connections, connections
 from .. import conf
 from ..db.claims import release
 from ..db.store import put_many
+from ..definitions.registry import all_jobs, get_job
 from ..engine.clock import Clock
 from ..engine.core import Interrupt
 from ..engine.records import RecordedStep, StepStore
 from ..exceptions import UnknownJob
-from ..jobs.registry import all_jobs, get_job
 from ..models import JobRun
 from .connections import close_broken_connections
 from .daemon_threads import DaemonThreads

@@ -30,9 +30,9 @@ from ..db.claims import release, requeue_expired
 from ..db.flow import holds
 from ..db.flow import limits as flow
 from ..db.leases import LeaseOwner
+from ..definitions.registry import attempts_of
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
-from ..jobs.registry import attempts_of
 from ..models import JobRun
 from ..verbs.schedules import Ticker, sync
 from .batching import Batching

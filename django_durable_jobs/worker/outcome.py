@@ -22,13 +22,13 @@ from ..db.flow import holds
 from ..db.flow import keys as flow_keys
 from ..db.postgresql import claims as postgres
 from ..db.postgresql.claims import OUTCOME_COLUMNS
+from ..definitions.registry import JobDefinition, max_attempts
 from ..engine.attempt import Failed, Outcome, Succeeded, Suspended
 from ..engine.records import RecordedStep
 from ..engine.retry import backoff_delay
 from ..engine.serialization import ascii_text
 from ..engine.vocabulary import StepKind
 from ..exceptions import RunCancelled, StepOutputInvalid
-from ..jobs.registry import JobDefinition, max_attempts
 from ..models import JobRun, RunStatus
 from ..verbs.events import recheck_after_park, wake_parent
 from ..verbs.failure_handlers import handler_for, start_handler

@@ -11,10 +11,10 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError
 
 from .. import conf
-from ..db.migrated import unapplied_migrations
+from ..db.migrated import unapplied_message, unapplied_migrations
+from ..definitions.discovery import not_imported, where_jobs_come_from
+from ..definitions.registry import JobDefinition, all_jobs
 from ..engine.durations import format_duration
-from ..jobs.discovery import not_imported, where_jobs_come_from
-from ..jobs.registry import JobDefinition, all_jobs
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -28,10 +28,7 @@ def refuse_unmigrated() -> None:
         log.warning("cannot check the migrations of database %r (%s); starting anyway", using, exc)
         return
     if missing:
-        raise CommandError(
-            f"django_durable_jobs has {len(missing)} unapplied migration(s) on database "
-            f"{using!r} ({', '.join(missing)}): run `python manage.py migrate` first"
-        )
+        raise CommandError(f"{unapplied_message(using, missing)} first")
 
 
 def import_urlconf() -> None:

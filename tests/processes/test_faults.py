@@ -11,7 +11,10 @@ and a heartbeat that kills or stops the process inside a step): there, exactly t
 one step's effect happened twice.
 
 The points a run of an ``async def`` job passes (``ASYNC_POINTS``) are injected for
-``atrio`` too, the same job executed by the worker's async lane.
+``atrio`` too, the same job executed by the worker's async lane. The points inside an
+atomic step (``ATOMIC_POINTS``) are injected for ``atomic_trio`` and ``aatomic_trio``:
+there every effect happens exactly once, whatever the fault, even a kill inside the
+step.
 
 The whole matrix runs under ``make faults`` (marker ``faults``); CI runs ``CI_SLICE``:
 the middle hit of every point, with every action at least three times, and
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from django_durable_jobs.db import faults
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
@@ -65,6 +69,10 @@ POSITIONS = {
     "heartbeat": (1, 2, 3),
     "invoke.start": (1, 2, 3),
     "fanout.start": (1, 2, 3),
+    "atomic.before": (1, 2, 3),
+    "atomic.before_record": (1, 2, 3),
+    "atomic.before_commit": (1, 2, 3),
+    "atomic.committed": (1, 2, 3),
 }
 #: The longest a paused worker stays frozen (``faults.PAUSE_ENV``): the test continues it
 #: sooner, once the second worker has finished the run; this bounds a stuck case.
@@ -108,33 +116,76 @@ ASYNC_CI_SLICE = {
 }
 
 
+#: The points inside an atomic step, and the heartbeat (a kill or a freeze inside one):
+#: injected for ``atomic_trio`` (sync) and ``aatomic_trio`` (async).
+ATOMIC_POINTS = (
+    "atomic.before",
+    "atomic.before_record",
+    "atomic.before_commit",
+    "atomic.committed",
+    "heartbeat",
+)
+#: CI's slice of them: every point, every action. A pause inside the transaction holds
+#: SQLite's write lock (and PostgreSQL's row lock) until the process is continued: the
+#: taking over waits for it, so those cells are left to ``make faults``.
+ATOMIC_CI_SLICE = {
+    ("atomic.before", "kill"),
+    ("atomic.before_record", "kill"),
+    ("atomic.before_record", "dberror"),
+    ("atomic.before_record", "pause"),  # a zombie holding the step's row locks
+    ("atomic.before_commit", "kill"),
+    ("atomic.before_commit", "dberror"),
+    ("atomic.committed", "kill"),
+    ("atomic.committed", "dberror"),
+    ("atomic.committed", "pause"),
+    ("heartbeat", "kill"),
+}
+ASYNC_ATOMIC_CI_SLICE = {
+    ("atomic.before_record", "kill"),
+    ("atomic.before_commit", "dberror"),
+    ("atomic.committed", "kill"),
+}
+#: The atomic points inside the step's open transaction.
+FROZEN_IN_TRANSACTION = {"atomic.before", "atomic.before_record", "atomic.before_commit"}
+#: Each kind of job the matrix runs: the job, its points, CI's slice of them.
+KINDS = {
+    "": (None, faults.POINTS[: faults.POINTS.index("atomic.before")], CI_SLICE),
+    "async-": (fault_jobs.atrio, ASYNC_POINTS, ASYNC_CI_SLICE),
+    "atomic-": (fault_jobs.atomic_trio, ATOMIC_POINTS, ATOMIC_CI_SLICE),
+    "async-atomic-": (fault_jobs.aatomic_trio, ATOMIC_POINTS, ASYNC_ATOMIC_CI_SLICE),
+}
+
+
 def _cases() -> list[Any]:
     cases: list[Any] = []
-    for kind, points, in_slice in (
-        ("", faults.POINTS, CI_SLICE),
-        ("async-", ASYNC_POINTS, ASYNC_CI_SLICE),
-    ):
+    for kind, (_, points, in_slice) in KINDS.items():
         for point in points:
             for action in faults.ACTIONS:
                 for where, nth in zip(("first", "middle", "last"), POSITIONS[point], strict=True):
                     in_ci = where == "middle" and (point, action) in in_slice
                     marks = [] if in_ci else [pytest.mark.faults]
                     case = f"{kind}{point}-{action}-{where}"
-                    cases.append(pytest.param(bool(kind), point, action, nth, id=case, marks=marks))
+                    cases.append(pytest.param(kind, point, action, nth, id=case, marks=marks))
     return cases
 
 
-@pytest.mark.parametrize(("is_async", "point", "action", "nth"), _cases())
+@pytest.mark.parametrize(("kind", "point", "action", "nth"), _cases())
 def test_fault_matrix(
     workers: Workers,  # noqa: F811
-    is_async: bool,
+    kind: str,
     point: str,
     action: str,
     nth: int,
 ) -> None:
     relay = point in RELAY_POINTS
     job = fault_jobs.relay if relay else fault_jobs.fan if point in FAN_POINTS else fault_jobs.trio
-    run = (fault_jobs.atrio if is_async else job).enqueue()
+    atomic = "atomic" in kind
+    if atomic and action == "pause" and point in FROZEN_IN_TRANSACTION and _sqlite():
+        pytest.skip(
+            "SQLite: a worker frozen inside a transaction holds the one write lock, "
+            "so no other can take its run over until it is continued"
+        )
+    run = (KINDS[kind][0] or job).enqueue()
     env = {faults.ENV: f"{point}:{action}:{nth}"}
     # Frozen until the second worker has finished the run; not a heartbeat pause: it
     # stops the process wherever the main thread is, on SQLite perhaps holding the write
@@ -173,8 +224,15 @@ def test_fault_matrix(
         workers=[second],
     )
     _settle_first(first, action)
-    _assert_outcome(run, point, action, nth, relay, in_flight)
+    if atomic:
+        _assert_exactly_once(run)
+    else:
+        _assert_outcome(run, point, action, nth, relay, in_flight)
     assert second.terminate() == 0
+
+
+def _sqlite() -> bool:
+    return connection.vendor == "sqlite"
 
 
 def _in_flight(run: JobRun) -> set[str]:
@@ -259,6 +317,19 @@ def _assert_outcome(
         assert len(repeated) <= 1 and set(repeated.values()) <= {2}, counts
     else:
         assert repeated == {}, counts
+
+
+def _assert_exactly_once(run: JobRun) -> None:
+    """An atomic job: whatever the fault and wherever it struck, each step's effect
+    row exists exactly once, and each step is recorded once, completed."""
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (RunStatus.SUCCEEDED, ""), (run.error_code, run.error)
+    assert run.result == ["s1", "s2", "s3"] and run.lease_owner == ""
+    steps = StepRecord.objects.filter(run=run).order_by("id")
+    assert list(steps.values_list("name", "status")) == [
+        (name, StepStatus.COMPLETED) for i in (1, 2, 3) for name in (f"s{i}", f"nap{i}")
+    ]
+    assert effects(run) == {"s1": 1, "s2": 1, "s3": 1}
 
 
 def _pinged(result: Any) -> bool:

@@ -42,6 +42,28 @@ def trio(ctx: Any) -> list[str]:
     return done
 
 
+@job(name="tests.faults.atomic_trio", retries=3, backoff=0)
+def atomic_trio(ctx: Any) -> list[str]:
+    """``trio``'s steps as atomic steps: each ``Effect`` row commits with its step's
+    record, so every fault leaves each effect exactly once (no window repeats one)."""
+    done = []
+    for i in (1, 2, 3):
+        done.append(ctx.step.atomic(f"s{i}", _effect, f"s{i}", ctx.run_id))
+        ctx.step.sleep(f"nap{i}", "50ms")
+    return done
+
+
+@job(name="tests.faults.aatomic_trio", retries=3, backoff=0)
+async def aatomic_trio(ctx: Any) -> list[str]:
+    """``atomic_trio`` as an ``async def`` job: each step's function and transaction run
+    on one of the lane's database threads."""
+    done = []
+    for i in (1, 2, 3):
+        done.append(await ctx.step.atomic(f"s{i}", _effect, f"s{i}", ctx.run_id))
+        await ctx.step.sleep(f"nap{i}", "50ms")
+    return done
+
+
 @job(name="tests.faults.atrio", retries=3, backoff=0)
 async def atrio(ctx: Any) -> list[str]:
     """``trio`` as an ``async def`` job, executed by the worker's async lane: its claims,

@@ -120,6 +120,7 @@ def stubborn(ctx: Any) -> str:
 from . import (  # noqa: E402,F401
     admin_jobs,
     async_jobs,
+    atomic_jobs,
     event_jobs,
     fanout_jobs,
     fault_jobs,

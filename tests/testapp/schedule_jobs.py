@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from django_durable_jobs import job
+from django_durable_jobs import Throttle, job
 
 
 @job(name="tests.slot")
@@ -19,3 +19,8 @@ def slot(ctx: Any, label: str = "") -> str | None:
 # that they all sync it at start); in-process tests never see it.
 if os.environ.get("DURABLE_JOBS_TEST_CRON"):
     job(name="tests.slot_in_code", cron=os.environ["DURABLE_JOBS_TEST_CRON"])(slot.fn)
+
+
+@job(name="tests.per_tenant", throttle=Throttle(10, per="1m", key=lambda tenant, **kwargs: tenant))
+def per_tenant(ctx: Any, **options: Any) -> None:
+    """Takes any keyword argument, but its throttle's key needs ``tenant``."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from django_durable_jobs.jobs import registry
+from django_durable_jobs.definitions import registry
 from tests.docs_pages import ROOT, Block, all_blocks, block_under, blocks, pages, section
 
 #: The reader's own functions and objects, which a page's samples call but leave to the
@@ -32,6 +32,7 @@ YOURS = {
     "README.md": {"send_welcome"},
     "docs/index.md": {"load_user", "send_welcome"},
     "docs/reference/jobs.md": {"load_user", "send_welcome", "send_nudge"},
+    "docs/reference/steps.md": {"Order", "send_receipt"},
     "docs/reference/django-tasks.md": {"payments"},
     "docs/how-to/events.md": {"Order"},
     "docs/how-to/flow-control.md": {

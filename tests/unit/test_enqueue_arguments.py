@@ -28,7 +28,7 @@ def test_a_job_function_that_cannot_take_ctx_fails_at_import(define, says) -> No
     """Called as ``fn(ctx, ...)``: one that takes no positional parameter failed in the
     worker, on every attempt, with "takes 0 positional arguments but 1 was given"."""
     from django_durable_jobs import job
-    from django_durable_jobs.jobs.registry import all_jobs
+    from django_durable_jobs.definitions.registry import all_jobs
 
     before = all_jobs()
     with pytest.raises(TypeError, match=r"takes the run's context first, ctx, .*" + says):
@@ -42,7 +42,7 @@ def _keyword_only(*, user_id: int) -> None:
 
 def test_a_job_whose_first_parameter_is_not_ctx_is_told_so_at_enqueue() -> None:
     from django_durable_jobs import InvalidPayload, job
-    from django_durable_jobs.jobs.registry import unregister
+    from django_durable_jobs.definitions.registry import unregister
 
     @job(name="tests.needs_user")
     def needs_user(user_id: int) -> None:

@@ -18,7 +18,7 @@ The rules, read as documentation:
                  worker, the admin and the CLI. Never imports them, nor observe/.
     observe/     reads for operators. Never imports the worker, the admin or commands.
     worker/      never imports the admin, the commands or observe/.
-    jobs/        ``@job``'s registry and the lookup, autodiscovery and where it looked:
+    definitions/ ``@job``'s registry and the lookup, autodiscovery and where it looked:
                  only engine/, exceptions, conf (and models for a type annotation).
     everywhere   no cycle between modules.
 """
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 FOLDERS = frozenset(
     {
         "engine",
-        "jobs",
+        "definitions",
         "verbs",
         "models",
         "db",
@@ -62,7 +62,7 @@ ONLY_IMPORTS: Mapping[str, tuple[str, ...]] = {
     "engine": ("engine", "exceptions"),
     # engine.vocabulary: StepStatus is one enum for the engine and the column.
     "models": ("db.fields", "db.schema", "engine.vocabulary"),
-    "jobs": ("engine", "exceptions", "conf", "models"),
+    "definitions": ("engine", "exceptions", "conf", "models"),
 }
 #: layers that may not import Django at all.
 NO_DJANGO = frozenset({"engine"})
@@ -202,7 +202,7 @@ def test_the_walk_sees_every_layer(edges: dict[str, set[str]]) -> None:
     seen = {layer(module) for module in edges}
     assert seen >= FOLDERS
     # Function-level imports count: apps.py imports autodiscovery only inside ready().
-    assert "jobs.discovery" in edges["apps"]
+    assert "definitions.discovery" in edges["apps"]
 
 
 def test_every_arrow_points_the_right_way(edges: dict[str, set[str]]) -> None:

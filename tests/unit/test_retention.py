@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from django_durable_jobs.checks import check_settings
-from django_durable_jobs.jobs.registry import all_jobs
+from django_durable_jobs.definitions.registry import all_jobs
 from django_durable_jobs.verbs import retention
 
 

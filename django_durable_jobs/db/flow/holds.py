@@ -13,9 +13,9 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from ... import conf
+from ...definitions.registry import get_job
 from ...engine.clock import current
 from ...exceptions import UnknownJob
-from ...jobs.registry import get_job
 from ...models import RUNNABLE, JobRun, JobRunQuerySet
 from .keys import held, holds_slot, lock, slots
 

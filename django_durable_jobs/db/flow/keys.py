@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from ...jobs.registry import JobDefinition
+from ...definitions.registry import JobDefinition
 from ...models import RUNNABLE, JobRun, JobRunQuerySet, RunStatus
 from .. import dialect
 

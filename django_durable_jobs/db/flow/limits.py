@@ -27,8 +27,8 @@ from typing import Any
 from django.db import connections, transaction
 
 from ... import conf
+from ...definitions.registry import all_jobs
 from ...engine.clock import Clock
-from ...jobs.registry import all_jobs
 from ...models import JobRun, JobRunQuerySet, RunStatus, best
 from .. import dialect
 from ..postgresql.claims import Finish

@@ -3,12 +3,16 @@ the next five run times, and the runs list filtered by schedule."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 
+from django_durable_jobs import enqueue
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, Schedule
 from django_durable_jobs.verbs.schedules import start_due
@@ -74,6 +78,30 @@ def test_bad_input_is_refused_with_a_clear_error(
     response = admin_client.post(reverse(ADD), form(**{field: value}))
     assert response.status_code == 200  # the form again, with the error
     assert error in response.content.decode()
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("job_name", "kwargs"),
+    [
+        ("tests.per_tenant", {}),  # the throttle's key function needs `tenant`
+        ("tests.by_region", {"account": {"no_region": 1}}),  # the key function's KeyError
+        ("tests.one_per_key", {"key": "x" * 300}),  # a concurrency key too long to store
+    ],
+    ids=["key-argument-missing", "key-function-raises", "key-too-long"],
+)
+def test_arguments_the_jobs_limit_keys_cannot_be_made_of_are_refused_as_enqueue_refuses_them(
+    admin_client: Client, clock: FakeClock, job_name: str, kwargs: dict[str, Any]
+) -> None:
+    """The arguments fit the job's signature, but a key of its limits cannot be made of
+    them: each tick of each worker would disable the schedule instead of starting it."""
+    with pytest.raises(Exception) as refused:  # noqa: PT011 - whatever enqueue raises
+        enqueue(job_name, **kwargs)
+    assert not JobRun.objects.exists()
+    response = admin_client.post(reverse(ADD), form(job_name=job_name, kwargs=json.dumps(kwargs)))
+    assert response.status_code == 200  # the form again, with the error
+    said = f"cannot start: {type(refused.value).__name__}: {refused.value}"
+    assert escape(said) in response.content.decode()
     assert not Schedule.objects.exists()
 
 

@@ -230,7 +230,7 @@ def test_a_failed_wake_up_after_the_commit_does_not_fail_the_publisher(
         return 0
 
     monkeypatch.setattr(events, "wake_waiters", lost)
-    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.verbs.events"):
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.events"):
         published = publish_event("keyed", {"n": 2}, key="k2")  # autocommit: the pass now
     connection.close()
     # Committed, and the publisher was not told otherwise: the run, not woken, finds

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from django_durable_jobs.checks import check_settings
+from django_durable_jobs.definitions.registry import unregister
 from django_durable_jobs.engine.clock import FakeClock
-from django_durable_jobs.jobs.registry import unregister
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
 from django_durable_jobs.verbs import retention
 from django_durable_jobs.verbs.schedules import start_due, sync

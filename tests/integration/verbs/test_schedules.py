@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from django_durable_jobs import Cron, job
+from django_durable_jobs.definitions.registry import unregister
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.exceptions import InvalidSchedule, UnknownJob
-from django_durable_jobs.jobs.registry import unregister
 from django_durable_jobs.models import JobRun, RunStatus, Schedule
 from django_durable_jobs.verbs.schedules import Synced, Ticker, reschedule, start_due, sync
 from tests.conftest import Driver

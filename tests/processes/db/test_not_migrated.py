@@ -1,6 +1,7 @@
 """Forgot ``migrate``: runjobs refuses to start saying so, a database system check
-warns, and enqueue / publish_on and every ``jobs`` action say what to run instead of
-"no such table".
+warns, and enqueue / publish_event and every ``jobs`` action say what to run instead
+of "no such table"; a ``publish_on`` receiver publishes nothing and lets the
+project's save stand.
 
 Each test runs the real commands against its own fresh SQLite file, as a new user's
 project would be.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -86,24 +88,55 @@ def test_migrate_itself_does_not_warn_to_run_migrate(tmp_path):
     assert "System check identified" not in migrated.stderr
 
 
-def test_enqueue_and_publish_on_say_run_migrate_on_an_unmigrated_database(tmp_path):
+#: The project's own writes, on a database where only its own app is migrated: orders
+#: saved in autocommit and in a transaction (post_save: publish_on "order.paid"), then
+#: how many there are.
+SAVE_ORDERS = """
+from django.db import transaction
+from example_project.shop.models import Customer, Order
+customer = Customer.objects.create(name='Ada', email='ada@example.com')
+Order.objects.create(customer=customer, total='9.99', status='paid')
+with transaction.atomic():
+    Order.objects.create(customer=customer, total='1.00', status='paid')
+    Customer.objects.create(name='Bob', email='bob@example.com')  # after the publish_on
+print('orders', Order.objects.count())
+"""
+
+
+def test_publish_on_before_migrate_publishes_nothing_and_the_projects_save_stands(tmp_path):
+    """A project's own saves before this app is migrated (its data migrations, its
+    fixtures, ``migrate shop``): the save stands, nothing is published and a warning
+    says why. A receiver that raised after the save had committed it anyway (in
+    autocommit) and stopped the command that saved it."""
+    db = tmp_path / "shop.sqlite3"
+    assert manage(db, "migrate", "shop", settings="example_project.settings").returncode == 0
+    saved = manage(db, "shell", "-c", SAVE_ORDERS, settings="example_project.settings")
+    assert saved.returncode == 0, saved.stderr
+    assert "orders 2" in saved.stdout
+    assert "NotMigrated" not in saved.stderr and "Traceback" not in saved.stderr
+    assert (
+        "event 'order.paid' not published (publish_on): the tables of django_durable_jobs "
+        "are not on database 'default' yet; run `python manage.py migrate`"
+    ) in saved.stderr
+    assert saved.stderr.count("not published") == 1  # once per event, not once per save
+
+
+def test_enqueue_and_publish_event_say_run_migrate_on_an_unmigrated_database(tmp_path):
     db = tmp_path / "shop.sqlite3"
     # The project's own app is migrated, this one is not (the usual slip).
     assert manage(db, "migrate", "shop", settings="example_project.settings").returncode == 0
-    saved = manage(
+    published = manage(
         db,
         "shell",
         "-c",
-        "from example_project.shop.models import Customer, Order\n"
-        "customer = Customer.objects.create(name='Ada', email='ada@example.com')\n"
-        "Order.objects.create(customer=customer, total='9.99', status='paid')",
+        "from django_durable_jobs import publish_event\npublish_event('order.paid', key='1')",
         settings="example_project.settings",
     )
-    assert saved.returncode == 1
+    assert published.returncode == 1
     assert "NotMigrated: the table django_durable_jobs_event does not exist on database " in (
-        saved.stderr
+        published.stderr
     )
-    assert "run `python manage.py migrate`" in saved.stderr
+    assert "run `python manage.py migrate`" in published.stderr
 
     enqueued = manage(
         db,
@@ -146,4 +179,34 @@ def test_every_jobs_action_says_run_migrate_on_an_unmigrated_database(tmp_path, 
     assert "does not exist on database 'default': run `python manage.py migrate`" in (
         refused.stderr
     )
+    assert "Traceback" not in refused.stderr and refused.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "action",
+    [["list"], ["publish", "order.paid", "--key", "1"]],
+    ids=["a-column-read", "a-column-written"],
+)
+def test_jobs_on_a_partly_migrated_database_says_run_migrate(tmp_path, action):
+    """This app's tables are there, migrated by an older release: a column the code
+    reads or writes is missing, and the migration that adds it is not applied. That
+    was a traceback ("no such column"), not the line the missing tables get. The
+    older release is made by hand: the newest migration unrecorded, and a column of
+    the runs (read by ``list``) and of the events (written by ``publish``) dropped."""
+    db = tmp_path / "older.sqlite3"
+    assert manage(db, "migrate").returncode == 0
+    with sqlite3.connect(db) as older:
+        older.execute("ALTER TABLE django_durable_jobs_jobrun DROP COLUMN trace_context")
+        older.execute("ALTER TABLE django_durable_jobs_event DROP COLUMN payload")
+        older.execute(
+            "DELETE FROM django_migrations WHERE app = 'django_durable_jobs' "
+            "AND name = '0002_database_functions'"
+        )
+    refused = manage(db, "jobs", *action)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(
+        "CommandError: django_durable_jobs has 1 unapplied migration(s) on "
+        "database 'default' (0002_database_functions): "
+    ), refused.stderr
+    assert refused.stderr.rstrip().endswith(": run `python manage.py migrate`")
     assert "Traceback" not in refused.stderr and refused.stderr.count("\n") == 1

@@ -3,18 +3,25 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime
+from typing import Any
+
 import django
 import pytest
+
+from django_durable_jobs import InvalidPayload
 
 HAS_TASKS = django.VERSION >= (6, 0)
 needs_tasks = pytest.mark.skipif(not HAS_TASKS, reason="django.tasks needs Django 6.0 or newer")
 
 if HAS_TASKS:
     from django.tasks import TaskContext, task, task_backends
+    from django.tasks.backends.dummy import DummyBackend
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 
     from django_durable_jobs.contrib.tasks import DurableJobsBackend, install, steps
-    from django_durable_jobs.jobs.registry import get_job, unregister
+    from django_durable_jobs.definitions.registry import get_job, unregister
     from tests.testapp import tasks
 
 
@@ -70,3 +77,36 @@ def test_check_says_when_the_app_is_not_installed(monkeypatch: pytest.MonkeyPatc
     assert backend.check() == []
     monkeypatch.setattr(apps, "is_installed", lambda name: False)
     assert [message.id for message in backend.check()] == ["django_durable_jobs.E040"]
+
+
+#: Arguments of ``tasks.add`` that django.tasks cannot store, and where ours says the
+#: value is: Django's backends raise TypeError("Unsupported type: ...") for a type JSON
+#: has not, ValueError("Unsupported value: ...") for bytes that are not UTF-8.
+UNSUPPORTED = [
+    ((1, datetime(2026, 1, 5, 9, 0)), {}, "argument 1"),
+    ((1,), {"b": {"when": [datetime(2026, 1, 5, 9, 0)]}}, "argument 'b'['when'][0]"),
+    ((b"\xff", 2), {}, "argument 0"),
+]
+
+
+@needs_tasks
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where"), UNSUPPORTED, ids=["type", "type-inside", "value"]
+)
+def test_a_value_django_tasks_cannot_store_is_refused_as_djangos_backends_refuse_it(
+    args: tuple[Any, ...], kwargs: dict[str, Any], where: str
+) -> None:
+    """Code written against Django's backends (Django's own tests/tasks) catches the
+    type they raise and looks for their words; ours also names where the value is."""
+    dummy = DummyBackend("dummy", {"QUEUES": [], "OPTIONS": {}})
+    with pytest.raises((TypeError, ValueError)) as djangos:
+        dummy.enqueue(tasks.add, list(args), kwargs)
+    for enqueue in (tasks.add.enqueue, lambda *a, **k: asyncio.run(tasks.add.aenqueue(*a, **k))):
+        with pytest.raises(InvalidPayload) as ours:
+            enqueue(*args, **kwargs)
+        assert isinstance(ours.value, type(djangos.value))
+        message = str(ours.value)
+        assert message.startswith(
+            f"task 'tests.testapp.tasks.add': {where} cannot be stored as JSON"
+        )
+        assert str(djangos.value) in message  # "Unsupported type: <class 'datetime.datetime'>"

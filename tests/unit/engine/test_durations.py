@@ -179,7 +179,7 @@ def test_format_then_parse_round_trips(value: timedelta) -> None:
 
 def test_a_bare_zero_string_is_zero_as_the_backoff_docs_say() -> None:
     from django_durable_jobs import job
-    from django_durable_jobs.jobs.registry import unregister
+    from django_durable_jobs.definitions.registry import unregister
 
     assert parse_duration("0") == parse_duration(" 0 ") == timedelta(0)
     try:

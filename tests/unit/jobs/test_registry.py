@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 
 from django_durable_jobs import job
-from django_durable_jobs.engine.durations import parse_duration
-from django_durable_jobs.engine.limits import Limit
-from django_durable_jobs.exceptions import InvalidDuration, UnknownJob
-from django_durable_jobs.jobs.discovery import autodiscover
-from django_durable_jobs.jobs.registry import (
+from django_durable_jobs.definitions.discovery import autodiscover
+from django_durable_jobs.definitions.registry import (
     JobDefinition,
     all_jobs,
     get_job,
     register_job,
     unregister,
 )
+from django_durable_jobs.engine.durations import parse_duration
+from django_durable_jobs.engine.limits import Limit
+from django_durable_jobs.exceptions import InvalidDuration, UnknownJob
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,9 @@ from django.urls import reverse
 
 from django_durable_jobs import Debounce, RateLimit, job, publish_event, signals
 from django_durable_jobs.db.claims import claim
+from django_durable_jobs.definitions.registry import unregister
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.timeouts import TimeGuard
-from django_durable_jobs.jobs.registry import unregister
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker.execution import execute
 from tests.conftest import Driver

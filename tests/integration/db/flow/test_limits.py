@@ -17,9 +17,9 @@ from django.urls import reverse
 from django_durable_jobs import Concurrency, Throttle, job
 from django_durable_jobs.db.claims import claim, requeue_expired
 from django_durable_jobs.db.flow import holds
+from django_durable_jobs.definitions.registry import unregister
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.timeouts import TimeGuard
-from django_durable_jobs.jobs.registry import unregister
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.verbs import runs
 from django_durable_jobs.worker.execution import execute
@@ -81,7 +81,7 @@ def test_a_key_no_database_stores_is_refused_the_same_everywhere(key: str, says:
     """A NUL in a key was a DataError on PostgreSQL (the caller's transaction aborted)
     and stored as it was on MariaDB."""
     from django_durable_jobs import InvalidName
-    from django_durable_jobs.jobs.registry import unregister
+    from django_durable_jobs.definitions.registry import unregister
 
     @job(name="tests.odd_key", concurrency=Concurrency(1, key=lambda odd: key if odd else "k"))
     def odd_key(ctx: Any, odd: bool) -> None:
