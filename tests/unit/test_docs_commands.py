@@ -4,7 +4,8 @@ options, so that a renamed option breaks this test instead of a reader's termina
 
 The commands of every ```bash block of the site's pages, the README, the CHANGELOG,
 CONTRIBUTING.md and benchmarks/README.md, and the inline code that starts with one
-(`manage.py jobs list --status failed`, `make test LEGS=py311-dj52`):
+(`manage.py jobs list --status failed`, `make test LEGS=py311-dj52`), and the commands of
+a systemd unit's ``ExecStart=`` and of a Procfile:
 
 - ``manage.py <command>`` (also ``python manage.py``, ``django-admin``, ``python -m
   django``): a management command of the test settings' apps; a block's arguments parse
@@ -12,7 +13,8 @@ CONTRIBUTING.md and benchmarks/README.md, and the inline code that starts with o
 - ``make <target> VAR=value``: a target and a variable of the Makefile;
 - ``pip install …django-durable-jobs[extra]``: extras that pyproject.toml declares.
 
-The tutorial's commands also run for real: tests/processes/test_tutorial.py.
+Every ```toml block parses. The tutorial's commands also run for real:
+tests/processes/test_tutorial.py.
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def shell_commands() -> list[tuple[str, str]]:
     for block in shell:
         for line in commands(block.code):
             found += [(block.where, part) for part in _split(shlex.split(line))]
+    return found
+
+
+def configured_commands() -> list[tuple[str, str]]:
+    """The commands of a systemd unit's ``ExecStart=`` and of a Procfile's lines."""
+    found = []
+    for block in all_blocks("ini", "text"):
+        for line in block.code.splitlines():
+            match = re.fullmatch(r"(?:ExecStart=|[a-z]+: )(\S*python3? manage\.py .*)", line)
+            if match:
+                found.append((block.where, match.group(1)))
     return found
 
 
@@ -183,6 +196,11 @@ def test_a_shell_block_command_names_real_commands_and_options(where: str, comma
     check(command, full=True)
 
 
+@pytest.mark.parametrize(("where", "command"), configured_commands())
+def test_a_configured_command_names_real_commands_and_options(where: str, command: str) -> None:
+    check(command, full=True)
+
+
 @pytest.mark.parametrize(("where", "command"), inline_commands())
 def test_an_inline_command_names_real_commands_and_options(where: str, command: str) -> None:
     check(command, full=False)
@@ -206,3 +224,9 @@ def test_the_checks_catch_a_renamed_option_command_target_and_extra() -> None:
 def test_the_docs_have_commands_to_check() -> None:
     assert len(shell_commands()) >= 40
     assert len(inline_commands()) >= 20
+    assert len(configured_commands()) >= 3  # the systemd unit's, the Procfile's
+
+
+def test_every_toml_block_parses() -> None:
+    for block in all_blocks("toml"):
+        tomllib.loads(block.code)
