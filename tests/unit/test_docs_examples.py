@@ -364,6 +364,27 @@ def test_the_files_the_docs_cite_exist() -> None:
         assert not missing, f"{page.name} cites files that do not exist: {sorted(missing)}"
 
 
+def test_every_test_the_docs_name_exists() -> None:
+    """The guarantees (and any page) name the test that proves each one:
+    ``tests/…/test_x.py::test_name`` must be a test function of that file, and a
+    ``test_fault_matrix[…]`` case a kind and a point of its matrix."""
+    from tests.processes.test_faults import KINDS, POSITIONS
+
+    kinds = sorted(KINDS, key=len, reverse=True)  # "async-atomic-" before "async-"
+
+    named = 0
+    for page in pages():
+        text = re.sub(r"::\s+", "::", page.read_text(encoding="utf-8"))
+        for path, test in re.findall(r"(tests/[\w/]+\.py)::(\w+)", text):
+            defined = re.search(rf"^(async )?def {test}\(", (ROOT / path).read_text(), re.M)
+            assert defined, f"{page.name}: {path}::{test}"
+            named += 1
+        for case in re.findall(r"test_fault_matrix\[([^\]]+)\]", text):
+            rest = case.removeprefix(next(k for k in kinds if case.startswith(k)))
+            assert rest == "*" or rest.split("-")[0] in POSITIONS, f"{page.name}: {case}"
+    assert named >= 10
+
+
 def test_the_readme_stays_short_and_links_into_the_docs() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 250
