@@ -208,6 +208,7 @@ def test_as_json_has_every_step() -> None:
     assert data["steps"] == [
         {
             "name": "a",
+            "kind": "run",
             "status": "completed",
             "attempts": 1,
             "started_at": "2026-01-01T00:00:00+00:00",
