@@ -26,8 +26,8 @@ from .rules import (
 
 
 class FlowKey(models.Model):
-    """One row per limit key of a job: claims lock it to serialise per key (README "Flow
-    control")."""
+    """One row per limit key of a job: claims lock it to serialise per key
+    (docs/explanation/flow-control.md)."""
 
     job_name = ExactCharField(max_length=200)
     #: "concurrency" or "throttle".
@@ -205,8 +205,8 @@ class JobRun(models.Model):
     scheduled_at = InstantField(null=True, blank=True)
     #: The OpenTelemetry context of the code that enqueued the run (``engine/otel.py``).
     trace_context = models.JSONField(null=True, blank=True)
-    # Flow control (README "Flow control"), copied from the job at enqueue so that the claim can
-    # enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
+    # Flow control (docs/how-to/flow-control.md), copied from the job at enqueue so that the
+    # claim can enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
     concurrency_key = ExactCharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
     throttle_key = ExactCharField(max_length=255, null=True, blank=True)

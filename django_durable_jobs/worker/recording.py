@@ -310,7 +310,7 @@ def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
             step=outcome.step,
             wake_at=outcome.wake_at,
             kind=outcome.kind,
-            # Until the next release, for receivers written against 0.1 (README "Upgrading").
+            # Until the next release, for receivers written before (CHANGELOG.md, "Deprecated").
             resume_at=outcome.wake_at,
             reason=signals.SUSPENDED_REASON[outcome.kind],
         )
