@@ -79,7 +79,7 @@ def summary_lines(trace: Trace) -> list[str]:
         )
         + (f"  took {short_duration(trace.took)}" if trace.took is not None else ""),
     ]
-    if keys := key_pairs(run):  # its job's limits at enqueue (README "Flow control")
+    if keys := key_pairs(run):  # its job's limits at enqueue (docs/how-to/flow-control.md)
         lines.append("  ".join(f"{label} {text}" for label, text in keys))
     if run.progress is not None:  # ctx.set_progress: a bar's words, or the JSON
         lines.append("progress " + progress_text(run.progress, 200))
