@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import django
 
 from ..engine.async_steps import AsyncSteps
+from ..engine.progress import Progress
 from ..engine.sync_steps import Steps
 from ..models import JobRun
 
@@ -43,6 +44,13 @@ class DurableTaskContext(TaskContext):  # type: ignore[misc,type-arg]
     step: Steps | AsyncSteps
     run_id: str
     logger: logging.Logger
+    #: The attempt's progress (``set_progress``).
+    progress: Progress = field(default_factory=Progress)
+
+    def set_progress(self, value: Any) -> None:
+        """``ctx.set_progress`` of jobs: ``value`` (JSON) becomes the run's progress,
+        shown by the admin and ``jobs show``; coalesced, last write wins."""
+        self.progress.set(value)
 
 
 def steps(context: Any) -> Steps:

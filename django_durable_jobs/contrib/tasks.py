@@ -259,6 +259,7 @@ def run_task(
         step=twin or ctx.step,
         run_id=ctx.run_id,
         logger=ctx.logger,
+        progress=ctx.progress,
     )
     if twin is not None:
         return call_task(ctx, task, lambda: _await(ctx, twin, definition, (context, *args), kwargs))

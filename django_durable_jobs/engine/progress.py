@@ -18,6 +18,7 @@ attempt's end. It is not a step: not recorded, not replayed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -66,7 +67,7 @@ class Progress:
             why = f"set_progress: the value cannot be stored as JSON: {exc}"
             raise InvalidPayload(why) from None
         self.value, self.waiting = stored, True
-        if self._inline and self.due():
+        if self._inline and self.due() and not _on_event_loop():
             self.flush()
 
     def due(self) -> bool:
@@ -91,3 +92,13 @@ class Progress:
             self.flush()
         except Exception as exc:
             log.warning("the run's last progress was not written: %s", exc)
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an event loop (an async task of a sync job): a write
+    from there would block it, and Django refuses database work there."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

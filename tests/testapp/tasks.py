@@ -119,3 +119,18 @@ async def async_forgot_await(context: TaskContext[Any, Any], returned: bool) -> 
         return pending
     await step.run("after", effect, "task-after", step.run_id)
     return "done"
+
+
+@task(takes_context=True)
+def counted(context: TaskContext[Any, Any], total: int) -> int:
+    for done in range(1, total + 1):
+        context.set_progress({"done": done, "total": total})  # type: ignore[attr-defined]
+    return total
+
+
+@task(takes_context=True)
+async def acounted(context: TaskContext[Any, Any], total: int) -> int:
+    for done in range(1, total + 1):
+        context.set_progress({"done": done, "total": total})  # type: ignore[attr-defined]
+        await asyncio.sleep(0)
+    return total

@@ -372,3 +372,17 @@ def test_a_return_value_that_is_not_json_is_not_retried(jobs: InlineJobs) -> Non
     run = JobRun.objects.get(pk=result.id)
     assert (run.status, run.attempt, run.error_code) == ("failed", 1, "X_STEP_OUTPUT_INVALID")
     assert len(tasks.not_json.get_result(result.id).errors) == 1
+
+
+@needs_tasks
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["counted", "acounted"])
+def test_a_task_s_progress_is_stored_and_refresh_still_reads_it(
+    jobs: InlineJobs, name: str
+) -> None:
+    task_of = getattr(tasks, name)
+    result = task_of.enqueue(300)
+    jobs.drain()
+    result.refresh()  # Django's TaskResult API, unchanged: it reads the run back
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 300
+    assert JobRun.objects.get(pk=result.id).progress == {"done": 300, "total": 300}

@@ -110,3 +110,20 @@ def test_a_failed_write_at_the_stop_is_logged_not_raised(caplog: pytest.LogCaptu
     progress.set(1)
     progress.flush_at_stop()
     assert "not written: connection lost" in caplog.text
+
+
+def test_a_value_set_on_an_event_loop_waits_for_the_stop() -> None:
+    """An async task of a sync job (``django.tasks``): its thread runs a loop, where a
+    database write would block it."""
+    import asyncio
+
+    writes = Writes()
+    progress = Progress(writes, FakeClock())
+
+    async def task() -> None:
+        progress.set("from a coroutine")
+
+    asyncio.run(task())
+    assert writes.values == [] and progress.waiting
+    progress.flush_at_stop()
+    assert writes.values == ["from a coroutine"]
