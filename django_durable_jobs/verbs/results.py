@@ -153,8 +153,9 @@ def _left(run: JobRun, deadline: float | None, timeout: Duration | None) -> floa
         return None
     left = 0.0 if _inline else (deadline or 0.0) - time.monotonic()
     if left <= 0:
+        waited = f"after {timeout}" if timeout is not None else "at once"
         raise TimeoutError(
-            f"run {run.pk} ({run.job_name}) is still {run.status} after {timeout}"
+            f"run {run.pk} ({run.job_name}) is still {run.status} {waited}"
             + (" (InlineJobs: it does not finish without the clock moving)" if _inline else "")
         )
     return left
