@@ -82,14 +82,13 @@ VERBS: dict[str, Action] = {
 class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     list_display = (
         "short_id",
-        "status_badge",
+        "status_cell",
         "job",
         "queue",
         "attempts",
         "created",
         "duration",
         "wakes",
-        "progress_cell",
     )
     empty_value_display = EMPTY
     list_display_links = ("short_id",)
@@ -200,19 +199,29 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         context = {"bar": found, "detail": json_block(run.progress) if extra else ""}
         return render_to_string("django_durable_jobs/progress.html", context)
 
-    @admin.display(description="progress")
-    def progress_cell(self, run: JobRun) -> SafeString | str:
+    @admin.display(description="status", ordering="status")
+    def status_cell(self, run: JobRun) -> SafeString:
+        """The list's status: the badge, and under it a small bar while the job's
+        progress says how much of how much (its words on hover; other values: the
+        JSON on hover), without widening the column."""
         found = progress.bar(run.progress)
         if found is not None:
             return format_html(
-                '<progress class="djdj-progress--cell" value="{}" max="{}" title="{}">'
+                '{}<progress class="djdj-progress--cell" value="{}" max="{}" title="{}">'
                 "{}%</progress>",
+                badge(run.status),
                 found.done,
                 found.total,
                 found.text,
                 found.percent,
             )
-        return progress.progress_text(run.progress, 30) or EMPTY
+        if run.progress is not None:
+            return format_html(
+                '<span title="progress: {}">{}</span>',
+                progress.progress_text(run.progress, 200),
+                badge(run.status),
+            )
+        return badge(run.status)
 
     @admin.display(description="result")
     def result_json(self, run: JobRun) -> SafeString:

@@ -65,6 +65,10 @@ def busy_day(clock: FakeClock) -> None:
                     wake_at=now - timedelta(seconds=30 * i)
                     if status == RunStatus.QUEUED
                     else now + timedelta(hours=1),
+                    # Some report their progress (ctx.set_progress): a bar in the list.
+                    progress={"done": 5 * i, "total": 200}
+                    if status == RunStatus.SLEEPING
+                    else None,
                 )
             )
     JobRun.objects.bulk_create(rows)
@@ -242,6 +246,7 @@ def long_run(clock: FakeClock, steps: int = 200) -> JobRun:
         started_at=start,
         attempt=1,
         wake_at=clock.now() + timedelta(seconds=30),
+        progress={"done": steps, "total": steps + 40, "stage": "waiting for approval"},
     )
     StepRecord.objects.bulk_create(
         StepRecord(
@@ -314,11 +319,13 @@ def test_run_page_and_list_in_a_browser(
             "d => [d.classList.contains('djdj-field--first'), d.getBoundingClientRect().left])"
         )
         lefts = {first: {round(x) for f, x in starts if f == first} for first in (True, False)}
-        assert len(starts) == 19 and len(lefts[True]) == 1 and len(lefts[False]) == 1, lefts
+        # 19 pairs and the progress (ctx.set_progress), which spans its row.
+        assert len(starts) == 20 and len(lefts[True]) == 1 and len(lefts[False]) == 1, lefts
         assert min(lefts[True]) < min(lefts[False]), lefts
         for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
             assert bar.size["width"] > 0
         save(browser, width, f"run-{size}-{theme}.png")
+        fields.screenshot(str(ARTIFACTS / f"run-fields-{size}-{theme}.png"))
 
 
 #: Records the address of every fetch the page makes (refresh.js calls the global fetch).

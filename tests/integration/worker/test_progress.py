@@ -69,7 +69,7 @@ def test_a_worker_that_lost_the_run_writes_no_progress(driver: Driver) -> None:
     assert run.progress is None
 
 
-def test_the_run_page_draws_a_bar_and_the_list_a_small_one(
+def test_the_run_page_draws_a_bar_and_the_list_a_small_one_under_the_status(
     admin_client: Client, driver: Driver
 ) -> None:
     run = message_jobs.progress_then_sleep.enqueue()
