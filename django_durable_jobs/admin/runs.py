@@ -165,7 +165,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:
-        return trace.attempts_text(run.attempt, trace.max_attempts(run.job_name))
+        return trace.attempts_text(run.attempt, trace.max_attempts(run.job_name, run.job_version))
 
     @admin.display(description="took")
     def duration(self, run: JobRun) -> str:

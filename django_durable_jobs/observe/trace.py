@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..definitions.registry import all_jobs
+from ..definitions.registry import find_job
 from ..definitions.registry import max_attempts as of_definition
 from ..engine import clock
 from ..engine.fanout import key_prefix
@@ -224,7 +224,7 @@ def load(run: JobRun, *, now: datetime | None = None) -> Trace:
         run,
         steps,
         now=now or clock.current().now(),
-        max_attempts=max_attempts(run.job_name),
+        max_attempts=max_attempts(run.job_name, run.job_version),
         children=_fanout_children(run, steps),
     )
 
@@ -278,9 +278,9 @@ def _resumed_at(step: StepRecord) -> bool:
     )
 
 
-def max_attempts(job_name: str) -> int | None:
-    """``1 + retries`` of the job registered on this process, or None if unknown."""
-    definition = all_jobs().get(job_name)
+def max_attempts(job_name: str, version: int = 1) -> int | None:
+    """``1 + retries`` of the job version registered on this process, or None if unknown."""
+    definition = find_job(job_name, version)
     return None if definition is None else of_definition(definition)
 
 

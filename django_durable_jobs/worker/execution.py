@@ -192,7 +192,7 @@ def _definition(
     """The run's job, or the outcome of a run that cannot start (unknown job, attempts
     used up)."""
     try:
-        definition = get_job(run.job_name)
+        definition = get_job(run.job_name, run.job_version)
     except UnknownJob as exc:
         exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
         outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
@@ -205,7 +205,7 @@ def _definition(
 
 def _exhausted_attempts(run: JobRun) -> bool:
     """Whether the claim counted one attempt too many (``_definition`` then reads)."""
-    most = attempts_of(run.job_name)
+    most = attempts_of(run.job_name, run.job_version)
     return most is not None and run.attempt > most
 
 

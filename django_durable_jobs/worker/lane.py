@@ -286,7 +286,7 @@ def is_async_run(run: JobRun) -> bool:
     """Whether ``run``'s job is ``async def`` (an unknown job is not: the sync path
     fails it with X_JOB_UNKNOWN)."""
     try:
-        return get_job(run.job_name).is_async
+        return get_job(run.job_name, run.job_version).is_async
     except UnknownJob:
         return False
 

@@ -246,7 +246,7 @@ class Worker(StopSignals):
         are given back at once, and the next claim takes one run."""
         waiting = []
         for run in runs:
-            most = attempts_of(run.job_name)
+            most = attempts_of(run.job_name, run.job_version)
             if most is None or run.attempt < most:  # unknown: failed when it starts
                 waiting.append(run)
                 continue

@@ -197,7 +197,7 @@ class Command(BaseCommand):
             str(run.id),
             run.job_name,
             run.status,
-            trace.attempts_text(run.attempt, trace.max_attempts(run.job_name)),
+            trace.attempts_text(run.attempt, trace.max_attempts(run.job_name, run.job_version)),
             run.queue,
             trace.stamp(run.created_at),
             trace.stamp(run.wake_at) if run.status not in FINISHED else "",
