@@ -95,6 +95,7 @@ _DURATION_IDS = {
     "HEARTBEAT": "E016",
     "POLL_INTERVAL": "E017",
     "WORKER_RETENTION": "E020",
+    "UNKNOWN_JOB_GRACE": "E021",
 }
 
 
@@ -110,10 +111,10 @@ def _backoff_duration(value: Any) -> str | None:
     return _duration(value, nullable=False, allow_zero=True)
 
 
-# Zero backoff means "retry at once". Any other zero is a mistake: a timeout that
-# always fires (a step) or never (a run), a lease already expired when claimed, a
-# heartbeat or poll that spins.
-_ZERO_ALLOWED = {"BACKOFF", "MAX_BACKOFF"}
+# Zero backoff means "retry at once", a zero grace "fail a run nobody can execute at
+# once". Any other zero is a mistake: a timeout that always fires (a step) or never (a
+# run), a lease already expired when claimed, a heartbeat or poll that spins.
+_ZERO_ALLOWED = {"BACKOFF", "MAX_BACKOFF", "UNKNOWN_JOB_GRACE"}
 _A_DURATION = 'a duration such as "30s", "5m", "1h", a number of seconds or a timedelta'
 for _key in DURATION_KEYS:
     if _key in _NULLABLE:

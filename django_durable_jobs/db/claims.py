@@ -19,6 +19,7 @@ from .. import conf
 from ..engine.clock import Clock
 from ..models import JobRun, RunStatus
 from . import dialect
+from .executable import Executable
 from .flow import limits as flow
 
 
@@ -30,8 +31,10 @@ def claim(
     queues: Iterable[str] | None = None,
     limit: int = 1,
     clock: Clock | None = None,
+    only: Executable | None = None,
 ) -> list[JobRun]:
-    """Take up to ``limit`` runnable runs for ``owner``; the best first.
+    """Take up to ``limit`` runnable runs for ``owner``; the best first. With ``only``,
+    runs of the jobs and versions it lets this worker take (a rolling deploy).
 
     The attempt is counted here for queued runs; a run resuming from a sleep or a
     wait keeps its attempt number. Each returned run remembers the status it was
@@ -41,18 +44,23 @@ def claim(
     limited: list[JobRun] = []
     if flow.has_limits():
         limited = flow.claim_limited(
-            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock
+            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock, only=only
         )[0]
     if len(limited) >= limit:
         return limited
-    return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited))
+    return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited), only)
 
 
 def claim_unlimited(
-    owner: str, now: datetime, lease: timedelta, queue_list: list[str] | None, limit: int
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    queue_list: list[str] | None,
+    limit: int,
+    only: Executable | None = None,
 ) -> list[JobRun]:
     """``claim`` for runs under no limit (flow control has its own, ``flow.claim_limited``)."""
-    return dialect.of(conf.database()).claim(owner, now, lease, queue_list, limit)
+    return dialect.of(conf.database()).claim(owner, now, lease, queue_list, limit, only)
 
 
 def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:
@@ -99,6 +107,25 @@ def release(run: JobRun, owner: str, *, now: datetime) -> bool:
             lease_expires_at=None,
         )
     )
+
+
+def give_back(run: JobRun, owner: str) -> bool:
+    """Give a claimed run back as it was before the claim, wake time included: a run
+    this worker cannot execute (its job or version is not registered here) stays
+    runnable for a worker that can, and how long it has been runnable still counts
+    (``UNKNOWN_JOB_GRACE``). Unlike ``release``, which makes the run due now."""
+    previous = getattr(run, "claimed_from", RunStatus.QUEUED)
+    attempt = run.attempt - 1 if previous == RunStatus.QUEUED else run.attempt
+    changes: dict[str, Any] = {
+        "status": previous,
+        "attempt": max(attempt, 0),
+        "lease_owner": "",
+        "lease_expires_at": None,
+    }
+    if getattr(run, "claimed_fresh", False):
+        changes["started_at"] = None  # the claim started it; it has not started
+    rows = JobRun.objects.using(conf.database()).filter(pk=run.pk, lease_owner=owner)
+    return bool(rows.filter(status=RunStatus.RUNNING).update(**changes))
 
 
 def requeue_expired(*, now: datetime, limit: int = 100) -> int:

@@ -29,6 +29,7 @@ from django.db.models import DateTimeField, Func, Value
 from django.db.models.functions import Least
 
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
+from .executable import Executable
 from .postgresql import claims as postgres
 from .postgresql import flow as postgres_flow
 from .postgresql import inserts as postgres_inserts
@@ -68,16 +69,25 @@ class Dialect:
 
     # -- claims ------------------------------------------------------------------
     def claim(
-        self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        only: Executable | None = None,
     ) -> list[JobRun]:
         """Take up to ``limit`` runnable runs under no flow-control limit for ``owner``,
-        best first; each remembers the status it was claimed from (``claimed_from``)
-        and whether it never started before (``claimed_fresh``)."""
+        best first (with ``only``, of the jobs and versions it lets this worker take);
+        each remembers the status it was claimed from (``claimed_from``) and whether it
+        never started before (``claimed_fresh``)."""
         runs = JobRun.objects.using(self.using)
         # Runs under a limit are flow.claim_limited's, which locks their key first.
         candidates = runs.runnable(now, queues).filter(
             concurrency_limit__isnull=True, throttle_limit__isnull=True
         )
+        if only is not None:
+            candidates = candidates.filter(only.q())
         with self.claiming():
             picked = self.pick(candidates, limit)
             before = {run_id: status for run_id, status, _ in picked}
@@ -102,6 +112,7 @@ class Dialect:
         limit: int,
         candidates: int,
         finishes: Sequence[postgres.Finish],
+        only: Executable | None = None,
     ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
         """Runs under a concurrency limit claimed in one call, recording first
         ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
@@ -215,47 +226,6 @@ class SQLite(Dialect):
 class _Locking(Dialect):
     """Databases with row locks and ``SKIP LOCKED``."""
 
-    def claim_concurrency(
-        self,
-        owner: str,
-        now: datetime,
-        lease: timedelta,
-        queues: list[str] | None,
-        limit: int,
-        candidates: int,
-        finishes: Sequence[postgres.Finish],
-    ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
-        """Runs under a concurrency limit claimed in one call, recording first
-        ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
-        outcomes recorded, and whether throttled runs were seen among ``candidates``;
-        None where the dialect has no such call (``flow.limits.claim_limited`` then
-        takes a transaction per key)."""
-        return None
-
-    def lock_key(self, job_name: str, kind: str, key: str) -> None:
-        """Lock one flow-control key until the transaction ends: the key's ``FlowKey``
-        row, in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
-        UPDATE``). It takes the row's write lock whether or not the row existed, so the
-        first claimers (or enqueuers) of a new key queue up on it instead of
-        deadlocking as two inserts would on MariaDB, and nothing is read before the
-        lock is held."""
-        connection = connections[self.using]
-        # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
-        target = connection.features.supports_update_conflicts_with_target
-        FlowKey.objects.using(self.using).bulk_create(
-            [FlowKey(job_name=job_name, kind=kind, key=key)],
-            update_conflicts=True,
-            update_fields=["kind"],
-            unique_fields=["job_name", "kind", "key"] if target else None,
-        )
-
-    def wake_time(self, woken_at: datetime) -> Any:
-        """The wake time written on runs woken inside a publisher's transaction."""
-        return woken_at
-
-    def on_connect(self, connection: Any) -> None:
-        """Prepare a new connection of this alias (``connection_created``)."""
-
     def claiming(self) -> Any:
         return transaction.atomic(using=self.using)
 
@@ -333,18 +303,25 @@ class Psycopg(Postgres):
         limit: int,
         candidates: int,
         finishes: Sequence[postgres.Finish],
+        only: Executable | None = None,
     ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
         return postgres_flow.claim_concurrency(
-            self.using, owner, now, lease, queues, limit, candidates, finishes
+            self.using, owner, now, lease, queues, limit, candidates, finishes, only
         )
 
     def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
         return finish.run_id in postgres_flow.finish_concurrency(self.using, [finish], now)
 
     def claim(
-        self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        only: Executable | None = None,
     ) -> list[JobRun]:
-        return postgres.claim(self.using, owner, now, lease, queues, limit).runs
+        return postgres.claim(self.using, owner, now, lease, queues, limit, only=only).runs
 
     def insert_run(self, run: JobRun) -> None:
         postgres_inserts.insert_run(self.using, run)

@@ -264,6 +264,11 @@ def all_versions() -> list[JobDefinition]:
     ]
 
 
+def versions_by_name() -> dict[str, list[int]]:
+    """The versions this process registers of each job name (``Worker.jobs``)."""
+    return {name: sorted(versions) for name, versions in sorted(_versions.items())}
+
+
 def unregister(name: str, version: int | None = None) -> None:
     """For tests: forget a job (every version of it, or ``version``)."""
     versions = _versions.get(name, {})

@@ -18,7 +18,13 @@ from asgiref.sync import async_to_sync, sync_to_async
 
 from .. import conf, signals
 from ..db.store import OrmStepStore
-from ..definitions.registry import JobDefinition, attempts_of, get_job, max_attempts
+from ..definitions.registry import (
+    JobDefinition,
+    all_jobs,
+    attempts_of,
+    get_job,
+    max_attempts,
+)
 from ..engine import otel
 from ..engine.async_steps import AsyncSteps, IoRunner, StepWriter
 from ..engine.attempt import (
@@ -194,7 +200,10 @@ def _definition(
     try:
         definition = get_job(run.job_name, run.job_version)
     except UnknownJob as exc:
-        exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
+        # Another version of the job is here: the message says which (``get_job``).
+        known = run.job_name in all_jobs()
+        hint = "" if known else "; was the job renamed or its module not deployed?"
+        exc.args = (f"{exc} (run {run.id}{hint})",)
         outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
         return None, _pending(run, None, outcome, clock.now(), rng)
     if run.attempt > max_attempts(definition):

@@ -43,6 +43,7 @@ from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
 from .outbox import Outbox
 from .outcome import Pending
 from .presence import Presence
+from .rollout import Rollout
 from .stopping import StopNow, StopSignals
 from .wakeup import Waker, make_waker
 
@@ -77,7 +78,8 @@ class Worker(StopSignals):
         self.stopping = threading.Event()
         self.executed = 0
         self._in_hand: JobRun | None = None
-        self._outbox = Outbox(self.lease, _queues(options.queues), self.clock)
+        self._rollout = Rollout.of_this_process(self.lease)
+        self._outbox = Outbox(self.lease, options.queues, self.clock, self._rollout)
         self._signals = 0
         self._waker: Waker | None = None
         self._next_reap = 0.0
@@ -330,6 +332,8 @@ class Worker(StopSignals):
             concurrency=self.options.concurrency,
             lease=self.lease,
             executed=self.runs_done,
+            jobs=self._rollout.jobs,
+            heard=self._rollout.heard,
         )
         self._presence.register(self.clock.now())
         self._heartbeat()
@@ -392,7 +396,3 @@ class Worker(StopSignals):
 
 #: A sync run that takes longer (seconds) makes the next claim take one run.
 QUICK_RUN = 0.02
-
-
-def _queues(queues: Sequence[str] | None) -> list[str] | None:
-    return None if queues is None else list(queues)
