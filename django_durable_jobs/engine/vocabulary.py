@@ -43,3 +43,5 @@ class StepKind(StrEnum):
     """``step.invoke``: one child run; the run parks until it finishes."""
     FANOUT = "fanout"
     """``step.invoke_all`` / ``map``: many child runs; woken by the last."""
+    PATCH = "patch"
+    """``ctx.patched``: the run's answer to a code change, decided once (``patches.py``)."""

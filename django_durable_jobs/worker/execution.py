@@ -45,7 +45,7 @@ from ..engine.steps import StepEngine
 from ..engine.sync_steps import STEP_LOST, Steps
 from ..engine.timeouts import TimeGuard
 from ..exceptions import AttemptsExhausted, UnknownJob
-from ..models import JobRun, StepRecord, StepStatus
+from ..models import JobRun, RunStatus, StepRecord, StepStatus
 from ..verbs.events import EventLog
 from ..verbs.invocations import OrmChildBatches, OrmChildRuns
 from . import outcome as outcomes
@@ -163,6 +163,9 @@ async def arun_to_stop(
     assert definition is not None
     run_id = str(run.id)
     engine = _engine(run, run_id, definition, clock, owner, interrupt)
+    if engine["records"] is None:  # read first: ``ctx.patched`` answers without awaiting
+        store = engine["store"]
+        engine["records"] = await io(lambda: store.list(run_id))
     steps = AsyncSteps(io=io, put=put, call=call, **engine)
     ctx = AsyncJobContext(
         step=steps,
@@ -261,7 +264,14 @@ def _stopped_at(
     if isinstance(outcome, Suspended):
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
         pending = replace(pending, parked=parked)
+    elif pending.changes["status"] in FINISHING and (unreached := steps.unreached_steps()):
+        # Steps the code that finished the run never reached: said, not silently kept.
+        pending = replace(pending, changes={**pending.changes, "unreached_steps": unreached})
     return pending
+
+
+#: The outcomes of an attempt that finish its run.
+FINISHING = (RunStatus.SUCCEEDED, RunStatus.FAILED)
 
 
 def _exhausted(
