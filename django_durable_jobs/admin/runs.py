@@ -91,7 +91,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     )
     empty_value_display = EMPTY
     list_display_links = ("short_id",)
-    list_filter = ("status", "job_name", "queue", "schedule")
+    list_filter = ("status", "job_name", "job_version", "queue", "schedule")
     search_fields = ("job_name", "idempotency_key")
     search_help_text = "A run id (or its first characters), a job name or an idempotency key."
     date_hierarchy = "created_at"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -86,11 +86,19 @@ class StepRow:
     children: tuple[Child, ...] = ()
     #: What the step is (``StepKind``): "atomic" steps are drawn as "run" ones.
     step_kind: str = "run"
+    #: Completed, and never reached by the attempt that finished the run (renamed or
+    #: removed by a deploy: ``JobRun.unreached_steps``).
+    unreached: bool = False
 
     @property
     def atomic(self) -> bool:
         """Its function's writes to the jobs database committed with its record."""
         return self.step_kind == StepKind.ATOMIC
+
+    @property
+    def patch(self) -> bool:
+        """The run's answer to ``ctx.patched``: which code it follows there."""
+        return self.step_kind == StepKind.PATCH
 
     @property
     def fanout_text(self) -> str:
@@ -155,6 +163,8 @@ class Trace:
     run_bar: Bar
     queued_bar: Bar
     ticks: tuple[Tick, ...]
+    #: Steps not reached by the code that finished this run (``JobRun.unreached_steps``).
+    unreached: tuple[str, ...] = ()
 
     @property
     def attempts_text(self) -> str:
@@ -196,10 +206,14 @@ def build(
         candidates.extend(when for when in (now, run.wake_at) if when is not None)
     axis = _Axis(start, max(candidates))
     flags = replayed_flags(steps)
+    unreached = tuple(run.unreached_steps or ())
     rows = tuple(
-        _row(number, step, end, flags[index], axis, (children or {}).get(step.name, ()))
-        for index, (number, step, end) in enumerate(
-            zip(range(1, len(steps) + 1), steps, ends, strict=True)
+        replace(row, unreached=row.name in unreached)
+        for row in (
+            _row(number, step, end, flags[index], axis, (children or {}).get(step.name, ()))
+            for index, (number, step, end) in enumerate(
+                zip(range(1, len(steps) + 1), steps, ends, strict=True)
+            )
         )
     )
     first_start = run.started_at or axis.end
@@ -214,6 +228,7 @@ def build(
         run_bar=axis.bar(run.started_at, finished, open=run.status not in FINISHED),
         queued_bar=axis.bar(run.created_at, first_start),
         ticks=axis.ticks(),
+        unreached=unreached,
     )
 
 
@@ -304,6 +319,7 @@ def _kind(step: StepRecord) -> str:
     drawn_as: dict[str, str] = {
         StepKind.PUBLISH: StepKind.RUN,
         StepKind.ATOMIC: StepKind.RUN,
+        StepKind.PATCH: StepKind.RUN,
         StepKind.INVOKE: StepKind.WAIT,
         StepKind.FANOUT: StepKind.WAIT,
     }

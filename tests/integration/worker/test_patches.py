@@ -92,9 +92,7 @@ def test_runs_in_flight_keep_their_branch_and_new_runs_take_the_patch(
         assert durable_jobs.result(run) == "done"
     assert effects(parked) == ["a", "b"]  # its history went past the patch: no sms
     assert effects(waiting) == effects(fresh) == ["a", "b", "sms"]
-    answers = {
-        run.pk: durable_jobs.step(run, "patch:send-sms").output for run in (parked, fresh)
-    }
+    answers = {run.pk: durable_jobs.step(run, "patch:send-sms").output for run in (parked, fresh)}
     assert answers == {parked.pk: False, fresh.pk: True}
     assert durable_jobs.step(fresh, "patch:send-sms").kind == "patch"
     # Replayed from "b", each run gives the answer it recorded: "sms" runs no more.
