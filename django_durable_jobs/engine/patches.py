@@ -87,13 +87,13 @@ def deprecate(steps: StepCore, change_id: str) -> None:
 
 def unreached(steps: StepCore) -> list[str]:
     """The completed steps of the run this attempt never reached (renamed or removed by
-    a deploy), in the order they first ran; patches' answers left out. The run's
+    a deploy), in the order they first ran. A patch's answer counts as reached when
+    the code still asks ``patched`` or says ``deprecate_patch``: one whose call is gone
+    while runs that recorded it were unfinished is reported like any step. The run's
     records must be read."""
     used = set(steps._used)
     return [
         record.name
         for record in steps._records.values()
-        if record.name not in used
-        and record.status is StepStatus.COMPLETED
-        and record.kind is not StepKind.PATCH
+        if record.name not in used and record.status is StepStatus.COMPLETED
     ]

@@ -180,6 +180,18 @@ def test_deprecate_patch_accepts_either_answer_and_records_nothing_new(kind: str
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_patch_whose_call_is_gone_is_reported_unless_deprecated(kind: str) -> None:
+    store = MemoryStepStore()
+    first = Attempt(store, kind)
+    first.run("a")
+    first.patched("send-sms")
+    first.end()
+    removed = Attempt(store, kind)  # deployed without the patch, not even deprecated
+    removed.run("a")
+    assert removed.end() == ["patch:send-sms"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_steps_the_last_attempt_never_reached_are_reported(kind: str) -> None:
     store = MemoryStepStore()
     old = Attempt(store, kind)
