@@ -241,3 +241,15 @@ def _never_returns() -> str:
 @job(name="tests.async_step_never_returns", retries=0, step_timeout="200ms")
 async def async_step_never_returns(ctx: Any) -> str:
     return str(await ctx.step.run("call", _never_returns))
+
+
+@job(name="tests.async_patched", retries=0)
+async def async_patched(ctx: Any, n: int) -> list[bool]:
+    """``ctx.patched`` not awaited, in the worker's async lane: one answer written with
+    the next step, one with no step after it (written when the job returns)."""
+    await ctx.step.run("one", effect, "patched-one", ctx.run_id)
+    answers = [ctx.patched("extra")]
+    if answers[0]:
+        await ctx.step.run("extra", effect, "patched-extra", ctx.run_id)
+    answers.append(ctx.patched("last"))
+    return answers

@@ -255,3 +255,20 @@ def test_sync_step_functions_that_hang_do_not_stop_the_lane(clock: FakeClock) ->
         (RunStatus.FAILED, "X_JOB_TIMEOUT")
     }
     assert [runs[r.pk].result for r in others] == [0, 2, 4]
+
+
+def test_async_jobs_ask_patched_in_the_lane_and_their_answers_are_recorded(
+    clock: FakeClock,
+) -> None:
+    runs = [async_jobs.async_patched.enqueue(n) for n in range(3)]
+    assert worker(clock, async_concurrency=3).run() == 3
+    for run in runs:
+        run.refresh_from_db()
+        assert (run.status, run.result) == (RunStatus.SUCCEEDED, [True, True])
+        steps = list(run.steps.order_by("id").values_list("name", "kind", "output"))
+        assert steps == [
+            ("one", "run", "patched-one"),
+            ("patch:extra", "patch", True),  # written before "extra", the next record
+            ("extra", "run", "patched-extra"),
+            ("patch:last", "patch", True),  # no step after it: written at the return
+        ]
