@@ -108,3 +108,13 @@ def test_a_run_given_back_is_as_it_was_before_the_claim(clock: FakeClock) -> Non
     assert sleeping.started_at == now - timedelta(days=1)
     assert sleeping.wake_at == now - timedelta(minutes=2)
     assert queued.lease_owner == sleeping.lease_owner == ""
+
+
+@pytest.mark.parametrize("name", ['with "quotes"', "back\\slash", "comma, {brace}"])
+def test_job_names_any_text_are_filtered_exactly(name: str, clock: FakeClock) -> None:
+    now = clock.now()
+    run = JobRunFactory.create(job_name=name, job_version=3, wake_at=now)
+    JobRunFactory.create(job_name=name, job_version=4, wake_at=now)
+    only = Executable(frozenset({(name, 3)}), frozenset({(name, 3), (name, 4)}), now - GRACE)
+    claimed = claims.claim("w1", now=now, lease=LEASE, limit=10, only=only)
+    assert [c.pk for c in claimed] == [run.pk]
