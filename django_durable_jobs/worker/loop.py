@@ -297,8 +297,8 @@ class Worker(StopSignals):
         if lane.in_flight():
             log.info("worker %s: waiting for %d async run(s)", self._owner, lane.in_flight())
         if not lane.wait(drain, until_empty=True):
-            lane.abandon()
-            lane.wait(drain, until_empty=True)
+            lane.abandon()  # each run is given back (or let go, if cancelled): a write
+            lane.wait(max(drain, lane.RELEASE_PATIENCE), until_empty=True)
         lane.close()
 
     def _record_and_claim(
