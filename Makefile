@@ -8,6 +8,8 @@
 #   make test MARKERS=unit        one tier (unit, integration, processes, browser) or any
 #                                 marker expression: "integration and not slow"
 #   make test PYTEST_ARGS="-x -k steps" PYTEST_WORKERS=0
+#   make docs                     the documentation site (docs/) into .tmp/docs/html,
+#                                 warnings as errors; make test builds it on the last leg
 #   make lint | make format | make venv | make clean
 
 SHELL := /bin/bash
@@ -39,7 +41,7 @@ LAST_LEG := $(lastword $(LEGS))
 ON_LAST_LEG = $(filter $(LEG),$(LAST_LEG))
 ON_FIRST_LEG = $(filter $(LEG),$(firstword $(LEGS)))
 # The processes tier runs on SQLite too (last leg): the database a new user starts on
-# (the README's first command), with its own locking and polling under kill -9, zombies
+# (the tutorial's first), with its own locking and polling under kill -9, zombies
 # and the fault slice. Alone it takes 105 s (-n 3, 107 passed, 2026-12-05);
 # SQLITE_PROCESSES=0 keeps only the tests about SQLite itself (marker `sqlite`: the
 # example project, a new user's fresh file).
@@ -85,7 +87,7 @@ CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
 pytest = $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
 	-m "$(if $(MARKERS),($(1)) and ($(MARKERS)),$(1))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-.PHONY: test test-leg lint format venv venv-leg clean faults soak
+.PHONY: test test-leg lint format venv venv-leg clean faults soak docs docs-leg
 
 test:
 	@for leg in $(LEGS); do $(MAKE) test-leg LEG=$$leg; done
@@ -95,6 +97,7 @@ test-leg: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) $(BIN)/ruff check .
 	$(CLEAN_ENV) $(BIN)/ruff format --check .
 	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project benchmarks
+	$(if $(ON_LAST_LEG),@$(MAKE) docs-leg LEG=$(LEG))
 	@echo "== $(LEG) / django checks =="
 	$(CLEAN_ENV) $(BIN)/python manage.py check --fail-level WARNING
 	$(CLEAN_ENV) DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --fail-level WARNING
@@ -143,6 +146,19 @@ lint: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) $(BIN)/ruff check .
 	$(CLEAN_ENV) $(BIN)/ruff format --check .
 	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project benchmarks
+
+# The documentation site (docs/: Sphinx, Furo, MyST; CONTRIBUTING.md "Documentation"),
+# built whole (-E: the commands reference prints each command's --help at build time) with
+# warnings as errors: a broken link or a heading a link names is a failure. Once per
+# `make test`, on the last leg (its pages do not change with the Python or Django version).
+DOCS_OUT ?= .tmp/docs
+docs:
+	@$(MAKE) docs-leg LEG=$(LAST_LEG)
+
+docs-leg: .venv/$(LEG)/.installed
+	@echo "== $(LEG) / docs =="
+	$(CLEAN_ENV) $(BIN)/python -m sphinx -E -W --keep-going -q -b html -d $(DOCS_OUT)/doctrees docs $(DOCS_OUT)/html
+	@echo "docs: $(DOCS_OUT)/html/index.html"
 
 format: .venv/$(LEG)/.installed
 	$(BIN)/ruff format .
@@ -205,7 +221,7 @@ BENCH_ARGS ?=
 bench:
 	$(CLEAN_ENV) .venv/py312-dj61/bin/python benchmarks/run.py $(BENCH_ARGS)
 
-# The example project (example_project/; README "Five minutes with the example"), in its
+# The example project (example_project/; docs/tutorial/example-project.md), in its
 # own light virtualenv (Django, django-environ, psycopg): nothing to compile. Both targets
 # use the SQLite file example.sqlite3, or the database DATABASE_URL names.
 #   make demo               the onboarding flow end to end with a real worker, then exit 0

@@ -22,7 +22,7 @@ from django_durable_jobs.observe import stats
 from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
-from django_durable_jobs.worker.outcome import settle, write
+from django_durable_jobs.worker.recording import settle, write
 
 
 def database_now() -> datetime:

@@ -1,6 +1,6 @@
 """Every error the app raises, each with a stable ``code``.
 
-Codes are part of the public contract (README "Errors"): they are stored on failed runs,
+Codes are part of the public contract (docs/reference/errors.md): they are stored on failed runs,
 printed by ``manage.py jobs`` and safe to match on in user code.
 """
 

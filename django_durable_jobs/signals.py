@@ -21,7 +21,7 @@ run_skipped = Signal()  # run: enqueued over a RateLimit, never executed
 event_published = Signal()  # event
 
 #: ``run_suspended``'s ``reason`` as 0.1 sent it; sent with ``kind`` until the next
-#: release (README "Upgrading"), then removed with ``resume_at``.
+#: release (CHANGELOG.md, "Deprecated"), then removed with ``resume_at``.
 SUSPENDED_REASON = {
     StepKind.SLEEP: "sleep",
     StepKind.WAIT: "event",

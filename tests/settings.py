@@ -62,8 +62,8 @@ elif _default_db["ENGINE"] == "django.db.backends.postgresql":
     if os.environ.get("DURABLE_JOBS_TEST_CONNECTION_OPTIONS") == "1":
         _default_db["OPTIONS"] = {"server_side_binding": True, "pool": True}
         del _default_db["CONN_MAX_AGE"]  # a pool refuses persistent connections
-    # A project whose transactions are SERIALIZABLE (README, "PostgreSQL drivers and
-    # connection options"): DURABLE_JOBS_TEST_ISOLATION=serializable.
+    # A project whose transactions are SERIALIZABLE (docs/how-to/postgresql.md,
+    # "Drivers and connection options"): DURABLE_JOBS_TEST_ISOLATION=serializable.
     if os.environ.get("DURABLE_JOBS_TEST_ISOLATION") == "serializable":
         from psycopg import IsolationLevel
 

@@ -34,7 +34,7 @@ TIMES: tuple[Row, ...] = (
     ("wakes", "held"),
     ("lease_owner", "lease_expires"),
 )
-#: The run's flow-control keys (README "Flow control"), two a row: only those it holds
+#: The run's flow-control keys (docs/how-to/flow-control.md), two a row: only those it holds
 #: (``key_rows``).
 KEYS: tuple[str, ...] = tuple(run_keys.KEYS)
 ARGUMENTS: tuple[Row, ...] = (("args_json",), ("kwargs_json",))

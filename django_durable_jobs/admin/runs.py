@@ -174,7 +174,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     @admin.display(description="not starting")
     def held(self, run: JobRun) -> str:
-        """Which limit holds a queued run back, and until when (README "Flow control")."""
+        """Which limit holds a queued run back, and until when (docs/how-to/flow-control.md)."""
         return holds.held_reason(run, clock.current().now()) or "—"
 
     # -- the run page ----------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Claiming runnable runs so that no run is ever held by two workers at once, and
-giving them back (released on shutdown, requeued when a worker died).
+giving them back (released on shutdown, requeued when a worker died). A run
+cancelled while a worker held it is never given back: it is let go of, cancelled,
+by that worker or, once its lease expired, by a reap.
 
 Flow control (per-key concurrency, rate limits, debounce) plugs in here: the
 candidate query is one QuerySet (``JobRun.objects.runnable``) that a limit can
@@ -9,10 +11,12 @@ before the guarded UPDATE that takes the rows.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 
 from .. import conf
@@ -20,7 +24,11 @@ from ..engine.clock import Clock
 from ..models import JobRun, RunStatus
 from . import dialect
 from .executable import Executable
+from .flow import holds
+from .flow import keys as flow_keys
 from .flow import limits as flow
+
+log = logging.getLogger("django_durable_jobs.worker")
 
 
 def claim(
@@ -68,14 +76,24 @@ def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timede
     return renew_held(dict.fromkeys(run_ids, owner), now=now, lease=lease)
 
 
-def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> int:
-    """Extend every lease in ``held`` (run id -> its owner) in ONE statement; returns
-    how many are still held.
+def renew_held(
+    held: Mapping[Any, str],
+    *,
+    now: datetime,
+    lease: timedelta,
+    status: str = RunStatus.RUNNING,
+) -> int:
+    """Extend every lease in ``held`` (run id -> its owner) of runs in ``status`` in ONE
+    statement; returns how many are still held.
 
     A worker holds runs of many claims at once (an async lane, one owner per claim):
     one UPDATE per owner made each beat queue for SQLite's single write lock once per
     claim, and under load the last ones landed after their lease had expired, so a
     live worker's runs were taken over (and, with no retry left, failed).
+
+    ``status`` cancelled: the runs cancelled in the worker's hand, which it executes
+    up to their next step; their lease says the worker is alive
+    (``let_go_expired_cancelled``).
     """
     by_owner: dict[str, list[Any]] = {}
     for run_id, owner in held.items():
@@ -87,18 +105,25 @@ def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> i
         ours |= Q(lease_owner=owner, id__in=run_ids)
     return (
         JobRun.objects.using(conf.database())
-        .filter(ours, status=RunStatus.RUNNING)
+        .filter(ours, status=status)
         .update(lease_expires_at=now + lease)
     )
 
 
 def release(run: JobRun, owner: str, *, now: datetime) -> bool:
-    """Give a claimed run back without using up an attempt (worker shutdown)."""
+    """Give a claimed run back without using up an attempt (worker shutdown); False if
+    it was not given back.
+
+    Only a run still running is given back. One cancelled meanwhile (``runs.cancel``
+    leaves its worker the lease) stays cancelled: the worker lets go of it instead
+    (``let_go_cancelled``). Given back as claimed, it was queued again with its
+    X_RUN_CANCELLED error and executed again.
+    """
     previous = getattr(run, "claimed_from", RunStatus.QUEUED)
     attempt = run.attempt - 1 if previous == RunStatus.QUEUED else run.attempt
-    return bool(
+    given_back = (
         JobRun.objects.using(conf.database())
-        .filter(pk=run.pk, lease_owner=owner)
+        .filter(pk=run.pk, lease_owner=owner, status=RunStatus.RUNNING)
         .update(
             status=previous,
             attempt=max(attempt, 0),
@@ -107,6 +132,33 @@ def release(run: JobRun, owner: str, *, now: datetime) -> bool:
             lease_expires_at=None,
         )
     )
+    if not given_back and let_go_cancelled(run, owner, now=now):
+        log.info("run cancelled: run=%s let go by its worker instead of given back", run.id)
+    return bool(given_back)
+
+
+def let_go_cancelled(
+    run: JobRun, owner: str, *, now: datetime, expired: bool = False, **values: Any
+) -> bool:
+    """Let go of ``run``, cancelled while ``owner`` held its lease: the lease is cleared
+    (``values`` written with it), the run stays cancelled, and the concurrency slot it
+    held frees, under its key's lock (``holds.free_slot``). ``expired``: only if that
+    lease ran out before ``now`` (a renewal in between says its worker lives). False if
+    the run is not that.
+    """
+    using = conf.database()
+    rows = JobRun.objects.using(using).filter(
+        pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED
+    )
+    if expired:
+        rows = rows.filter(lease_expires_at__lt=now)
+    with transaction.atomic(using=using):
+        if run.concurrency_limit is not None:
+            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+        settled = rows.update(lease_owner="", lease_expires_at=None, **values)
+        if settled and run.concurrency_limit is not None:
+            holds.free_slot(using, run, now)
+    return bool(settled)
 
 
 def give_back(run: JobRun, owner: str) -> bool:
@@ -135,9 +187,25 @@ def requeue_expired(*, now: datetime, limit: int = 100) -> int:
     once its attempts are used up (the claim counts the next one).
     """
     runs = JobRun.objects.using(conf.database())
-    ids = list(runs.expired_leases(now).values_list("id", flat=True)[:limit])
+    ids = list(runs.expired_leases(now, RunStatus.RUNNING).values_list("id", flat=True)[:limit])
     if not ids:
         return 0
     return runs.filter(id__in=ids, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
         status=RunStatus.QUEUED, wake_at=now, lease_owner="", lease_expires_at=None
     )
+
+
+def let_go_expired_cancelled(*, now: datetime, limit: int = 100) -> int:
+    """Let go of runs cancelled in the hand of a worker that then died (their lease
+    expired; a live worker renews it until it has stopped the run): the lease is
+    cleared and the concurrency slot frees, so that an operator may retry, replay or
+    purge the run, which all want a run no worker holds. Its completed steps replay
+    on a retry. Returns how many were let go.
+    """
+    runs = JobRun.objects.using(conf.database())
+    found = list(
+        runs.expired_leases(now, RunStatus.CANCELLED).only(
+            "id", "lease_owner", "job_name", "concurrency_key", "concurrency_limit"
+        )[:limit]
+    )
+    return sum(let_go_cancelled(run, run.lease_owner, now=now, expired=True) for run in found)

@@ -30,6 +30,9 @@ def fenced_sql(
       to me)``, a known record rewritten (a wait that matched, a retried step).
 
     Both take the record's values, then the run's id, the lease owner and ``running``.
+    With the suffix ``_locked`` (an atomic step's record) the run's row is also locked
+    (``FOR UPDATE``, where the database has row locks) until the transaction ends: a
+    worker taking the run over waits for the step's commit, and then sees its record.
     """
     key = (connection.alias, statement, columns)
     if key not in _FENCED:
@@ -44,7 +47,9 @@ def fenced_sql(
             f"{qn(str(run_meta.pk.column))} = {marks[-3]} "
             f"AND {qn('lease_owner')} = {marks[-2]} AND {qn('status')} = {marks[-1]}"
         )
-        if statement == "durable_step_insert":
+        if statement.endswith("_locked") and connection.features.has_select_for_update:
+            leased += " FOR UPDATE"
+        if statement.startswith("durable_step_insert"):
             sql = (
                 f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
                 f"SELECT {', '.join(marks[: len(fields)])} FROM {qn(run_meta.db_table)} "

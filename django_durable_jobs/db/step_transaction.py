@@ -4,7 +4,8 @@ to the jobs database and the step's record commit together, or neither does.
 Three things make that exact:
 
 - The record is written last, fenced like every step write (only while this worker
-  holds the run's lease), after the run's row is locked (``FOR UPDATE``): a worker
+  holds the run's lease), in a statement that also locks the run's row (``FOR
+  UPDATE``; SQLite's one write lock is held from the transaction's start): a worker
   taking the run over waits for this commit, then reads the record; if it took the
   run first, the fence refuses the record and everything rolls back.
 - A write through another database alias would commit on its own, outside the

@@ -160,14 +160,15 @@ class OrmStepStore:
         ident = (record.run_id, record.name)
         values = _columns(record)
         faults.hit(_fault_point(record), self.using)
-        if self.in_step is not None and not self._lock_lease(record.run_id):
-            raise self._refused(record)
+        # An atomic step's record also locks the run's row (see step_transaction.py).
+        locked = "_locked" if self.in_step is not None else ""
         if ident not in self._known:
-            written = self._insert(record.run_id, record.name, values)
+            written = self._insert(record.run_id, record.name, values, locked)
         elif self.owner is None:
             written = self._rows().filter(run_id=record.run_id, name=record.name).update(**values)
         else:
-            written = self._fenced("durable_step_update", record.run_id, record.name, values)
+            statement = f"durable_step_update{locked}"
+            written = self._fenced(statement, record.run_id, record.name, values)
         if written == 0:
             raise self._refused(record)
         if self.in_step is not None:  # what follows waits for the commit
@@ -175,15 +176,6 @@ class OrmStepStore:
             self.in_step.records.append(record)
             return
         self.recorded(record)
-
-    def _lock_lease(self, run_id: str) -> bool:
-        """Lock the run's row while this worker holds its lease (an atomic step's
-        record): a worker taking the run over waits for the step's commit. False if
-        the lease is not this worker's."""
-        if self.owner is None:
-            return True
-        held = JobRun.objects.using(self.using).select_for_update()
-        return held.filter(pk=run_id, lease_owner=self.owner, status=RunStatus.RUNNING).exists()
 
     def forget(self, record: RecordedStep) -> None:
         """A write rolled back with its step's transaction: the row does not exist."""
@@ -245,11 +237,11 @@ class OrmStepStore:
             self.recorded(record)
         return held
 
-    def _insert(self, run_id: str, name: str, values: dict[str, Any]) -> int:
+    def _insert(self, run_id: str, name: str, values: dict[str, Any], locked: str = "") -> int:
         if self.owner is None:
             self._rows().create(run_id=run_id, name=name, **values)
             return 1
-        return self._fenced("durable_step_insert", run_id, name, values)
+        return self._fenced(f"durable_step_insert{locked}", run_id, name, values)
 
     def _fenced(self, statement: str, run_id: str, name: str, values: dict[str, Any]) -> int:
         """Write the record in one statement that lands only while this worker holds

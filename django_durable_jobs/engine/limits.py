@@ -1,4 +1,4 @@
-"""The flow-control options of ``@job`` (README "Flow control") as values, validated once, at
+"""The flow-control options of ``@job`` (docs/how-to/flow-control.md) as values, validated once, at
 decoration time; and the keys they compute from a run's arguments. No Django here.
 """
 

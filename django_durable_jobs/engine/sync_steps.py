@@ -120,7 +120,7 @@ class Steps(StepEngine):
     def publish(self, name: str, event: str, payload: Any = None, *, key: str | None = None) -> int:
         """Publish ``event`` as a step: exactly one event however often the run replays.
 
-        The event and the step record commit together; returns the event's position.
+        The event and the step record commit together; returns the event's id.
         """
         return self._perform(self._publish(name, event, payload, key))
 

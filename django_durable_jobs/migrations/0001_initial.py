@@ -416,7 +416,7 @@ class Migration(migrations.Migration):
                 elsewhere=("status", "lease_expires_at"),
                 fields=["lease_expires_at"],
                 name="durable_run_lease",
-                where=models.Q(("status", "running")),
+                where=models.Q(("lease_expires_at__isnull", False)),
             ),
         ),
         migrations.AddIndex(

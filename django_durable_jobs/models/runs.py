@@ -26,8 +26,8 @@ from .rules import (
 
 
 class FlowKey(models.Model):
-    """One row per limit key of a job: claims lock it to serialise per key (README "Flow
-    control")."""
+    """One row per limit key of a job: claims lock it to serialise per key
+    (docs/explanation/flow-control.md)."""
 
     job_name = ExactCharField(max_length=200)
     #: "concurrency" or "throttle".
@@ -86,9 +86,11 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
             qs = qs.filter(queue__in=list(queues))
         return qs.order_by("-priority", "wake_at")
 
-    def expired_leases(self, now: datetime) -> JobRunQuerySet:
-        """Running runs whose worker stopped renewing its lease."""
-        return self.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+    def expired_leases(self, now: datetime, status: str) -> JobRunQuerySet:
+        """Runs in ``status`` whose worker stopped renewing its lease: running, or
+        cancelled in its hand (``durable_run_lease`` holds both). In no order: the
+        reap needs none (the model's default, newest first, would sort them)."""
+        return self.filter(status=status, lease_expires_at__lt=now).order_by()
 
     def take(self, owner: str, now: datetime, lease: timedelta) -> int:
         """The claim's write: these runs, if still runnable and due at ``now``, run for
@@ -205,8 +207,8 @@ class JobRun(models.Model):
     scheduled_at = InstantField(null=True, blank=True)
     #: The OpenTelemetry context of the code that enqueued the run (``engine/otel.py``).
     trace_context = models.JSONField(null=True, blank=True)
-    # Flow control (README "Flow control"), copied from the job at enqueue so that the claim can
-    # enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
+    # Flow control (docs/how-to/flow-control.md), copied from the job at enqueue so that the
+    # claim can enforce it in SQL. NULL: no such limit; a key of "" limits all runs of the job.
     concurrency_key = ExactCharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
     throttle_key = ExactCharField(max_length=255, null=True, blank=True)
@@ -253,9 +255,11 @@ class JobRun(models.Model):
                 elsewhere=("status", "wake_at", "priority"),
                 name="durable_run_runnable_all",
             ),
+            # The reap: runs whose lease expired, running or cancelled in a worker's
+            # hand. Only these have a lease (finished runs have none).
             PartialIndex(
                 fields=("lease_expires_at",),
-                where=Q(status=RunStatus.RUNNING),
+                where=Q(lease_expires_at__isnull=False),
                 elsewhere=("status", "lease_expires_at"),
                 name="durable_run_lease",
             ),

@@ -1,5 +1,6 @@
-"""A run's flow-control keys (README "Flow control") as operators read them, on the admin's run page
-and in ``jobs show``: the keys its job's limits computed at enqueue, and only those."""
+"""A run's flow-control keys (docs/how-to/flow-control.md) as operators read them, on the
+admin's run page and in ``jobs show``: the keys its job's limits computed at enqueue, and
+only those."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The figures an operator watches (README "Operating it"): runs by status, queue depth, the oldest
-runnable run's age, throughput, duration percentiles per job, top error codes and
+"""The figures an operator watches (docs/how-to/operating.md): runs by status, queue depth,
+the oldest runnable run's age, throughput, duration percentiles per job, top error codes and
 live workers. ``jobs stats``, the metrics view and the dashboard read them here.
 
 Each figure is one aggregate query that an index serves (see the indexes on

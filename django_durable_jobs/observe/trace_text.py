@@ -83,7 +83,7 @@ def summary_lines(trace: Trace) -> list[str]:
         )
         + (f"  took {short_duration(trace.took)}" if trace.took is not None else ""),
     ]
-    if keys := key_pairs(run):  # its job's limits at enqueue (README "Flow control")
+    if keys := key_pairs(run):  # its job's limits at enqueue (docs/how-to/flow-control.md)
         lines.append("  ".join(f"{label} {text}" for label, text in keys))
     if run.status == RunStatus.SUCCEEDED:
         lines.append("result " + clip(json.dumps(run.result, ensure_ascii=False), 200))

@@ -184,7 +184,8 @@ def _changed_or_refuse(pk: uuid.UUID, changed: int, verb: Verb) -> JobRun:
     if run.status == RunStatus.CANCELLED and run.lease_owner:
         raise RunStateError(
             f"cannot {verb.name} run {pk} yet: it was cancelled while running and its "
-            f"worker ({run.lease_owner}) has not stopped it; try again in a moment"
+            f"worker ({run.lease_owner}) has not stopped it; try again in a moment (if "
+            "that worker died: once its lease has expired)"
         )
     raise RunStateError(f"cannot {verb.name} run {pk}: it is {run.status}; {verb.refusal}")
 

@@ -48,9 +48,10 @@ from ..exceptions import AttemptsExhausted, UnknownJob
 from ..models import JobRun, RunStatus, StepRecord, StepStatus
 from ..verbs.events import EventLog
 from ..verbs.invocations import OrmChildBatches, OrmChildRuns
-from . import outcome as outcomes
+from . import recording
 from .outbox import Outbox
-from .outcome import Executed, Pending, _pending, settle
+from .outcome import Executed, Pending, pending_of
+from .recording import settle
 
 log = logging.getLogger("django_durable_jobs.worker")
 T = TypeVar("T")
@@ -76,7 +77,7 @@ def execute(
     clock = clock or current()
     pending = run_to_stop(run, clock=clock, owner=owner, guard=guard, rng=rng, interrupt=interrupt)
     if owner is None:
-        return settle(pending, outcomes.write(pending, None), None)
+        return settle(pending, recording.write(pending, None), None)
     outbox = Outbox(conf.required_duration("LEASE"), None, clock)
     outbox.owner = owner
     executed = outbox.write(pending, clock.now())
@@ -208,7 +209,7 @@ def _definition(
         hint = "" if known else "; was the job renamed or its module not deployed?"
         exc.args = (f"{exc} (run {run.id}{hint})",)
         outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
-        return None, _pending(run, None, outcome, clock.now(), rng)
+        return None, pending_of(run, None, outcome, clock.now(), rng)
     if run.attempt > max_attempts(definition):
         # Only reachable when workers died mid-run (requeue_expired): stop the crash loop.
         return None, _exhausted(run, definition, clock.now(), rng)
@@ -260,7 +261,7 @@ def _stopped_at(
     rng: random.Random | None,
     steps: StepEngine,
 ) -> Pending:
-    pending = _pending(run, definition, outcome, clock.now(), rng)
+    pending = pending_of(run, definition, outcome, clock.now(), rng)
     if isinstance(outcome, Suspended):
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
         pending = replace(pending, parked=parked)
@@ -283,7 +284,7 @@ def _exhausted(
         f"job {run.job_name!r} run {run.id}: all {most} attempts are used up: its workers "
         f"stopped renewing the lease (killed, crashed or cut off) {_where_lost(run)}"
     )
-    pending = _pending(run, definition, Failed(ErrorInfo.of(exhausted), False), now, rng)
+    pending = pending_of(run, definition, Failed(ErrorInfo.of(exhausted), False), now, rng)
     # The attempt this claim counted never started.
     return replace(pending, changes={**pending.changes, "attempt": most})
 

@@ -127,6 +127,7 @@ class Heartbeat(threading.Thread):
             .filter(pk__in=list(held))
             .values_list("pk", "status", "lease_owner")
         )
+        cancelled: dict[UUID, str] = {}
         for run_id, status, lease_owner in rows:
             if lease_owner == held[run_id] and status == RunStatus.RUNNING:
                 with self._lock:  # renewed: only its neighbours were lost
@@ -138,9 +139,25 @@ class Heartbeat(threading.Thread):
                     continue  # the run finished meanwhile
                 if status == RunStatus.CANCELLED:
                     self._cancelled.add(run_id)
+                    if lease_owner == held[run_id]:
+                        cancelled[run_id] = lease_owner
                 elif status in {RunStatus.RUNNING, RunStatus.QUEUED}:  # taken over
                     log.warning("run %s: lease lost (status %s)", run_id, status)
                 # else its outcome was recorded just now, before it was dropped
+        if cancelled:
+            self._renew_cancelled(cancelled)
+
+    def _renew_cancelled(self, held: dict[UUID, str]) -> None:
+        """Renew the leases of runs cancelled in this worker's hand: it executes each up
+        to its next step (a step in flight finishes and is recorded), then lets go of
+        it. Expired, such a lease says the worker died, and a reap lets go of the run
+        (``claims.let_go_expired_cancelled``); left to expire here, a step longer than
+        a lease would lose its run to the reap, and its record would be refused."""
+        renew_held(held, now=self.clock.now(), lease=self.lease, status=RunStatus.CANCELLED)
+        with self._lock:
+            for run_id, owner in held.items():
+                if self._held.get(run_id) == owner:
+                    self._renewed[run_id] = time.monotonic()
 
     def stop(self) -> None:
         self._done.set()

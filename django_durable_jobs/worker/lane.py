@@ -140,6 +140,10 @@ class AsyncLane:
                 timeout=seconds,
             )
 
+    #: How long a stopping worker waits for the runs it abandoned to be given back:
+    #: each is a short write, but on a busy machine more than the drain time-out.
+    RELEASE_PATIENCE = 10.0
+
     def abandon(self) -> None:
         """Cancel every run in flight; each is released without using an attempt."""
         self._loop.call_soon_threadsafe(self._cancel_all)

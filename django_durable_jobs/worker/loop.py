@@ -26,7 +26,7 @@ from django.db import DatabaseError, connections
 
 from .. import conf
 from ..db import conflicts, faults
-from ..db.claims import release, requeue_expired
+from ..db.claims import let_go_expired_cancelled, release, requeue_expired
 from ..db.flow import holds
 from ..db.flow import limits as flow
 from ..db.leases import LeaseOwner
@@ -170,6 +170,8 @@ class Worker(StopSignals):
             self._next_reap = time.monotonic() + self.lease.total_seconds() / 4
             if requeued := requeue_expired(now=now):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
+            if let_go := let_go_expired_cancelled(now=now):
+                log.warning("let go of %d cancelled run(s) whose worker died", let_go)
             if flow.has_limits() and (freed := holds.unhold_stranded(now=now)):
                 log.warning("let %d held run(s) go whose key had free slots", freed)
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
@@ -297,8 +299,8 @@ class Worker(StopSignals):
         if lane.in_flight():
             log.info("worker %s: waiting for %d async run(s)", self._owner, lane.in_flight())
         if not lane.wait(drain, until_empty=True):
-            lane.abandon()
-            lane.wait(drain, until_empty=True)
+            lane.abandon()  # each run is given back (or let go, if cancelled): a write
+            lane.wait(max(drain, lane.RELEASE_PATIENCE), until_empty=True)
         lane.close()
 
     def _record_and_claim(

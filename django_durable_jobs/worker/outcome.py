@@ -1,9 +1,10 @@
-"""A run's outcome, from its computation to the row: what it changes (``Pending``),
-how it is written under the lease (``write``, or ``shorten`` first when the database
-refuses it) and what follows once it is written (``settle``: signals, the parent's
-wake-up, the re-check of a parked step).
+"""A run's outcome as values: what an attempt's end changes on the run (``Pending``,
+computed by ``pending_of``: the next status, the retry's wake time, the error), what
+it came to once written (``Executed``), and the forms it can be written in (with the
+next claim, in a batch: ``plain``, ``batchable``; in short when the database refuses
+it: ``shorten``).
 
-``execution`` computes outcomes; this module is the one place they are written.
+``recording`` is the one place outcomes are written.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from django.db import DataError, transaction
+from django.db import DataError
 
-from .. import conf, signals
-from ..db import dialect
-from ..db.flow import holds
-from ..db.flow import keys as flow_keys
+from .. import conf
 from ..db.postgresql import claims as postgres
 from ..db.postgresql.claims import OUTCOME_COLUMNS
 from ..definitions.registry import JobDefinition, max_attempts
@@ -28,11 +26,9 @@ from ..engine.records import RecordedStep
 from ..engine.retry import backoff_delay
 from ..engine.serialization import ascii_text
 from ..engine.vocabulary import StepKind
-from ..exceptions import RunCancelled, StepOutputInvalid
+from ..exceptions import StepOutputInvalid
 from ..models import JobRun, RunStatus
-from ..verbs.events import recheck_after_park, wake_parent
-from ..verbs.failure_handlers import handler_for, start_handler
-from ..verbs.invocations import last_sibling
+from ..verbs.failure_handlers import handler_for
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -110,7 +106,7 @@ UNSTORABLE = (DataError, ValueError)
 SHORT_ERROR = 2000
 
 
-def _pending(
+def pending_of(
     run: JobRun,
     definition: JobDefinition | None,
     outcome: Outcome,
@@ -135,22 +131,6 @@ def _pending(
     else:
         changes.update(_failure(run, definition, outcome, now, rng))
     return Pending(run, outcome, changes, now)
-
-
-def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:
-    """After the outcome was written (or refused): what follows from it."""
-    run, changes = pending.run, pending.changes
-    if recorded:
-        for name, value in changes.items():
-            setattr(run, name, value)
-        if run.parent_id is not None and run.is_finished and last_sibling(run):
-            wake_parent(run.parent_id, pending.now)
-        if pending.parked is not None:
-            recheck_after_park(run.pk, pending.parked, pending.now)
-        _announce(run, pending.outcome, changes)
-    elif owner is None or not _settle_cancelled(run, owner, pending.now):
-        log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
-    return Executed(pending.outcome, str(changes["status"]), recorded)
 
 
 def _failure(
@@ -178,36 +158,6 @@ def _failure(
     else:
         changes.update(status=RunStatus.FAILED, finished_at=now, wake_at=None)
     return changes
-
-
-def write(pending: Pending, owner: str | None) -> bool:
-    """Write the outcome; with ``owner``, only while that worker holds the lease.
-
-    A final failure of a job with ``on_failure`` enqueues the handler in the same
-    transaction (see ``failure_handlers``); a run under a concurrency limit frees
-    its slot under its key's lock (see ``flow``).
-    """
-    using = conf.database()
-    run = pending.run
-    rows = JobRun.objects.using(using).filter(pk=run.pk)
-    if owner is not None:
-        rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
-    if not writes_alone(pending):
-        return bool(rows.update(**pending.changes))
-    if owner is not None and pending.fused:
-        # A slot to free and nothing else: one call where the dialect has one.
-        done = dialect.of(using).finish_concurrency(finish_of(pending, owner), pending.now)
-        if done is not None:
-            return done
-    with transaction.atomic(using=using):
-        if run.concurrency_limit is not None:
-            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
-        recorded = bool(rows.update(**pending.changes))
-        if recorded:
-            start_handler(run, pending.changes, pending.now)
-            if run.concurrency_limit is not None:
-                holds.free_slot(using, run, pending.now)
-    return recorded
 
 
 def shorten(pending: Pending, problem: BaseException) -> Pending:
@@ -245,51 +195,3 @@ def _starts_handler(pending: Pending) -> bool:
     return pending.changes.get("status") == RunStatus.FAILED and (
         handler_for(pending.run) is not None
     )
-
-
-def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
-    """A run cancelled while this worker executed it: let go of it, keep it cancelled."""
-    using = conf.database()
-    with transaction.atomic(using=using):
-        if run.concurrency_limit is not None:
-            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
-        settled = (
-            JobRun.objects.using(using)
-            .filter(pk=run.pk, lease_owner=owner, status=RunStatus.CANCELLED)
-            .update(
-                lease_owner="",
-                lease_expires_at=None,
-                error_code=RunCancelled.code,
-                error="cancelled while running",
-            )
-        )
-        if settled and run.concurrency_limit is not None:
-            holds.free_slot(using, run, now)
-    if settled:
-        log.info("run cancelled: run=%s stopped by cancellation", run.id)
-    return bool(settled)
-
-
-def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
-    if isinstance(outcome, Succeeded):
-        signals.announce(signals.run_succeeded, sender=JobRun, run=run)
-    elif isinstance(outcome, Suspended):
-        signals.announce(
-            signals.run_suspended,
-            sender=JobRun,
-            run=run,
-            step=outcome.step,
-            wake_at=outcome.wake_at,
-            kind=outcome.kind,
-            # Until the next release, for receivers written against 0.1 (README "Upgrading").
-            resume_at=outcome.wake_at,
-            reason=signals.SUSPENDED_REASON[outcome.kind],
-        )
-    else:
-        signals.announce(
-            signals.run_failed,
-            sender=JobRun,
-            run=run,
-            error=outcome.error,
-            will_retry=changes["status"] == RunStatus.QUEUED,
-        )

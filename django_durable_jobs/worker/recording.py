@@ -1,9 +1,15 @@
-"""Recording a run's outcome from the worker, and what to do when the database refuses
-it: a value no database stores (a NUL on PostgreSQL, a text too long for its column, a
-lone surrogate) is not a lost connection, and retrying the same write can never
-succeed. Such an outcome is recorded in short (``outcome.shorten``) and the worker
-moves on, instead of retrying it forever (and, on PostgreSQL, where the outcome rides
-with the next claim, never claiming again).
+"""Writing a run's outcome: the one place it is done. ``write`` writes one under the lease
+(with its ``on_failure`` handler and its freed concurrency slot), ``settle`` does what
+follows once it is written (signals, the parent's wake-up, the re-check of a parked
+step), and ``record``, ``record_together``, ``record_all`` and ``record_patiently`` are
+what the worker calls: one outcome, a batch of one owner's, a batch of the async lane's,
+or one that must not be lost to a brief outage.
+
+When the database refuses an outcome: a value no database stores (a NUL on PostgreSQL, a
+text too long for its column, a lone surrogate) is not a lost connection, and retrying
+the same write can never succeed. Such an outcome is recorded in short
+(``outcome.shorten``) and the worker moves on, instead of retrying it forever (and, on
+PostgreSQL, where the outcome rides with the next claim, never claiming again).
 """
 
 from __future__ import annotations
@@ -12,18 +18,26 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from .. import conf
-from ..db import conflicts, dialect, faults
+from .. import conf, signals
+from ..db import claims, conflicts, dialect, faults
+from ..db.flow import holds
+from ..db.flow import keys as flow_keys
 from ..db.postgresql import claims as postgres
 from ..db.postgresql import flow as postgres_flow
+from ..engine.attempt import Outcome, Succeeded, Suspended
 from ..engine.serialization import cut, error_line
-from ..models import JobRun
+from ..exceptions import RunCancelled
+from ..models import JobRun, RunStatus
+from ..verbs.events import recheck_after_park, wake_parent
+from ..verbs.failure_handlers import start_handler
+from ..verbs.invocations import last_sibling
 from .connections import close_broken_connections
-from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of, settle, shorten, write
+from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of, shorten, writes_alone
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -227,3 +241,84 @@ def log_batch(outcomes: Sequence[Executed]) -> None:
     counts = Counter(executed.status if executed.recorded else "lost" for executed in outcomes)
     ended = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
     log.info("runs recorded: %d in one write (%s)", len(outcomes), ended)
+
+
+def write(pending: Pending, owner: str | None) -> bool:
+    """Write the outcome; with ``owner``, only while that worker holds the lease.
+
+    A final failure of a job with ``on_failure`` enqueues the handler in the same
+    transaction (see ``failure_handlers``); a run under a concurrency limit frees
+    its slot under its key's lock (see ``flow``).
+    """
+    using = conf.database()
+    run = pending.run
+    rows = JobRun.objects.using(using).filter(pk=run.pk)
+    if owner is not None:
+        rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
+    if not writes_alone(pending):
+        return bool(rows.update(**pending.changes))
+    if owner is not None and pending.fused:
+        # A slot to free and nothing else: one call where the dialect has one.
+        done = dialect.of(using).finish_concurrency(finish_of(pending, owner), pending.now)
+        if done is not None:
+            return done
+    with transaction.atomic(using=using):
+        if run.concurrency_limit is not None:
+            flow_keys.lock(using, run.job_name, "concurrency", run.concurrency_key or "")
+        recorded = bool(rows.update(**pending.changes))
+        if recorded:
+            start_handler(run, pending.changes, pending.now)
+            if run.concurrency_limit is not None:
+                holds.free_slot(using, run, pending.now)
+    return recorded
+
+
+def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:
+    """After the outcome was written (or refused): what follows from it."""
+    run, changes = pending.run, pending.changes
+    if recorded:
+        for name, value in changes.items():
+            setattr(run, name, value)
+        if run.parent_id is not None and run.is_finished and last_sibling(run):
+            wake_parent(run.parent_id, pending.now)
+        if pending.parked is not None:
+            recheck_after_park(run.pk, pending.parked, pending.now)
+        _announce(run, pending.outcome, changes)
+    elif owner is None or not _settle_cancelled(run, owner, pending.now):
+        log.warning("run %s: lease lost to another worker; outcome not recorded", run.id)
+    return Executed(pending.outcome, str(changes["status"]), recorded)
+
+
+def _settle_cancelled(run: JobRun, owner: str, now: datetime) -> bool:
+    """A run cancelled while this worker executed it: let go of it, keep it cancelled."""
+    settled = claims.let_go_cancelled(
+        run, owner, now=now, error_code=RunCancelled.code, error="cancelled while running"
+    )
+    if settled:
+        log.info("run cancelled: run=%s stopped by cancellation", run.id)
+    return settled
+
+
+def _announce(run: JobRun, outcome: Outcome, changes: dict[str, Any]) -> None:
+    if isinstance(outcome, Succeeded):
+        signals.announce(signals.run_succeeded, sender=JobRun, run=run)
+    elif isinstance(outcome, Suspended):
+        signals.announce(
+            signals.run_suspended,
+            sender=JobRun,
+            run=run,
+            step=outcome.step,
+            wake_at=outcome.wake_at,
+            kind=outcome.kind,
+            # Until the next release, for receivers written before (CHANGELOG.md, "Deprecated").
+            resume_at=outcome.wake_at,
+            reason=signals.SUSPENDED_REASON[outcome.kind],
+        )
+    else:
+        signals.announce(
+            signals.run_failed,
+            sender=JobRun,
+            run=run,
+            error=outcome.error,
+            will_retry=changes["status"] == RunStatus.QUEUED,
+        )

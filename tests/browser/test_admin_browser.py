@@ -3,7 +3,7 @@
 Checks that the step timeline is drawn (every bar has a size) in the light and the
 dark admin theme, and saves screenshots to ``.tmp/artifacts/``. With
 ``DURABLE_JOBS_UPDATE_DOCS=1`` the light one is also copied to ``docs/timeline.png``
-(the README's picture). Skipped, saying why, where chromium is not installed;
+(the docs' picture). Skipped, saying why, where chromium is not installed;
 ``.ci/run`` installs it.
 """
 

@@ -4,7 +4,7 @@ drawn (every line and bar has a size), the page never scrolls sideways, no list 
 is cut behind the table's scrollbar and no job name breaks inside a word.
 
 Screenshots go to ``.tmp/artifacts/``; with ``DURABLE_JOBS_UPDATE_DOCS=1`` the light
-1400 px ones are also copied to ``docs/`` (the README's pictures).
+1400 px ones are also copied to ``docs/`` (the docs' pictures).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def save(browser: Any, width: int, name: str) -> None:
     browser.set_window_size(width, min(int(height) + 140, 3000))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / name))
-    pictured = name in ("dashboard-wide-light.png", "workers-wide-light.png")  # the README's
+    pictured = name in ("dashboard-wide-light.png", "workers-wide-light.png")  # the docs'
     if os.environ.get("DURABLE_JOBS_UPDATE_DOCS") == "1" and pictured:
         shutil.copyfile(ARTIFACTS / name, REPO_DIR / "docs" / name.replace("-wide-light", ""))
 

@@ -1,7 +1,8 @@
 """The guide docs/how-to/changing-code.md, run: each block is deployed in turn as the
 same module (a deploy replaces a module's code), under runs in flight driven by
 ``InlineJobs``; the reader's step functions are counters. What the guide says each
-tool does is what happens."""
+tool does is what happens. (That every block parses and names only what it defines is
+tests/unit/test_docs_examples.py's, for every page.)"""
 
 from __future__ import annotations
 
@@ -16,11 +17,27 @@ from django_durable_jobs.definitions import registry
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.observe import versions
 from django_durable_jobs.testing import InlineJobs
-from tests.unit.test_changing_code_guide import guide_blocks
+from tests.docs_pages import ROOT, blocks
 
 pytestmark = pytest.mark.django_db
 
 MODULE = "docs_changing_code"
+GUIDE = ROOT / "docs" / "how-to" / "changing-code.md"
+
+
+def guide_blocks() -> list[tuple[str, str]]:
+    """(heading, code) of each python block of the guide, in order."""
+    found = [(b.heading, b.code) for b in blocks(GUIDE) if b.lang == "python"]
+    assert [heading for heading, _ in found] == [
+        "Changing code while runs are in flight",  # the job before any change
+        "Add a step",
+        "Add a step",  # the patch, deprecated
+        "Remove a step",
+        "Change a step's meaning",
+        "Change a step's meaning",
+        "Change the arguments",
+    ]
+    return found
 
 
 class Reader:

@@ -1,6 +1,6 @@
 """Idempotency keys of debounced enqueues: an enqueue that ``Debounce`` joins to the
 pending run keeps its key, so a repeat with it gets that run back, as it would
-without a debounce (README "Flow control"), also once the run has started."""
+without a debounce (docs/how-to/flow-control.md), also once the run has started."""
 
 from __future__ import annotations
 

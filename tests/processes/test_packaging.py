@@ -1,12 +1,14 @@
 """What a user installs: the built wheel carries templates, static files, migrations and
-the licence, and works from outside this checkout, as does the README's install from a
-clone; the README cites nothing missing."""
+the licence, not the documentation, and works from outside this checkout, as does the
+install from a clone (docs/how-to/install.md); ``twine check`` finds nothing PyPI would
+refuse in the wheel and the sdist."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -53,17 +55,55 @@ print("migrations", len(ours), ours[0])
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``python -m build``: the sdist and the wheel built from it, with the hatchling of
+    this environment (``--no-isolation``: no network)."""
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out)],
         cwd=ROOT,
         check=True,
         capture_output=True,
         timeout=300,
     )
-    (built,) = out.glob("django_durable_jobs-*.whl")
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    (built,) = dist.glob("django_durable_jobs-*.whl")
     return built
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@own_sqlite_file
+def test_twine_check_passes_on_the_wheel_and_the_sdist(dist: Path) -> None:
+    """What PyPI checks at upload: the metadata, and that the README renders."""
+    built = sorted(str(path) for path in dist.iterdir())
+    assert len(built) == 2
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *built],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@own_sqlite_file
+def test_the_wheel_leaves_the_documentation_out_and_the_sdist_keeps_it(dist: Path) -> None:
+    (wheel,) = dist.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.startswith("docs/") or n.endswith((".md", ".png"))]
+    (sdist,) = dist.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        kept = {Path(*Path(n).parts[1:]).as_posix() for n in archive.getnames()}
+    assert {"docs/index.md", "docs/conf.py", "CHANGELOG.md", "README.md"} <= kept
 
 
 @pytest.mark.slow
@@ -123,13 +163,13 @@ def test_the_installed_wheel_finds_its_templates_static_files_and_migrations(whe
 def test_the_readme_install_from_a_clone_finds_templates_static_files_and_migrations(
     tmp_path: Path,
 ) -> None:
-    """README "Install": ``git clone`` this repository, then ``pip install
+    """docs/how-to/install.md: ``git clone`` this repository, then ``pip install
     "./django-durable-jobs[postgres]"`` into a fresh virtualenv, which gets a copy of the
     app (not a link to the clone) with its templates, static files and migrations.
 
-    The command is the README's with three flags, so that it needs no network and takes
+    The command is the page's with three flags, so that it needs no network and takes
     seconds: ``--no-build-isolation`` builds with the hatchling of this test's own
-    environment, where the README's pip would fetch it for the build; ``--no-deps`` leaves
+    environment, where the page's pip would fetch it for the build; ``--no-deps`` leaves
     Django, cronsim and psycopg to that environment too (a ``.pth`` file puts its
     site-packages on the new virtualenv's path, as ``--system-site-packages`` does for a
     system Python's: the venv is made from this interpreter, often a venv itself, whose

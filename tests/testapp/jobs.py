@@ -103,6 +103,24 @@ def cancelled_midway(ctx: Any) -> None:
     ctx.step.run("three", effect, "c-three", ctx.run_id)
 
 
+def _cancelled_while_it_works(run_id: str) -> str:
+    """An operator cancels the run (``runs.cancel``) while this step works, the first
+    time only: a retry of the run goes on."""
+    from django_durable_jobs.verbs import runs
+
+    if not Effect.objects.filter(name="w-cancelled", run_id=run_id).exists():
+        Effect.objects.create(name="w-cancelled", run_id=run_id)
+        runs.cancel(run_id)
+    return effect("w-two", run_id)
+
+
+@job(name="tests.cancelled_in_a_step", retries=3)
+def cancelled_in_a_step(ctx: Any) -> None:
+    ctx.step.run("one", effect, "w-one", ctx.run_id)
+    ctx.step.run("two", _cancelled_while_it_works, ctx.run_id)
+    ctx.step.run("three", effect, "w-three", ctx.run_id)
+
+
 @job(name="tests.stubborn", timeout="300ms", retries=3)
 def stubborn(ctx: Any) -> str:
     import time

@@ -38,6 +38,16 @@ def slow_steps(ctx: Any, block_seconds: float) -> list[Any]:
     return [a, b, c]
 
 
+@job(name="tests.async_slow_steps", retries=2, backoff=0)
+async def async_slow_steps(ctx: Any, block_seconds: float) -> list[Any]:
+    """``slow_steps`` as an ``async def`` job: its sync step functions run on the async
+    lane's step threads."""
+    a = await ctx.step.run("A", _effect, "A", ctx.run_id)
+    b = await ctx.step.run("B", _effect, "B", ctx.run_id)
+    c = await ctx.step.run("C", _block_on_first_attempt, ctx.run_id, ctx.attempt, block_seconds)
+    return [a, b, c]
+
+
 def _sleep(run_id: str, seconds: float) -> float:
     Effect.objects.create(name="sleeper-started", run_id=run_id)
     time.sleep(seconds)

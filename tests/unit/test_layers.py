@@ -1,4 +1,4 @@
-"""The package's layers and the arrows between them (README "Architecture").
+"""The package's layers and the arrows between them (docs/explanation/architecture.md).
 
 Every module of ``django_durable_jobs`` is read with ``ast``: imports at module level,
 inside functions and under ``TYPE_CHECKING`` all count, because an import moved into a

@@ -1,5 +1,5 @@
-"""Flow control at enqueue and at publish (README "Flow control"): ``RateLimit`` (over the limit,
-the run is written ``skipped``), ``Debounce`` (one run per quiet period, the latest
+"""Flow control at enqueue and at publish (docs/how-to/flow-control.md): ``RateLimit``
+(over the limit, the run is written ``skipped``), ``Debounce`` (one run per quiet period, the latest
 arguments win) and ``CancelOn`` (a published event cancels matching runs).
 
 Each decision is taken under the key's ``FlowKey`` row lock, in the caller's

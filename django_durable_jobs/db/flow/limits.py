@@ -1,4 +1,4 @@
-"""Flow control in the database: concurrency limits and throttles (README "Flow control").
+"""Flow control in the database: concurrency limits and throttles (docs/how-to/flow-control.md).
 
 Runs under a limit carry their keys (computed at enqueue, ``stamp``) and are taken
 only by ``claim_limited``, one key at a time: the claimer locks the key (``lock``),

@@ -135,7 +135,7 @@ class Command(BaseCommand):
             "--status",
             action="append",
             choices=list(FINISHED),
-            help="Repeatable. Default: succeeded, failed and cancelled.",
+            help="Repeatable. Default: every finished status (skipped too).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -23,7 +23,7 @@ from django_durable_jobs.models import Event, JobRun, RunStatus
 from django_durable_jobs.verbs import events
 from django_durable_jobs.worker import recording
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
-from django_durable_jobs.worker.outcome import Pending, _pending
+from django_durable_jobs.worker.outcome import Pending, pending_of
 from tests.conftest import Driver
 from tests.testapp import jobs
 from tests.testapp.event_jobs import waiter
@@ -173,7 +173,7 @@ def test_an_outcome_is_recorded_across_conflicts_without_using_its_tries(
     conflict = deadlock()
     jobs.noop.enqueue()
     (run,) = claim("w-conflict", now=clock.now(), lease=timedelta(minutes=5))
-    pending = _pending(run, None, Succeeded("done"), clock.now(), None)
+    pending = pending_of(run, None, Succeeded("done"), clock.now(), None)
     real_record, sleeps, tried = recording.record, list[float](), [0]
 
     def record(pending: Pending, owner: str) -> Any:

@@ -17,8 +17,8 @@ from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import job, publish_event
 from django_durable_jobs.db.claims import claim, renew
-from django_durable_jobs.db.dialect import SHORTLIST_SPARE
 from django_durable_jobs.db.flow import limits as flow
+from django_durable_jobs.db.orm_dialect import SHORTLIST_SPARE
 from django_durable_jobs.db.schema import PartialIndex
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
@@ -135,6 +135,28 @@ def test_partial_indexes_exist_on_every_database(model: type[JobRun | StepRecord
             declared = next(index for index in model._meta.indexes if index.name == name)
             assert isinstance(declared, PartialIndex)
             assert indexes[name]["columns"] == ["status", *declared.elsewhere[1:]], name
+
+
+@pytest.mark.django_db
+def test_the_reap_reads_only_the_cancelled_runs_that_hold_a_lease(clock: FakeClock) -> None:
+    """The reap looks for runs cancelled in the hand of a worker that died
+    (``claims.let_go_expired_cancelled``) through ``durable_run_lease``: never through
+    the cancelled runs that hold no lease, however many there are."""
+    now = clock.now()
+    let_go = [
+        JobRun(job_name="tests.noop", status=RunStatus.CANCELLED, created_at=now, finished_at=now)
+        for _ in range(1000)
+    ]
+    JobRun.objects.bulk_create(let_go, batch_size=500)
+    query = JobRun.objects.expired_leases(now, RunStatus.CANCELLED).values("id")[:100]
+    sql, params = query.query.sql_with_params()
+    verb = "EXPLAIN QUERY PLAN" if connection.vendor == "sqlite" else "EXPLAIN"
+    with connection.cursor() as cursor:
+        if connection.vendor != "mysql":  # MariaDB's ANALYZE TABLE would commit
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(JobRun._meta.db_table)}")
+        cursor.execute(f"{verb} {sql}", params)
+        plan = " ".join(str(value) for row in cursor.fetchall() for value in row)
+    assert "durable_run_lease" in plan, plan
 
 
 def explain(sql: str, verb: str = "EXPLAIN") -> list[dict[str, Any]]:

@@ -14,7 +14,8 @@ from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.serialization import ErrorInfo
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from django_durable_jobs.verbs import runs
-from django_durable_jobs.worker.outcome import Pending, _pending, write
+from django_durable_jobs.worker.outcome import Pending, pending_of
+from django_durable_jobs.worker.recording import write
 from tests.conftest import Driver
 from tests.testapp import flow_jobs
 from tests.testapp.models import Effect
@@ -155,7 +156,7 @@ def test_a_failed_handler_run_does_not_recurse(driver: Driver) -> None:
 
 def failed_pending(run: JobRun, clock: FakeClock) -> Pending:
     outcome = Failed(ErrorInfo.of(ValueError("boom")), retryable=False)
-    return _pending(run, None, outcome, clock.now(), None)
+    return pending_of(run, None, outcome, clock.now(), None)
 
 
 @pytest.mark.postgres(reason="SQLite has one writer: the race is a PostgreSQL/MariaDB one")

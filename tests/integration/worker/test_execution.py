@@ -257,7 +257,7 @@ def test_a_job_that_swallows_its_timeout_is_stopped(clock: FakeClock) -> None:
 def test_run_suspended_sends_wake_at_and_kind_and_still_the_old_names(
     driver: Driver, clock: FakeClock
 ) -> None:
-    """README "Upgrading": resume_at and reason go away after this release."""
+    """CHANGELOG.md, "Deprecated": resume_at and reason go away after this release."""
     from django_durable_jobs import signals
 
     sent: list[dict[str, Any]] = []

@@ -124,7 +124,8 @@ def _gone(pid: int) -> bool:
         return False
 
 
-#: The README says "within a second": a second, plus a margin for a loaded machine.
+#: docs/explanation/claims-and-leases.md says "within a second": a second, plus a margin
+#: for a loaded machine.
 ORPHANS_EXIT_WITHIN = 3.0
 
 
@@ -158,7 +159,7 @@ def test_children_of_a_killed_supervisor_give_their_runs_back_and_exit(
                 os.kill(pid, signal.SIGKILL)
     gone_after = time.monotonic() - killed_at
     print(f"\n[orphans] children gone {gone_after:.2f}s after the supervisor")
-    # The README promises about a second (PR_SET_PDEATHSIG, or the check every second).
+    # The docs promise about a second (PR_SET_PDEATHSIG, or the check every second).
     assert gone_after <= ORPHANS_EXIT_WITHIN, f"the children exited {gone_after:.2f}s after"
     run.refresh_from_db()
     # Given back as claimed: runnable again at once, no attempt used.

@@ -1,0 +1,298 @@
+"""The ORM's way of the database work that differs between databases (``Dialect``),
+for any database Django supports, and what SQLite and MariaDB/MySQL do differently.
+PostgreSQL's dialects are in ``postgresql/dialect.py``; ``dialect.of`` chooses one per
+database alias.
+
+- ``Dialect``: the ORM; SQLite gets it as it is (no row locks: claims read, then a
+  guarded UPDATE that SQLite's single writer makes safe), plus taking its write lock
+  first where a transaction reads before it writes.
+- ``MySQL`` (MariaDB, MySQL): the claim locks a shortlist by primary key (no partial
+  indexes), and reads that follow a lock ask for the latest committed rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from contextlib import nullcontext
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from django.db import connections, transaction
+
+from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
+from .executable import Executable
+from .postgresql.claims import Finish
+
+#: What the claim reads of each run it picks: id, status, first start.
+PICKED = ("id", "status", "started_at")
+#: A numbered placeholder (``$1``) of the statements written for ``execute_fenced``.
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+#: Runs shortlisted beyond ``limit`` on MySQL: so many workers claiming at the same
+#: moment each still find an unlocked one.
+SHORTLIST_SPARE = 16
+
+
+class Dialect:
+    """The ORM's way, for any database; subclasses override what their database does
+    better or differently."""
+
+    #: Outcomes written in the next claim's statement, runs inserted in one statement,
+    #: prepared statements (``postgres.py``).
+    fused: ClassVar[bool] = False
+    #: Idle workers are woken by LISTEN/NOTIFY rather than by polling.
+    listens: ClassVar[bool] = False
+    #: The database's clock, read (``dbclock``); None: an unknown backend, whose
+    #: processes trust their own clocks.
+    now_sql: ClassVar[str | None] = None
+    #: The finest step of the database's clock.
+    clock_resolution: ClassVar[timedelta] = timedelta(microseconds=1)
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.using!r})"
+
+    # -- claims ------------------------------------------------------------------
+    def claim(
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        only: Executable | None = None,
+    ) -> list[JobRun]:
+        """Take up to ``limit`` runnable runs under no flow-control limit for ``owner``,
+        best first (with ``only``, of the jobs and versions it lets this worker take);
+        each remembers the status it was claimed from (``claimed_from``) and whether it
+        never started before (``claimed_fresh``)."""
+        runs = JobRun.objects.using(self.using)
+        # Runs under a limit are flow.claim_limited's, which locks their key first.
+        candidates = runs.runnable(now, queues).filter(
+            concurrency_limit__isnull=True, throttle_limit__isnull=True
+        )
+        if only is not None:
+            candidates = candidates.filter(only.q())
+        with self.claiming():
+            picked = self.pick(candidates, limit)
+            before = {run_id: status for run_id, status, _ in picked}
+            fresh = {run_id for run_id, _, started_at in picked if started_at is None}
+            if not before:
+                return []
+            # A run another worker took meanwhile is no longer runnable: not taken.
+            runs.filter(id__in=before).take(owner, now, lease)
+            claimed = list(runs.filter(id__in=before, lease_owner=owner, status=RunStatus.RUNNING))
+        for run in claimed:
+            run.claimed_from = before[run.id]
+            run.claimed_fresh = run.id in fresh
+        claimed.sort(key=lambda run: (-run.priority, run.wake_at or now))
+        return claimed
+
+    def claim_concurrency(
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        candidates: int,
+        finishes: Sequence[Finish],
+        only: Executable | None = None,
+    ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
+        """Runs under a concurrency limit claimed in one call, recording first
+        ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
+        outcomes recorded, and whether throttled runs were seen among ``candidates``;
+        None where the dialect has no such call (``flow.limits.claim_limited`` then
+        takes a transaction per key)."""
+        return None
+
+    def lock_key(self, job_name: str, kind: str, key: str) -> None:
+        """Lock one flow-control key until the transaction ends: the key's ``FlowKey``
+        row, in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
+        UPDATE``). It takes the row's write lock whether or not the row existed, so the
+        first claimers (or enqueuers) of a new key queue up on it instead of
+        deadlocking as two inserts would on MariaDB, and nothing is read before the
+        lock is held."""
+        connection = connections[self.using]
+        # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
+        target = connection.features.supports_update_conflicts_with_target
+        FlowKey.objects.using(self.using).bulk_create(
+            [FlowKey(job_name=job_name, kind=kind, key=key)],
+            update_conflicts=True,
+            update_fields=["kind"],
+            unique_fields=["job_name", "kind", "key"] if target else None,
+        )
+
+    def wake_time(self, woken_at: datetime) -> Any:
+        """The wake time written on runs woken inside a publisher's transaction."""
+        return woken_at
+
+    def on_connect(self, connection: Any) -> None:
+        """Prepare a new connection of this alias (``connection_created``)."""
+
+    def claiming(self) -> Any:
+        """The transaction a claim's pick and UPDATE share. Without row locks (SQLite)
+        none: a read that later writes would fail with "database is locked" instead of
+        waiting for the writer."""
+        return nullcontext()
+
+    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+        """The ``PICKED`` values of up to ``limit`` of the best candidates, locked where
+        the database can lock rows."""
+        return list(candidates.values_list(*PICKED)[:limit])
+
+    # -- writes ------------------------------------------------------------------
+    def insert_run(self, run: JobRun) -> None:
+        """Insert one new run (``enqueue``)."""
+        run.save(using=self.using, force_insert=True)
+
+    def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
+        """Insert new runs (``enqueue_many``)."""
+        JobRun.objects.using(self.using).bulk_create(runs, batch_size=batch_size)
+
+    def insert_steps(
+        self, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]
+    ) -> set[tuple[str, str]] | None:
+        """Insert new step records, each fenced by its run's lease, in one statement (the
+        (run id, name) written); None where the dialect writes them one by one."""
+        return None
+
+    def execute_fenced(
+        self, name: str, sql: str, values: Sequence[tuple[Any, Any]], types: list[str]
+    ) -> int:
+        """Run the statement ``name``, written with ``$1``... placeholders (``types``:
+        their database types), with ``values`` (each a model field and its value, in
+        the placeholders' numbers); returns the rows it wrote."""
+        connection = connections[self.using]
+        params = [field.get_db_prep_save(value, connection) for field, value in values]
+        # Positional ``%s`` take the parameters in the order the placeholders stand.
+        order = [int(number) - 1 for number in _PLACEHOLDER.findall(sql)]
+        with connection.cursor() as cursor:
+            cursor.execute(_PLACEHOLDER.sub("%s", sql), [params[index] for index in order])
+            return int(cursor.rowcount)
+
+    def finish_concurrency(self, finish: Finish, now: datetime) -> bool | None:
+        """Record ``finish``, the outcome of a run under a concurrency limit, and free
+        its slot, in one call; None where the dialect has no such call
+        (``recording.write`` then does it in a transaction of its own)."""
+        return None
+
+    def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
+        """``rows`` read as last committed, inside a transaction that holds a lock."""
+        return rows
+
+    def write_first(self) -> None:
+        """Take the database's write lock before a transaction reads what it will
+        write (SQLite only; elsewhere row locks do this)."""
+
+    def cut_connection(self) -> None:
+        """End this process's session from the server side (fault injection); where
+        that cannot be done the caller raises alone."""
+
+
+class SQLite(Dialect):
+    now_sql = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
+    clock_resolution = timedelta(milliseconds=1)
+
+    def on_connect(self, connection: Any) -> None:
+        # Several worker processes share one file: WAL lets readers run beside the
+        # writer, and a busy timeout makes writers wait instead of failing.
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+
+    def write_first(self) -> None:
+        # SQLite cannot turn a read transaction into a write one while another process
+        # writes ("database is locked" at once, not after the busy timeout): a write
+        # that changes nothing takes the write lock before the transaction reads.
+        Schedule.objects.using(self.using).filter(pk=-1).update(note="")
+
+
+class Locking(Dialect):
+    """Databases with row locks and ``SKIP LOCKED``."""
+
+    def claim_concurrency(
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        candidates: int,
+        finishes: Sequence[Finish],
+        only: Executable | None = None,
+    ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
+        """Runs under a concurrency limit claimed in one call, recording first
+        ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
+        outcomes recorded, and whether throttled runs were seen among ``candidates``;
+        None where the dialect has no such call (``flow.limits.claim_limited`` then
+        takes a transaction per key)."""
+        return None
+
+    def lock_key(self, job_name: str, kind: str, key: str) -> None:
+        """Lock one flow-control key until the transaction ends: the key's ``FlowKey``
+        row, in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
+        UPDATE``). It takes the row's write lock whether or not the row existed, so the
+        first claimers (or enqueuers) of a new key queue up on it instead of
+        deadlocking as two inserts would on MariaDB, and nothing is read before the
+        lock is held."""
+        connection = connections[self.using]
+        # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
+        target = connection.features.supports_update_conflicts_with_target
+        FlowKey.objects.using(self.using).bulk_create(
+            [FlowKey(job_name=job_name, kind=kind, key=key)],
+            update_conflicts=True,
+            update_fields=["kind"],
+            unique_fields=["job_name", "kind", "key"] if target else None,
+        )
+
+    def wake_time(self, woken_at: datetime) -> Any:
+        """The wake time written on runs woken inside a publisher's transaction."""
+        return woken_at
+
+    def on_connect(self, connection: Any) -> None:
+        """Prepare a new connection of this alias (``connection_created``)."""
+
+    def claiming(self) -> Any:
+        return transaction.atomic(using=self.using)
+
+    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+        return list(candidates.select_for_update(skip_locked=True).values_list(*PICKED)[:limit])
+
+
+class MySQL(Locking):
+    now_sql = "SELECT UTC_TIMESTAMP(6)"
+
+    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+        """Lock up to ``limit`` of the best runnable runs.
+
+        The claim's indexes lead with ``status`` here (``schema.PartialIndex``: no
+        partial indexes), so a read of the three runnable statuses sorts what it reads
+        (``models.best`` reads them one by one and merges), and a sorting ``FOR
+        UPDATE`` locks every row it sorted: a concurrent worker, skipping locked rows,
+        would find nothing. So the best runs are shortlisted by a read without locks,
+        then locked by primary key alone (no other condition that could lead the
+        database to another index), no more at a time than are still wanted; rows
+        another worker holds are skipped and the next ones tried. A run taken
+        meanwhile is dropped here by its status; the claim's guarded UPDATE checks
+        the rest.
+        """
+        shortlist = best(
+            candidates.values_list("id", "priority", "wake_at"), limit + SHORTLIST_SPARE
+        )
+        ids = [run_id for run_id, _, _ in shortlist]
+        by_id = JobRun.objects.using(self.using).order_by()
+        picked: list[tuple[Any, ...]] = []
+        while ids and len(picked) < limit:
+            wanted = limit - len(picked)
+            chunk, ids = ids[:wanted], ids[wanted:]
+            locked = by_id.filter(pk__in=chunk).select_for_update(skip_locked=True)
+            picked += [row for row in locked.values_list(*PICKED) if row[1] in RUNNABLE]
+        return picked
+
+    def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
+        # A plain read in the caller's transaction may see a snapshot taken before the
+        # lock was granted (REPEATABLE READ).
+        return rows.select_for_update()
