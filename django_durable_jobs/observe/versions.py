@@ -1,8 +1,7 @@
 """Job versions as operators see them (``manage.py jobs versions``, the system check
 ``W032``): each version of each job name, registered by this deploy or held by
 unfinished runs, with how many runs are unfinished and the oldest one's age. A version
-may leave the code once no run of it is unfinished (README "Changing code while runs
-are in flight")."""
+may leave the code once no run of it is unfinished (docs/how-to/changing-code.md)."""
 
 from __future__ import annotations
 
