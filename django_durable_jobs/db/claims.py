@@ -13,12 +13,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Case, F, PositiveIntegerField, Q, When
 
 from .. import conf
 from ..engine.clock import Clock
 from ..models import JobRun, RunStatus
 from . import dialect, flow
+from .leases import BATCH, LAPSED, SEPARATOR, LeaseOwner
 
 
 def claim(
@@ -59,8 +60,11 @@ def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timede
     return renew_held(dict.fromkeys(run_ids, owner), now=now, lease=lease)
 
 
-def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> int:
-    """Extend every lease in ``held`` (run id -> its owner) in ONE statement; returns
+def renew_held(
+    held: Mapping[Any, str], *, now: datetime, lease: timedelta, started: Iterable[Any] = ()
+) -> int:
+    """Extend every lease in ``held`` (run id -> its owner) in ONE statement, and
+    record that the attempts of the runs ``started`` began (``record_starts``); returns
     how many are still held.
 
     A worker holds runs of many claims at once (an async lane, one owner per claim):
@@ -76,11 +80,32 @@ def renew_held(held: Mapping[Any, str], *, now: datetime, lease: timedelta) -> i
     ours = Q()
     for owner, run_ids in by_owner.items():
         ours |= Q(lease_owner=owner, id__in=run_ids)
+    values: dict[str, Any] = {"lease_expires_at": now + lease}
+    if started := list(started):
+        values["attempt_started_by"] = Case(
+            When(id__in=started, then=F("lease_owner")), default=F("attempt_started_by")
+        )
     return (
         JobRun.objects.using(conf.database())
         .filter(ours, status=RunStatus.RUNNING)
-        .update(lease_expires_at=now + lease)
+        .update(**values)
     )
+
+
+def record_starts(run_ids: Iterable[Any], owner: str) -> int:
+    """Record that the attempts of ``run_ids`` begin under ``owner``'s lease, before
+    they do: a lapse of the lease then counts them (``requeue_expired``). Returns how
+    many ``owner`` still holds."""
+    runs = JobRun.objects.using(conf.database()).filter(id__in=list(run_ids), lease_owner=owner)
+    return runs.update(attempt_started_by=owner)
+
+
+def start_needs_record(run: JobRun, owner: str) -> bool:
+    """Whether ``run``'s start is recorded before it begins (``record_starts``): its last
+    lease lapsed and ``owner`` claimed it in a batch, whose sync runs' starts are
+    otherwise recorded by the heartbeat just after they began. So a run that kills its
+    worker as it begins gets its attempt back once in a row at most."""
+    return run.attempt_started_by == LAPSED and LeaseOwner.parse(owner).batch
 
 
 def release(run: JobRun, owner: str, *, now: datetime) -> bool:
@@ -100,16 +125,37 @@ def release(run: JobRun, owner: str, *, now: datetime) -> bool:
     )
 
 
+#: A batch's run (``LeaseOwner.batch``: a claim after the owner's last ``SEPARATOR``,
+#: ending with ``BATCH``) ...
+IN_A_BATCH = Q(lease_owner__contains=SEPARATOR, lease_owner__endswith=BATCH)
+#: ... whose start was not recorded: it may not have begun.
+UNSTARTED = IN_A_BATCH & ~Q(attempt_started_by=F("lease_owner"))
+
+
 def requeue_expired(*, now: datetime, limit: int = 100) -> int:
     """Make runs whose worker died runnable again; their completed steps replay.
 
     The interrupted attempt counts: a run that kills its worker every time stops
-    once its attempts are used up (the claim counts the next one).
+    once its attempts are used up (the claim counts the next one). But a batch's runs
+    wait in hand before they begin (``LeaseOwner.batch``): one whose start was not
+    recorded (``JobRun.attempt_started_by``) may never have begun, and gets its
+    attempt back. Each run is marked ``LAPSED``: a batch that claims it again records
+    its start before it begins (``start_needs_record``).
     """
     runs = JobRun.objects.using(conf.database())
     ids = list(runs.expired_leases(now).values_list("id", flat=True)[:limit])
     if not ids:
         return 0
     return runs.filter(id__in=ids, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
-        status=RunStatus.QUEUED, wake_at=now, lease_owner="", lease_expires_at=None
+        # Before ``lease_owner``: MySQL and MariaDB evaluate SET left to right.
+        attempt=Case(
+            When(UNSTARTED, attempt__gt=0, then=F("attempt") - 1),
+            default=F("attempt"),
+            output_field=PositiveIntegerField(),
+        ),
+        attempt_started_by=LAPSED,
+        status=RunStatus.QUEUED,
+        wake_at=now,
+        lease_owner="",
+        lease_expires_at=None,
     )
