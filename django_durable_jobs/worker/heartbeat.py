@@ -1,5 +1,6 @@
 """The heartbeat of a worker process: one thread, on its own connection, that renews
-the leases of every run in hand and notices runs cancelled meanwhile."""
+the leases of every run in hand, records the start of a batch's runs, and notices
+runs cancelled meanwhile."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.db import DatabaseError, connections
 
 from .. import conf, faults
 from ..db.claims import renew, renew_held
+from ..db.leases import LeaseOwner
 from ..db.store import LeaseLost
 from ..engine.clock import Clock
 from ..engine.core import Interrupt, Io
@@ -24,10 +26,17 @@ from .rows import Presence
 log = logging.getLogger("django_durable_jobs.worker")
 
 
+#: Seconds after a batch's sync run began that its start is recorded, at the latest
+#: (``Heartbeat.begin``): one write for the runs that began meanwhile, none for those
+#: that ended (a quick run's outcome comes first).
+RECORD_STARTS_AFTER = 0.02
+
+
 class Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the leases of the runs in
     hand (the sync one and every async one in flight) every ``every``, in one statement
-    for all of them, and notices a cancellation so the run stops at its next step."""
+    for all of them, records the start of a batch's sync runs just after they began,
+    and notices a cancellation so the run stops at its next step."""
 
     def __init__(
         self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
@@ -39,6 +48,9 @@ class Heartbeat(threading.Thread):
         self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
         self._cancelled: set[UUID] = set()
         self._renewed: dict[UUID, float] = {}  # run id -> monotonic time of claim or renewal
+        #: Runs of a batch that began, their start not recorded yet (``begin``).
+        self._begun: set[UUID] = set()
+        self._starts = threading.Event()  # set by ``begin``: wakes the thread
         self._done = threading.Event()
 
     def hold(self, owner: str, run_id: UUID, since: float | None = None) -> None:
@@ -51,10 +63,23 @@ class Heartbeat(threading.Thread):
             self._held[run_id] = owner
             self._cancelled.discard(run_id)
 
+    def begin(self, run_id: UUID) -> None:
+        """``run_id`` (held) begins. If its claim was a batch's (``LeaseOwner.batch``),
+        the thread records that within ``RECORD_STARTS_AFTER`` if it still runs then
+        (``record_starts``): from then on a lapse of its lease counts its attempt
+        (``claims.requeue_expired``)."""
+        with self._lock:
+            owner = self._held.get(run_id)
+            if owner is None or not LeaseOwner.parse(owner).batch:
+                return
+            self._begun.add(run_id)
+        self._starts.set()
+
     def drop(self, run_id: UUID) -> None:
         with self._lock:
             self._held.pop(run_id, None)
             self._renewed.pop(run_id, None)
+            self._begun.discard(run_id)
 
     def interruption_for(self, run_id: UUID) -> Interrupt:
         """What the engine of ``run_id`` asks before each step, sync or async: a
@@ -90,10 +115,16 @@ class Heartbeat(threading.Thread):
         return RunCancelled("the run was cancelled while it executed")
 
     def run(self) -> None:
+        due = time.monotonic() + self.every
         try:
-            while not self._done.wait(self.every):
+            while not self._done.is_set():
+                started = self._starts.wait(max(due - time.monotonic(), 0.0))
                 try:
-                    self.beat()
+                    if time.monotonic() >= due:
+                        due = time.monotonic() + self.every
+                        self.beat()
+                    elif started and not self._done.wait(RECORD_STARTS_AFTER):
+                        self.record_starts()
                 except DatabaseError as exc:
                     log.warning("heartbeat failed (%s); reconnecting", exc)
                     connections.close_all()
@@ -101,23 +132,41 @@ class Heartbeat(threading.Thread):
             connections.close_all()
 
     def beat(self) -> None:
-        """One beat: renew every lease in hand, then the worker's row."""
+        """One beat: renew every lease in hand (recording the starts not recorded yet),
+        then the worker's row."""
         with self._lock:
-            held = dict(self._held)
+            held, started = dict(self._held), set(self._begun)
+            self._starts.clear()
         if held:
-            self._renew(held)
+            self._renew(held, started)
+            with self._lock:
+                self._begun -= started
         if self.presence is not None:
             self.presence.beat(self.clock.now())
+
+    def record_starts(self) -> None:
+        """Record the start of the batch's runs that began and still run (``begin``), in
+        one statement that renews their leases too (``renew_held``); a run it does not
+        renew is the next beat's to look up."""
+        with self._lock:
+            held = {run_id: self._held[run_id] for run_id in self._begun}
+            self._starts.clear()
+        if held:
+            renew_held(held, now=self.clock.now(), lease=self.lease, started=held)
+            with self._lock:
+                self._begun -= held.keys()
 
     def _beat(self, owner: str, *run_ids: UUID) -> None:
         """Renew ``run_ids``, all held by ``owner``."""
         self._renew(dict.fromkeys(run_ids, owner))
 
-    def _renew(self, held: dict[UUID, str]) -> None:
-        """Renew every lease in ``held`` (run id -> owner) in one statement, then look
-        up the runs it did not renew: cancelled, or taken over."""
+    def _renew(self, held: dict[UUID, str], started: set[UUID] | None = None) -> None:
+        """Renew every lease in ``held`` (run id -> owner) in one statement, recording
+        the start of the runs ``started``, then look up the runs it did not renew:
+        cancelled, or taken over."""
         faults.hit("heartbeat", conf.database())
-        if renew_held(held, now=self.clock.now(), lease=self.lease) == len(held):
+        now = self.clock.now()
+        if renew_held(held, now=now, lease=self.lease, started=started or ()) == len(held):
             with self._lock:
                 self._renewed.update(dict.fromkeys(held, time.monotonic()))
             return
@@ -143,3 +192,4 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._done.set()
+        self._starts.set()
