@@ -105,7 +105,7 @@ def start_needs_record(run: JobRun, owner: str) -> bool:
     lease lapsed and ``owner`` claimed it in a batch, whose sync runs' starts are
     otherwise recorded by the heartbeat just after they began. So a run that kills its
     worker as it begins gets its attempt back once in a row at most."""
-    return run.attempt_started_by == LAPSED and LeaseOwner.parse(owner).batch
+    return run.attempt_started_by == LAPSED and LeaseOwner.of_batch(owner)
 
 
 def release(run: JobRun, owner: str, *, now: datetime) -> bool:

@@ -42,6 +42,11 @@ class LeaseOwner:
         A claim of one run begins it at once: its lapse counts the attempt."""
         return self.claim.endswith(BATCH)
 
+    @staticmethod
+    def of_batch(text: str) -> bool:
+        """``LeaseOwner.parse(text).batch``, without building the value (once per run)."""
+        return text.endswith(BATCH) and text.rfind(SEPARATOR) > 0
+
     @classmethod
     def parse(cls, text: str) -> LeaseOwner:
         """``text`` from ``JobRun.lease_owner`` back into its pieces."""

@@ -8,6 +8,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 from uuid import UUID
 
@@ -26,9 +27,9 @@ from .rows import Presence
 log = logging.getLogger("django_durable_jobs.worker")
 
 
-#: Seconds after a batch's sync run began that its start is recorded, at the latest
-#: (``Heartbeat.begin``): one write for the runs that began meanwhile, none for those
-#: that ended (a quick run's outcome comes first).
+#: Seconds a batch's sync run runs before its start is recorded (``Heartbeat.begin``):
+#: a quick run ends first and costs no write; a longer one's is recorded within twice
+#: that, with the others that began meanwhile, in one statement.
 RECORD_STARTS_AFTER = 0.02
 
 
@@ -48,8 +49,11 @@ class Heartbeat(threading.Thread):
         self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
         self._cancelled: set[UUID] = set()
         self._renewed: dict[UUID, float] = {}  # run id -> monotonic time of claim or renewal
-        #: Runs of a batch that began, their start not recorded yet (``begin``).
-        self._begun: set[UUID] = set()
+        #: Runs of a batch that began, their start not recorded yet (``begin``): run id
+        #: -> monotonic time it began; whether the thread looks at them every
+        #: ``RECORD_STARTS_AFTER``, and whether one began since it last looked.
+        self._begun: dict[UUID, float] = {}
+        self._watching = self._new_starts = False
         self._starts = threading.Event()  # set by ``begin``: wakes the thread
         self._done = threading.Event()
 
@@ -65,21 +69,24 @@ class Heartbeat(threading.Thread):
 
     def begin(self, run_id: UUID) -> None:
         """``run_id`` (held) begins. If its claim was a batch's (``LeaseOwner.batch``),
-        the thread records that within ``RECORD_STARTS_AFTER`` if it still runs then
+        the thread records that if it still runs ``RECORD_STARTS_AFTER`` later
         (``record_starts``): from then on a lapse of its lease counts its attempt
         (``claims.requeue_expired``)."""
         with self._lock:
             owner = self._held.get(run_id)
-            if owner is None or not LeaseOwner.parse(owner).batch:
+            if owner is None or not LeaseOwner.of_batch(owner):
                 return
-            self._begun.add(run_id)
-        self._starts.set()
+            self._begun[run_id] = time.monotonic()
+            self._new_starts = True
+            wake = not self._watching  # else it looks soon: no wake-up per run
+        if wake:
+            self._starts.set()
 
     def drop(self, run_id: UUID) -> None:
         with self._lock:
             self._held.pop(run_id, None)
             self._renewed.pop(run_id, None)
-            self._begun.discard(run_id)
+            self._begun.pop(run_id, None)
 
     def interruption_for(self, run_id: UUID) -> Interrupt:
         """What the engine of ``run_id`` asks before each step, sync or async: a
@@ -118,12 +125,14 @@ class Heartbeat(threading.Thread):
         due = time.monotonic() + self.every
         try:
             while not self._done.is_set():
-                started = self._starts.wait(max(due - time.monotonic(), 0.0))
+                self._wait(due)
+                if self._done.is_set():
+                    break
                 try:
                     if time.monotonic() >= due:
                         due = time.monotonic() + self.every
                         self.beat()
-                    elif started and not self._done.wait(RECORD_STARTS_AFTER):
+                    else:
                         self.record_starts()
                 except DatabaseError as exc:
                     log.warning("heartbeat failed (%s); reconnecting", exc)
@@ -131,30 +140,45 @@ class Heartbeat(threading.Thread):
         finally:
             connections.close_all()
 
+    def _wait(self, due: float) -> None:
+        """Until the next beat (``due``, monotonic), or the next look at the starts to
+        record: every ``RECORD_STARTS_AFTER`` while runs of a batch begin (``begin``),
+        until a look finds none begun since the last."""
+        with self._lock:
+            self._watching = bool(self._begun) or self._new_starts
+            self._new_starts = False
+        timeout = due - time.monotonic()
+        if self._watching:
+            timeout = min(timeout, RECORD_STARTS_AFTER)
+        self._starts.wait(max(timeout, 0.0))
+        self._starts.clear()
+
     def beat(self) -> None:
         """One beat: renew every lease in hand (recording the starts not recorded yet),
         then the worker's row."""
         with self._lock:
             held, started = dict(self._held), set(self._begun)
-            self._starts.clear()
         if held:
             self._renew(held, started)
-            with self._lock:
-                self._begun -= started
+            self._recorded(started)
         if self.presence is not None:
             self.presence.beat(self.clock.now())
 
     def record_starts(self) -> None:
-        """Record the start of the batch's runs that began and still run (``begin``), in
-        one statement that renews their leases too (``renew_held``); a run it does not
-        renew is the next beat's to look up."""
+        """Record the start of the batch's runs that began ``RECORD_STARTS_AFTER`` ago
+        or more (``begin``), in one statement that renews their leases too
+        (``renew_held``); a run it does not renew is the next beat's to look up."""
+        ripe = time.monotonic() - RECORD_STARTS_AFTER
         with self._lock:
-            held = {run_id: self._held[run_id] for run_id in self._begun}
-            self._starts.clear()
+            held = {run_id: self._held[run_id] for run_id, t in self._begun.items() if t <= ripe}
         if held:
             renew_held(held, now=self.clock.now(), lease=self.lease, started=held)
-            with self._lock:
-                self._begun -= held.keys()
+            self._recorded(held)
+
+    def _recorded(self, run_ids: Iterable[UUID]) -> None:
+        with self._lock:
+            for run_id in run_ids:
+                self._begun.pop(run_id, None)
 
     def _beat(self, owner: str, *run_ids: UUID) -> None:
         """Renew ``run_ids``, all held by ``owner``."""

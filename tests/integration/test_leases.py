@@ -56,6 +56,8 @@ def test_a_batch_owner_says_so_and_reads_back_as_one() -> None:
     assert LeaseOwner.parse(str(batch)) == batch and LeaseOwner.parse(str(batch)).batch
     assert owner_worker_id(str(batch)) == "w-1"
     assert not LeaseOwner.parse("inline-tests").batch
+    for text in (str(batch), str(alone), "inline-tests", "odd+", "#x+", "odd#name#x+", ""):
+        assert LeaseOwner.of_batch(text) == LeaseOwner.parse(text).batch, text
 
 
 @pytest.mark.django_db
