@@ -36,8 +36,9 @@ RECORD_STARTS_AFTER = 0.02
 class Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the leases of the runs in
     hand (the sync one and every async one in flight) every ``every``, in one statement
-    for all of them, records the start of a batch's sync runs just after they began,
-    and notices a cancellation so the run stops at its next step."""
+    for all of them, records the start of a batch's sync runs that run longer than
+    ``RECORD_STARTS_AFTER``, and notices a cancellation so the run stops at its next
+    step."""
 
     def __init__(
         self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
