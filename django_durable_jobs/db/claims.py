@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, F, PositiveIntegerField, Q, When
 
 from .. import conf
 from ..engine.clock import Clock
@@ -27,6 +27,7 @@ from .executable import Executable
 from .flow import holds
 from .flow import keys as flow_keys
 from .flow import limits as flow
+from .leases import BATCH, LAPSED, SEPARATOR, LeaseOwner
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -82,9 +83,11 @@ def renew_held(
     now: datetime,
     lease: timedelta,
     status: str = RunStatus.RUNNING,
+    started: Iterable[Any] = (),
 ) -> int:
     """Extend every lease in ``held`` (run id -> its owner) of runs in ``status`` in ONE
-    statement; returns how many are still held.
+    statement, and record that the attempts of the runs ``started`` began
+    (``record_starts``); returns how many are still held.
 
     A worker holds runs of many claims at once (an async lane, one owner per claim):
     one UPDATE per owner made each beat queue for SQLite's single write lock once per
@@ -103,11 +106,28 @@ def renew_held(
     ours = Q()
     for owner, run_ids in by_owner.items():
         ours |= Q(lease_owner=owner, id__in=run_ids)
-    return (
-        JobRun.objects.using(conf.database())
-        .filter(ours, status=status)
-        .update(lease_expires_at=now + lease)
-    )
+    values: dict[str, Any] = {"lease_expires_at": now + lease}
+    if started := list(started):
+        values["attempt_started_by"] = Case(
+            When(id__in=started, then=F("lease_owner")), default=F("attempt_started_by")
+        )
+    return JobRun.objects.using(conf.database()).filter(ours, status=status).update(**values)
+
+
+def record_starts(run_ids: Iterable[Any], owner: str) -> int:
+    """Record that the attempts of ``run_ids`` begin under ``owner``'s lease, before
+    they do: a lapse of the lease then counts them (``requeue_expired``). Returns how
+    many ``owner`` still holds."""
+    runs = JobRun.objects.using(conf.database()).filter(id__in=list(run_ids), lease_owner=owner)
+    return runs.update(attempt_started_by=owner)
+
+
+def start_needs_record(run: JobRun, owner: str) -> bool:
+    """Whether ``run``'s start is recorded before it begins (``record_starts``): its last
+    lease lapsed and ``owner`` claimed it in a batch, whose sync runs' starts are
+    otherwise recorded by the heartbeat just after they began. So a run that kills its
+    worker as it begins gets its attempt back once in a row at most."""
+    return run.attempt_started_by == LAPSED and LeaseOwner.of_batch(owner)
 
 
 def release(run: JobRun, owner: str, *, now: datetime) -> bool:
@@ -180,18 +200,39 @@ def give_back(run: JobRun, owner: str) -> bool:
     return bool(rows.filter(status=RunStatus.RUNNING).update(**changes))
 
 
+#: A batch's run (``LeaseOwner.batch``: a claim after the owner's last ``SEPARATOR``,
+#: ending with ``BATCH``) ...
+IN_A_BATCH = Q(lease_owner__contains=SEPARATOR, lease_owner__endswith=BATCH)
+#: ... whose start was not recorded: it may not have begun.
+UNSTARTED = IN_A_BATCH & ~Q(attempt_started_by=F("lease_owner"))
+
+
 def requeue_expired(*, now: datetime, limit: int = 100) -> int:
     """Make runs whose worker died runnable again; their completed steps replay.
 
     The interrupted attempt counts: a run that kills its worker every time stops
-    once its attempts are used up (the claim counts the next one).
+    once its attempts are used up (the claim counts the next one). But a batch's runs
+    wait in hand before they begin (``LeaseOwner.batch``): one whose start was not
+    recorded (``JobRun.attempt_started_by``) may never have begun, and gets its
+    attempt back. Each run is marked ``LAPSED``: a batch that claims it again records
+    its start before it begins (``start_needs_record``).
     """
     runs = JobRun.objects.using(conf.database())
     ids = list(runs.expired_leases(now, RunStatus.RUNNING).values_list("id", flat=True)[:limit])
     if not ids:
         return 0
     return runs.filter(id__in=ids, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
-        status=RunStatus.QUEUED, wake_at=now, lease_owner="", lease_expires_at=None
+        # Before ``lease_owner``: MySQL and MariaDB evaluate SET left to right.
+        attempt=Case(
+            When(UNSTARTED, attempt__gt=0, then=F("attempt") - 1),
+            default=F("attempt"),
+            output_field=PositiveIntegerField(),
+        ),
+        attempt_started_by=LAPSED,
+        status=RunStatus.QUEUED,
+        wake_at=now,
+        lease_owner="",
+        lease_expires_at=None,
     )
 
 

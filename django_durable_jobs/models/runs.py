@@ -197,6 +197,11 @@ class JobRun(models.Model):
     wake_at = InstantField(null=True, blank=True)
     lease_owner = ExactCharField(max_length=200, blank=True, default="")
     lease_expires_at = InstantField(null=True, blank=True)
+    #: The lease owner under which the attempt in hand began executing, where a claim's
+    #: runs may wait in hand before they begin (a batch's: ``LeaseOwner.batch``): a
+    #: lapse of such a lease counts the attempt only if this names it
+    #: (``claims.requeue_expired``). ``leases.LAPSED``: the run's last lease lapsed.
+    attempt_started_by = ExactCharField(max_length=200, blank=True, default="")
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )

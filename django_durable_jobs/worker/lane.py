@@ -148,6 +148,17 @@ class AsyncLane:
         """Cancel every run in flight; each is released without using an attempt."""
         self._loop.call_soon_threadsafe(self._cancel_all)
 
+    def drain(self, seconds: float, owner: str) -> None:
+        """Stopping: let the runs in flight finish for ``seconds``, then cancel them
+        (each is given back, or let go if it was cancelled: a write each, waited for up
+        to ``RELEASE_PATIENCE``), and close."""
+        if self.in_flight():
+            log.info("worker %s: waiting for %d async run(s)", owner, self.in_flight())
+        if not self.wait(seconds, until_empty=True):
+            self.abandon()
+            self.wait(max(seconds, self.RELEASE_PATIENCE), until_empty=True)
+        self.close()
+
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)

@@ -11,7 +11,7 @@ from typing import Any
 
 from django_durable_jobs import NonRetriable, RetryAfter, job
 
-from .jobs import effect
+from .jobs import effect, start_recorded
 from .models import Effect, Execution
 
 
@@ -253,3 +253,9 @@ async def async_patched(ctx: Any, n: int) -> list[bool]:
         await ctx.step.run("extra", effect, "patched-extra", ctx.run_id)
     answers.append(ctx.patched("last"))
     return answers
+
+
+@job(name="tests.async_start_recorded", retries=0)
+async def async_start_recorded(ctx: Any) -> bool:
+    """Whether the worker recorded this attempt's start before the function began."""
+    return bool(await ctx.step.run("recorded", start_recorded, ctx.run_id))

@@ -159,6 +159,19 @@ def test_an_async_run_frozen_past_its_lease_asks_before_its_first_step(clock: Fa
     assert JobRun.objects.get(pk=run.pk).lease_owner == "w-other"
 
 
+def test_the_async_runs_of_a_batch_have_their_start_recorded_before_they_begin(
+    clock: FakeClock,
+) -> None:
+    """The lane begins them at once: a lapse of their lease counts their attempt, as
+    when they are claimed one by one (``claims.requeue_expired``)."""
+    runs = [async_jobs.async_start_recorded.enqueue() for _ in range(4)]
+    w = worker(clock)
+    w._batching.size = 4  # a batch (``LeaseOwner.batch``), whose runs may wait
+    assert w.run() == 4
+    rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
+    assert set(rows.values_list("status", "attempt", "result")) == {(RunStatus.SUCCEEDED, 1, True)}
+
+
 def test_max_runs_counts_the_async_runs_in_hand(clock: FakeClock) -> None:
     """``--max-runs 3`` with room for ten async runs: three are claimed, executed and
     recorded, the others are left queued, unclaimed."""
