@@ -66,6 +66,7 @@ def columns() -> dict[str, str]:
         "wake_at": "CASE WHEN r < 0.015 THEN t + (g % 3 - 1) * interval '1 hour' END",
         "lease_owner": "CASE WHEN r >= 0.015 AND r < 0.015016 THEN 'bench:1#x' ELSE '' END",
         "lease_expires_at": "NULL",
+        "attempt_started_by": "''",
         "parent_id": "NULL",
         "trace_context": "NULL",
     }

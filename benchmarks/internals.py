@@ -15,8 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from django_durable_jobs.db import dialect
-from django_durable_jobs.db.claims import claim
+from django_durable_jobs.db.claims import claim, claim_unlimited
+from django_durable_jobs.db.executable import Executable
 from django_durable_jobs.db.postgresql import finished
+from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
 from django_durable_jobs.observe import stats
@@ -33,11 +35,14 @@ def database_now() -> datetime:
 
 
 __all__ = [
+    "Executable",
     "SystemClock",
     "Worker",
     "WorkerOptions",
+    "all_versions",
     "arun_to_stop",
     "claim",
+    "claim_unlimited",
     "database_now",
     "enqueue",
     "execute",

@@ -18,6 +18,13 @@ def bench_noop(ctx: Any) -> None:
     return None
 
 
+@job(name="bench.noop_once", retries=0)
+def bench_noop_once(ctx: Any) -> None:
+    """``bench.noop`` with one attempt (``retries=0``), as every ``django.tasks`` task
+    has: each run is on its last attempt when it is claimed."""
+    return None
+
+
 def _identity(i: int) -> int:
     return i
 

@@ -12,6 +12,7 @@ import os
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.db import recreate_db, truncate
@@ -102,7 +103,8 @@ def measure_ours(n: int, nb: int) -> tuple[Row, Row, list[str]]:
 
 def _no_op_one_worker(row: Row, n: int) -> tuple[Row, list[str]]:
     """The tuned figure (the table's, CONN_MAX_AGE=None) and a plain project's: the
-    settings a user starts with, which the issue-14 goal is measured under too."""
+    settings a user starts with, which the issue-14 goal is measured under too; and
+    the plain project's again for a no-op without retries (``no_retries``)."""
     from benchmarks.jobs import bench_noop
 
     say(f"ours: enqueue {n} no-op runs one by one")
@@ -125,7 +127,35 @@ def _no_op_one_worker(row: Row, n: int) -> tuple[Row, list[str]]:
         "logs INFO per run to stderr, as above); the row above only adds CONN_MAX_AGE=None"
     )
     truncate()
-    return plain, one.problems + default_age.problems
+    once = no_retries(n, default_age.rate)
+    plain.notes.append(once.note)
+    return plain, one.problems + default_age.problems + once.problems
+
+
+@dataclass
+class NoRetries:
+    rate: float
+    note: str
+    problems: list[str]
+
+
+def no_retries(n: int, with_retries: float) -> NoRetries:
+    """``n`` runs of ``bench.noop_once`` (``retries=0``: every run on its last attempt
+    when claimed, as a ``django.tasks`` task) processed by 1 worker under a plain
+    project's settings, beside ``with_retries``, the same no-op's rate with the default
+    ``RETRIES`` (3)."""
+    from benchmarks.jobs import bench_noop_once
+
+    say("ours: the plain project's 1 worker again, for a no-op with retries=0")
+    enqueue_in_one_transaction(n, bench_noop_once)
+    once = process([], n, "noop_1_retries_0", PLAIN_ENV)
+    truncate()
+    note = (
+        f"1 worker, plain project, no-op with retries=0 (bench.noop_once): "
+        f"{once.rate:,.0f} jobs/s = {once.rate / with_retries:.2f}x of the same with "
+        f"retries=3 ({with_retries:,.0f} jobs/s)"
+    )
+    return NoRetries(once.rate, note, once.problems)
 
 
 def _no_op_bulk_two_workers(row: Row, n: int) -> list[str]:

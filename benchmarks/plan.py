@@ -110,6 +110,7 @@ def insert_runs(count: int, status: str) -> None:
         "wake_at": "NULL" if finished else "now() - g * interval '1 millisecond'",
         "lease_owner": "''",
         "lease_expires_at": "NULL",
+        "attempt_started_by": "''",
         "parent_id": "NULL",
         "trace_context": "NULL",
     }

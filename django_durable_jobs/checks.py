@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
-from django.db import connections
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, connections
 
 from .conf import DEFAULTS, DURATION_KEYS
 from .engine.durations import parse_duration
@@ -95,6 +95,7 @@ _DURATION_IDS = {
     "HEARTBEAT": "E016",
     "POLL_INTERVAL": "E017",
     "WORKER_RETENTION": "E020",
+    "UNKNOWN_JOB_GRACE": "E021",
 }
 
 
@@ -110,10 +111,10 @@ def _backoff_duration(value: Any) -> str | None:
     return _duration(value, nullable=False, allow_zero=True)
 
 
-# Zero backoff means "retry at once". Any other zero is a mistake: a timeout that
-# always fires (a step) or never (a run), a lease already expired when claimed, a
-# heartbeat or poll that spins.
-_ZERO_ALLOWED = {"BACKOFF", "MAX_BACKOFF"}
+# Zero backoff means "retry at once", a zero grace "fail a run nobody can execute at
+# once". Any other zero is a mistake: a timeout that always fires (a step) or never (a
+# run), a lease already expired when claimed, a heartbeat or poll that spins.
+_ZERO_ALLOWED = {"BACKOFF", "MAX_BACKOFF", "UNKNOWN_JOB_GRACE"}
 _A_DURATION = 'a duration such as "30s", "5m", "1h", a number of seconds or a timedelta'
 for _key in DURATION_KEYS:
     if _key in _NULLABLE:
@@ -190,3 +191,39 @@ def _lease_and_heartbeat(value: dict[str, Any]) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@register(Tags.database)
+def check_versions(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W032 when the jobs database holds unfinished runs of a job version this deploy
+    does not register (``check --database``; ``migrate`` runs it too): its workers
+    cannot execute them, and they fail after ``UNKNOWN_JOB_GRACE`` unless a worker of
+    another deploy does."""
+    from . import conf
+    from .db.migrated import unapplied_migrations
+    from .engine import clock
+    from .observe import versions
+
+    using = conf.database()
+    if not databases or using not in databases:
+        return []
+    try:
+        if unapplied_migrations(using):
+            return []  # W030 says so; the tables may not be there
+        stranded = versions.stranded(clock.current().now())
+    except DatabaseError:
+        return []  # unreachable: other checks and the first query say so
+    return [
+        Warning(
+            f"the jobs database holds {v.unfinished} unfinished run(s) of job "
+            f"{v.job_name!r} version {v.version}, which this deploy does not register",
+            hint=(
+                f"Keep @job(name={v.job_name!r}, version={v.version}) until they finish "
+                "(manage.py jobs versions lists them); this deploy's workers leave them to a "
+                "worker that registers it, and they fail with X_JOB_UNKNOWN once none has "
+                'for DURABLE_JOBS["UNKNOWN_JOB_GRACE"].'
+            ),
+            id="django_durable_jobs.W032",
+        )
+        for v in stranded
+    ]

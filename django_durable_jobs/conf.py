@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT": "10s",
     # How long stopped and lost workers stay listed (admin, `jobs workers`).
     "WORKER_RETENTION": "1d",
+    # How long a run of a job or version no live worker registers stays parked (a
+    # rolling deploy brings a worker that has it) before it fails with X_JOB_UNKNOWN.
+    "UNKNOWN_JOB_GRACE": "10m",
     # How often an idle worker looks for work when it cannot be notified.
     "POLL_INTERVAL": "1s",
     # Import every installed app's jobs.py at startup.
@@ -59,6 +62,7 @@ DURATION_KEYS = {
     "HEARTBEAT",
     "POLL_INTERVAL",
     "WORKER_RETENTION",
+    "UNKNOWN_JOB_GRACE",
 }
 
 

@@ -30,7 +30,9 @@ class Job(JobDefinition):
     """A registered job you can enqueue; what ``@job`` returns."""
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRun:
-        """Start a run in the caller's transaction; returns the ``JobRun``.
+        """Start a run in the caller's transaction; returns the ``JobRun``. It runs the
+        highest version of the job registered (``@job(version=N)``), whichever
+        version's handle it is called on.
 
         >>> run = onboarding.enqueue(user_id=42)  # doctest: +SKIP
         """
@@ -101,6 +103,7 @@ def job(fn: Callable[..., Any], /) -> Job: ...
 def job(
     *,
     name: str | None = None,
+    version: int = 1,
     queue: str = "default",
     priority: int = 0,
     retries: int | None = None,
@@ -123,6 +126,7 @@ def job(
     /,
     *,
     name: str | None = None,
+    version: int = 1,
     queue: str = "default",
     priority: int = 0,
     retries: int | None = None,
@@ -143,6 +147,9 @@ def job(
     >>> @job(name="onboarding", retries=3, timeout="1h")
     ... def onboarding(ctx, user_id: int) -> dict:
     ...     return ctx.step.run("load-user", load_user, user_id)
+
+    ``version=N`` registers another version of a job name beside the others: enqueue
+    starts the highest, and each run keeps executing the version it started on.
     """
 
     def register(function: Callable[..., Any]) -> Job:
@@ -150,6 +157,7 @@ def job(
             Job,
             function,
             name=name,
+            version=version,
             queue=queue,
             priority=priority,
             retries=retries,

@@ -151,9 +151,13 @@ TASKS = {
 DURABLE_JOBS: dict[str, object] = {}
 # Worker subprocesses run with short leases so that a killed worker's run is taken
 # over within seconds: DURABLE_JOBS_TEST_LEASE="2s", ..._HEARTBEAT, ..._POLL_INTERVAL.
-for _key in ("LEASE", "HEARTBEAT", "POLL_INTERVAL"):
+for _key in ("LEASE", "HEARTBEAT", "POLL_INTERVAL", "UNKNOWN_JOB_GRACE"):
     if os.environ.get(f"DURABLE_JOBS_TEST_{_key}"):
         DURABLE_JOBS[_key] = os.environ[f"DURABLE_JOBS_TEST_{_key}"]
+# The jobs one worker of a rolling deploy registers (tests/processes/worker/
+# test_rolling_deploy.py): DURABLE_JOBS_TEST_JOB_MODULES="jobs,rolling_v1".
+if os.environ.get("DURABLE_JOBS_TEST_JOB_MODULES"):
+    DURABLE_JOBS["JOB_MODULES"] = os.environ["DURABLE_JOBS_TEST_JOB_MODULES"].split(",")
 if os.environ.get("DURABLE_JOBS_TEST_LEASE"):
     # A worker subprocess of the processes tier: SIGQUIT prints every thread's stack
     # into its log (forked children too) and lets it run on. A wait that times out

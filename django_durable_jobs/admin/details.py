@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 Row = tuple[str, ...]
 RUN: tuple[Row, ...] = (
     ("id", "status_badge"),
-    ("job_name", "queue"),
-    ("attempts", "priority"),
-    ("idempotency_key", "parent_link"),
+    ("job_name", "job_version"),
+    ("queue", "priority"),
+    ("attempts", "idempotency_key"),
+    ("parent_link",),
     ("children_links",),
 )
 TIMES: tuple[Row, ...] = (

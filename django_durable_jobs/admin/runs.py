@@ -92,7 +92,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     )
     empty_value_display = EMPTY
     list_display_links = ("short_id",)
-    list_filter = ("status", "job_name", "queue", "schedule")
+    list_filter = ("status", "job_name", "job_version", "queue", "schedule")
     search_fields = ("job_name", "idempotency_key")
     search_help_text = "A run id (or its first characters), a job name or an idempotency key."
     date_hierarchy = "created_at"
@@ -166,7 +166,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:
-        return trace.attempts_text(run.attempt, trace.max_attempts(run.job_name))
+        return trace.attempts_text(run.attempt, trace.max_attempts(run.job_name, run.job_version))
 
     @admin.display(description="took")
     def duration(self, run: JobRun) -> str:

@@ -17,15 +17,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, F, PositiveIntegerField, Q, When
 
 from .. import conf
 from ..engine.clock import Clock
 from ..models import JobRun, RunStatus
 from . import dialect
+from .executable import Executable
 from .flow import holds
 from .flow import keys as flow_keys
 from .flow import limits as flow
+from .leases import BATCH, LAPSED, SEPARATOR, LeaseOwner
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -38,8 +40,10 @@ def claim(
     queues: Iterable[str] | None = None,
     limit: int = 1,
     clock: Clock | None = None,
+    only: Executable | None = None,
 ) -> list[JobRun]:
-    """Take up to ``limit`` runnable runs for ``owner``; the best first.
+    """Take up to ``limit`` runnable runs for ``owner``; the best first. With ``only``,
+    runs of the jobs and versions it lets this worker take (a rolling deploy).
 
     The attempt is counted here for queued runs; a run resuming from a sleep or a
     wait keeps its attempt number. Each returned run remembers the status it was
@@ -49,18 +53,23 @@ def claim(
     limited: list[JobRun] = []
     if flow.has_limits():
         limited = flow.claim_limited(
-            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock
+            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock, only=only
         )[0]
     if len(limited) >= limit:
         return limited
-    return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited))
+    return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited), only)
 
 
 def claim_unlimited(
-    owner: str, now: datetime, lease: timedelta, queue_list: list[str] | None, limit: int
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    queue_list: list[str] | None,
+    limit: int,
+    only: Executable | None = None,
 ) -> list[JobRun]:
     """``claim`` for runs under no limit (flow control has its own, ``flow.claim_limited``)."""
-    return dialect.of(conf.database()).claim(owner, now, lease, queue_list, limit)
+    return dialect.of(conf.database()).claim(owner, now, lease, queue_list, limit, only)
 
 
 def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:
@@ -74,9 +83,11 @@ def renew_held(
     now: datetime,
     lease: timedelta,
     status: str = RunStatus.RUNNING,
+    started: Iterable[Any] = (),
 ) -> int:
     """Extend every lease in ``held`` (run id -> its owner) of runs in ``status`` in ONE
-    statement; returns how many are still held.
+    statement, and record that the attempts of the runs ``started`` began
+    (``record_starts``); returns how many are still held.
 
     A worker holds runs of many claims at once (an async lane, one owner per claim):
     one UPDATE per owner made each beat queue for SQLite's single write lock once per
@@ -95,11 +106,28 @@ def renew_held(
     ours = Q()
     for owner, run_ids in by_owner.items():
         ours |= Q(lease_owner=owner, id__in=run_ids)
-    return (
-        JobRun.objects.using(conf.database())
-        .filter(ours, status=status)
-        .update(lease_expires_at=now + lease)
-    )
+    values: dict[str, Any] = {"lease_expires_at": now + lease}
+    if started := list(started):
+        values["attempt_started_by"] = Case(
+            When(id__in=started, then=F("lease_owner")), default=F("attempt_started_by")
+        )
+    return JobRun.objects.using(conf.database()).filter(ours, status=status).update(**values)
+
+
+def record_starts(run_ids: Iterable[Any], owner: str) -> int:
+    """Record that the attempts of ``run_ids`` begin under ``owner``'s lease, before
+    they do: a lapse of the lease then counts them (``requeue_expired``). Returns how
+    many ``owner`` still holds."""
+    runs = JobRun.objects.using(conf.database()).filter(id__in=list(run_ids), lease_owner=owner)
+    return runs.update(attempt_started_by=owner)
+
+
+def start_needs_record(run: JobRun, owner: str) -> bool:
+    """Whether ``run``'s start is recorded before it begins (``record_starts``): its last
+    lease lapsed and ``owner`` claimed it in a batch, whose sync runs' starts are
+    otherwise recorded by the heartbeat just after they began. So a run that kills its
+    worker as it begins gets its attempt back once in a row at most."""
+    return run.attempt_started_by == LAPSED and LeaseOwner.of_batch(owner)
 
 
 def release(run: JobRun, owner: str, *, now: datetime) -> bool:
@@ -153,18 +181,58 @@ def let_go_cancelled(
     return bool(settled)
 
 
+def give_back(run: JobRun, owner: str) -> bool:
+    """Give a claimed run back as it was before the claim, wake time included: a run
+    this worker cannot execute (its job or version is not registered here) stays
+    runnable for a worker that can, and how long it has been runnable still counts
+    (``UNKNOWN_JOB_GRACE``). Unlike ``release``, which makes the run due now."""
+    previous = getattr(run, "claimed_from", RunStatus.QUEUED)
+    attempt = run.attempt - 1 if previous == RunStatus.QUEUED else run.attempt
+    changes: dict[str, Any] = {
+        "status": previous,
+        "attempt": max(attempt, 0),
+        "lease_owner": "",
+        "lease_expires_at": None,
+    }
+    if getattr(run, "claimed_fresh", False):
+        changes["started_at"] = None  # the claim started it; it has not started
+    rows = JobRun.objects.using(conf.database()).filter(pk=run.pk, lease_owner=owner)
+    return bool(rows.filter(status=RunStatus.RUNNING).update(**changes))
+
+
+#: A batch's run (``LeaseOwner.batch``: a claim after the owner's last ``SEPARATOR``,
+#: ending with ``BATCH``) ...
+IN_A_BATCH = Q(lease_owner__contains=SEPARATOR, lease_owner__endswith=BATCH)
+#: ... whose start was not recorded: it may not have begun.
+UNSTARTED = IN_A_BATCH & ~Q(attempt_started_by=F("lease_owner"))
+
+
 def requeue_expired(*, now: datetime, limit: int = 100) -> int:
     """Make runs whose worker died runnable again; their completed steps replay.
 
     The interrupted attempt counts: a run that kills its worker every time stops
-    once its attempts are used up (the claim counts the next one).
+    once its attempts are used up (the claim counts the next one). But a batch's runs
+    wait in hand before they begin (``LeaseOwner.batch``): one whose start was not
+    recorded (``JobRun.attempt_started_by``) may never have begun, and gets its
+    attempt back. Each run is marked ``LAPSED``: a batch that claims it again records
+    its start before it begins (``start_needs_record``).
     """
     runs = JobRun.objects.using(conf.database())
     ids = list(runs.expired_leases(now, RunStatus.RUNNING).values_list("id", flat=True)[:limit])
     if not ids:
         return 0
     return runs.filter(id__in=ids, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
-        status=RunStatus.QUEUED, wake_at=now, lease_owner="", lease_expires_at=None
+        # Before ``lease_owner``: MySQL and MariaDB evaluate SET left to right.
+        attempt=Case(
+            When(UNSTARTED, attempt__gt=0, then=F("attempt") - 1),
+            default=F("attempt"),
+            output_field=PositiveIntegerField(),
+        ),
+        attempt_started_by=LAPSED,
+        status=RunStatus.QUEUED,
+        wake_at=now,
+        lease_owner="",
+        lease_expires_at=None,
     )
 
 

@@ -4,7 +4,8 @@
 for every claim, so a write left over from an earlier claim by the same worker
 process is fenced out like any other worker's. Readers that want the worker (the
 admin's worker list, django.tasks' ``worker_id``) parse it back with ``parse``
-instead of matching the text.
+instead of matching the text. A claim that may take several runs ends with ``BATCH``
+(``LeaseOwner.batch``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from dataclasses import dataclass
 
 #: Between the worker id and the claim; the last one counts (a worker id may hold it).
 SEPARATOR = "#"
+#: Ends the claim of a batch (``LeaseOwner.batch``).
+BATCH = "+"
+#: ``JobRun.attempt_started_by`` of a run whose lease lapsed (``claims.requeue_expired``):
+#: a batch that claims it again records its attempt's start before it begins. Never a
+#: lease owner: a worker's have a claim, and it has no ``SEPARATOR``.
+LAPSED = "lapsed"
 
 
 @dataclass(frozen=True)
@@ -23,9 +30,22 @@ class LeaseOwner:
     claim: str = ""
 
     @classmethod
-    def new(cls, worker_id: str) -> LeaseOwner:
-        """The owner for one claim by ``worker_id``."""
-        return cls(worker_id, uuid.uuid4().hex[:8])
+    def new(cls, worker_id: str, *, batch: bool = False) -> LeaseOwner:
+        """The owner for one claim by ``worker_id``; ``batch``: a claim of several runs."""
+        return cls(worker_id, uuid.uuid4().hex[:8] + (BATCH if batch else ""))
+
+    @property
+    def batch(self) -> bool:
+        """Whether the claim may take several runs: they wait in hand and begin one
+        after the other, so a lapse of the lease counts a run's attempt only once its
+        start is recorded (``JobRun.attempt_started_by``, ``claims.requeue_expired``).
+        A claim of one run begins it at once: its lapse counts the attempt."""
+        return self.claim.endswith(BATCH)
+
+    @staticmethod
+    def of_batch(text: str) -> bool:
+        """``LeaseOwner.parse(text).batch``, without building the value (once per run)."""
+        return text.endswith(BATCH) and text.rfind(SEPARATOR) > 0
 
     @classmethod
     def parse(cls, text: str) -> LeaseOwner:

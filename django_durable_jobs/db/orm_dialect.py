@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from django.db import connections, transaction
 
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
+from .executable import Executable
 from .postgresql.claims import Finish
 
 #: What the claim reads of each run it picks: id, status, first start.
@@ -55,16 +56,25 @@ class Dialect:
 
     # -- claims ------------------------------------------------------------------
     def claim(
-        self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        only: Executable | None = None,
     ) -> list[JobRun]:
         """Take up to ``limit`` runnable runs under no flow-control limit for ``owner``,
-        best first; each remembers the status it was claimed from (``claimed_from``)
-        and whether it never started before (``claimed_fresh``)."""
+        best first (with ``only``, of the jobs and versions it lets this worker take);
+        each remembers the status it was claimed from (``claimed_from``) and whether it
+        never started before (``claimed_fresh``)."""
         runs = JobRun.objects.using(self.using)
         # Runs under a limit are flow.claim_limited's, which locks their key first.
         candidates = runs.runnable(now, queues).filter(
             concurrency_limit__isnull=True, throttle_limit__isnull=True
         )
+        if only is not None:
+            candidates = candidates.filter(only.q())
         with self.claiming():
             picked = self.pick(candidates, limit)
             before = {run_id: status for run_id, status, _ in picked}
@@ -89,6 +99,7 @@ class Dialect:
         limit: int,
         candidates: int,
         finishes: Sequence[Finish],
+        only: Executable | None = None,
     ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
         """Runs under a concurrency limit claimed in one call, recording first
         ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
@@ -211,6 +222,7 @@ class Locking(Dialect):
         limit: int,
         candidates: int,
         finishes: Sequence[Finish],
+        only: Executable | None = None,
     ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
         """Runs under a concurrency limit claimed in one call, recording first
         ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the

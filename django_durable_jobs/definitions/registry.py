@@ -17,7 +17,7 @@ from inspect import Parameter, Signature
 from typing import Any, TypeVar
 
 from ..engine.cron import Cron, crons
-from ..engine.durations import Duration, parse_duration
+from ..engine.durations import Duration
 from ..engine.limits import CancelOn, Concurrency, Debounce, Limit, RateLimit, Throttle
 from ..engine.limits import cancel_on as _cancel_on
 from ..engine.limits import concurrency as _concurrency
@@ -26,12 +26,15 @@ from ..engine.limits import rate_limit as _rate_limit
 from ..engine.limits import throttle as _throttle
 from ..engine.records import Call
 from ..engine.retry import Backoff
-from ..engine.serialization import unstorable
 from ..engine.signatures import signature_of
-from ..exceptions import InvalidDuration, InvalidName, InvalidPayload, UnknownJob
+from ..exceptions import InvalidPayload, UnknownJob
+from . import options as check
 from .discovery import not_imported, where_jobs_come_from
 
+#: Each job name's highest version: what ``enqueue`` starts.
 _registry: dict[str, JobDefinition] = {}
+#: Every version of each job name (``@job(version=N)``): what a run keeps executing.
+_versions: dict[str, dict[int, JobDefinition]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,11 +52,11 @@ class JobOptions:
 
     def __post_init__(self) -> None:
         if self.queue is not None:
-            _text(self.queue, "queue", where="using()")
+            check.text(self.queue, "queue", where="using()")
         if self.priority is not None:
-            _priority(self.priority, where="using()")
+            check.priority(self.priority, where="using()")
         if self.run_after is not None and not isinstance(self.run_after, datetime):
-            object.__setattr__(self, "run_after", _run_after(self.run_after))
+            object.__setattr__(self, "run_after", check.run_after(self.run_after))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +65,8 @@ class JobDefinition:
 
     name: str
     fn: Callable[..., Any] = field(repr=False)
+    #: ``@job(version=N)``: runs keep the version they started on (``JobRun.job_version``).
+    version: int = 1
     queue: str = "default"
     priority: int = 0
     retries: int | None = None
@@ -108,6 +113,7 @@ def define(
     /,
     *,
     name: str | None = None,
+    version: int = 1,
     queue: str = "default",
     priority: int = 0,
     retries: int | None = None,
@@ -129,17 +135,18 @@ def define(
     the rules live here, next to ``JobOptions``, which applies the same ones.
     """
     _takes_ctx(function)
-    job_name = _origin(function) if name is None else _text(name, "name", longest=200)
+    job_name = check.origin(function) if name is None else check.text(name, "name", longest=200)
     definition = kind(
         name=job_name,
         fn=function,
-        queue=_text(queue, "queue"),
-        priority=_priority(priority),
-        retries=None if retries is None else _integer(retries, "retries", minimum=0),
-        backoff=_backoff(backoff),
-        timeout=_positive(timeout, "timeout"),
-        step_timeout=_positive(step_timeout, "step_timeout"),
-        on_event=None if on_event is None else _text(on_event, "on_event"),
+        version=check.version(version),
+        queue=check.text(queue, "queue"),
+        priority=check.priority(priority),
+        retries=None if retries is None else check.integer(retries, "retries", minimum=0),
+        backoff=check.backoff(backoff),
+        timeout=check.positive(timeout, "timeout"),
+        step_timeout=check.positive(step_timeout, "step_timeout"),
+        on_event=None if on_event is None else check.text(on_event, "on_event"),
         concurrency=_concurrency(concurrency, job_name, function),
         throttle=_throttle(throttle, job_name, function),
         rate_limit=_rate_limit(rate_limit, job_name, function),
@@ -175,7 +182,7 @@ def _takes_ctx(function: Callable[..., Any]) -> None:
         ctx = Parameter("ctx", Parameter.POSITIONAL_OR_KEYWORD)
         wanted = Signature([ctx, *(p.replace(annotation=p.empty) for p in params)])
         raise TypeError(
-            f"@job {_origin(function)}: a job function takes the run's context first, "
+            f"@job {check.origin(function)}: a job function takes the run's context first, "
             f"ctx, then its arguments: def {getattr(function, '__name__', 'job')}{wanted}"
         )
 
@@ -190,22 +197,27 @@ def _takes_a_payload(definition: JobDefinition) -> None:
 
 
 def register_job(definition: JobDefinition) -> JobDefinition:
-    """Add ``definition`` to the registry; a second, different function under one name fails."""
-    current = _registry.get(definition.name)
-    if current is not None and _origin(current.fn) != _origin(definition.fn):
+    """Add ``definition`` to the registry; a second, different function under one name
+    and version fails. Versions of one name (``@job(version=N)``) live side by side."""
+    versions = _versions.setdefault(definition.name, {})
+    current = versions.get(definition.version)
+    if current is not None and check.origin(current.fn) != check.origin(definition.fn):
         raise ValueError(
-            f"job name {definition.name!r} is already used by {_origin(current.fn)}; "
-            f"cannot register {_origin(definition.fn)} under the same name"
+            f"job name {definition.name!r} version {definition.version} is already used by "
+            f"{check.origin(current.fn)}; cannot register {check.origin(definition.fn)} "
+            "under the same name and version (a new version: @job(version=...))"
         )
-    _registry[definition.name] = definition
+    versions[definition.version] = definition
+    _registry[definition.name] = versions[max(versions)]
     return definition
 
 
-def get_job(name: str) -> JobDefinition:
-    """The job registered as ``name``, or ``UnknownJob`` listing close matches and
-    which modules this process imported jobs from."""
+def get_job(name: str, version: int | None = None) -> JobDefinition:
+    """The job registered as ``name`` (its highest version, or ``version``), or
+    ``UnknownJob`` listing close matches and which modules this process imported
+    jobs from, or the versions it has."""
     try:
-        return _registry[name]
+        latest = _registry[name]
     except KeyError:
         close = difflib.get_close_matches(name, _registry, n=3)
         # The question in parentheses: the clauses are joined by "; ", and "?;" reads as
@@ -216,20 +228,59 @@ def get_job(name: str) -> JobDefinition:
             f"no job is registered as {name!r}{hint}; {where_jobs_come_from()}"
             + (f"; {skipped}" if skipped else "")
         ) from None
+    if version is None or version == latest.version:
+        return latest
+    found = _versions[name].get(version)
+    if found is None:
+        known = ", ".join(str(v) for v in sorted(_versions[name]))
+        raise UnknownJob(
+            f"job {name!r} has no version {version} registered here (versions: {known}); "
+            "keep @job(version=...) of a version while runs of it are unfinished "
+            "(manage.py jobs versions)"
+        )
+    return found
+
+
+def latest(definition: JobDefinition) -> JobDefinition:
+    """The version of ``definition``'s job that ``enqueue`` starts: the highest one
+    registered (``definition`` itself if its name is not registered)."""
+    return _registry.get(definition.name, definition)
 
 
 def jobs_on_event(event: str) -> list[JobDefinition]:
-    """The jobs started by ``event`` (``@job(on_event=...)``)."""
+    """The jobs started by ``event`` (``@job(on_event=...)``), each at its highest version."""
     return [definition for definition in _registry.values() if definition.on_event == event]
 
 
 def all_jobs() -> dict[str, JobDefinition]:
+    """Each registered job name's highest version."""
     return dict(_registry)
 
 
-def unregister(name: str) -> None:
-    """For tests: forget a job."""
-    _registry.pop(name, None)
+def all_versions() -> list[JobDefinition]:
+    """Every registered version of every job, by name then version."""
+    return [
+        versions[number] for _, versions in sorted(_versions.items()) for number in sorted(versions)
+    ]
+
+
+def versions_by_name() -> dict[str, list[int]]:
+    """The versions this process registers of each job name (``Worker.jobs``)."""
+    return {name: sorted(versions) for name, versions in sorted(_versions.items())}
+
+
+def unregister(name: str, version: int | None = None) -> None:
+    """For tests: forget a job (every version of it, or ``version``)."""
+    versions = _versions.get(name, {})
+    if version is None:
+        versions.clear()
+    else:
+        versions.pop(version, None)
+    if versions:
+        _registry[name] = versions[max(versions)]
+    else:
+        _registry.pop(name, None)
+        _versions.pop(name, None)
 
 
 def max_attempts(definition: JobDefinition | None) -> int:
@@ -244,11 +295,16 @@ def max_attempts(definition: JobDefinition | None) -> int:
     return 1 + int(retries)
 
 
-def attempts_of(name: str) -> int | None:
-    """``max_attempts`` of the job registered as ``name``; None if no job is (the worker
-    fails such a run with ``X_JOB_UNKNOWN``)."""
-    definition = _registry.get(name)
+def attempts_of(name: str, version: int = 1) -> int | None:
+    """``max_attempts`` of the job registered as ``name`` at ``version``; None if none
+    is (the worker fails such a run with ``X_JOB_UNKNOWN``)."""
+    definition = find_job(name, version)
     return None if definition is None else max_attempts(definition)
+
+
+def find_job(name: str, version: int) -> JobDefinition | None:
+    """The job registered as ``name`` at exactly ``version``, or None."""
+    return _versions.get(name, {}).get(version)
 
 
 def check_arguments(
@@ -291,75 +347,7 @@ def check_arguments(
 CONTEXT_NAMES = frozenset({"ctx", "context", "_ctx", "_", "c", "self", "cls"})
 
 
-def _origin(fn: Callable[..., Any]) -> str:
-    return f"{fn.__module__}.{fn.__qualname__}"
-
-
-def _text(value: object, what: str, longest: int = 100, where: str = "@job") -> str:
-    if not isinstance(value, str) or not value or len(value) > longest:
-        raise ValueError(
-            f"{where} {what} must be a non-empty string of at most {longest} characters, "
-            f"got {value!r}"
-        )
-    if (why := unstorable(value)) is not None:
-        raise InvalidName(f"{where} {what} {value!r} cannot be stored: {why}")
-    return value
-
-
-#: The range of the ``priority`` column (a 32-bit integer on every database).
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-
-
-def _priority(value: object, where: str = "@job") -> int:
-    lowest, highest = PRIORITY_RANGE
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{where} priority must be an int, got {value!r}")
-    if not lowest <= value <= highest:
-        raise ValueError(f"{where} priority must be between {lowest} and {highest}, got {value!r}")
-    return value
-
-
-def _run_after(value: object) -> timedelta:
-    try:
-        return parse_duration(value)
-    except InvalidDuration as exc:
-        raise InvalidDuration(
-            f"using() run_after must be an aware datetime or a duration: {exc}"
-        ) from None
-
-
-def _integer(value: object, what: str, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"@job {what} must be an int, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"@job {what} must be >= {minimum}, got {value!r}")
-    return value
-
-
-def _positive(value: Duration | None, what: str) -> timedelta | None:
-    if value is None:
-        return None
-    parsed = _duration(value, what)
-    if not parsed:
-        raise ValueError(f"@job {what} must be longer than zero, got {value!r}")
-    return parsed
-
-
-def _backoff(value: Backoff | None) -> Backoff | None:
-    if value is None or callable(value):
-        return value
-    _duration(value, "backoff")  # fail at import time, not at the first retry
-    return value
-
-
 def _handler(value: JobDefinition | str | None) -> str | None:
     if value is None or isinstance(value, JobDefinition):
         return None if value is None else value.name
-    return _text(value, "on_failure (a job or a job name)", longest=200)
-
-
-def _duration(value: Duration, what: str) -> timedelta:
-    try:
-        return parse_duration(value)
-    except InvalidDuration as exc:  # say which option
-        raise InvalidDuration(f"@job {what}: {exc}") from None
+    return check.text(value, "on_failure (a job or a job name)", longest=200)

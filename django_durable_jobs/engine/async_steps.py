@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..exceptions import StepUsageError, Suspension
-from . import fanout, otel
+from . import fanout, otel, patches
 from .core import DEFAULT_WAIT_TIMEOUT, Io, Plan, UserCall
 from .durations import Duration
 from .records import Call, RecordedStep, StepStore
@@ -180,6 +180,34 @@ class AsyncSteps(StepEngine):
     ) -> list[Any]:
         """``invoke_all`` with ``job.call(item)`` for each item."""
         return await self.invoke_all(name, [Call(job, (item,)) for item in items], timeout=timeout)
+
+    # -- patches (patches.py): not awaited, as a sync job's ---------------------
+    def patched(self, change_id: str) -> bool:
+        """``ctx.patched``: decided from the records the worker read before the job
+        started; the answer is written before the run's next record, or when the job
+        returns (``save_answers``)."""
+        self._read_first("patched", change_id)
+        answer, record = patches.answer(self, change_id)
+        if record is not None:
+            self._unsaved.append(record)
+        return answer
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """``ctx.deprecate_patch``: the patch's old branch is gone; either answer stands."""
+        self._read_first("deprecate_patch", change_id)
+        patches.deprecate(self, change_id)
+
+    async def save_answers(self) -> None:
+        """Write the patches' answers not written yet (the job returned after them)."""
+        if self._unsaved:
+            await self._carry_out(self._save_answers())
+
+    def _read_first(self, what: str, change_id: str) -> None:
+        if not self._loaded:
+            raise StepUsageError(
+                f"job {self.job_name!r}: ctx.{what}({change_id!r}) needs the run's records "
+                "read before the job starts (the worker does: pass records= to AsyncSteps)"
+            )
 
     # -- the attempt's end ---------------------------------------------------
     def check_awaited(self, *, fail: bool = True) -> None:

@@ -63,6 +63,23 @@ class JobContext:
         """
         self.progress.set(value)
 
+    def patched(self, change_id: str) -> bool:
+        """True for a run that reaches this call with no recorded step left to replay (a
+        new run, or one that had not got this far when the code changed), False for a
+        run whose recorded history already goes past it. Decided once, recorded as the
+        step ``patch:<change_id>``, the same on every replay.
+
+        >>> if ctx.patched("send-sms"):  # doctest: +SKIP
+        ...     ctx.step.run("sms", send_sms, user_id)
+        """
+        return self.step.patched(change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """The old branch of ``patched(change_id)`` is gone from the code: runs that
+        recorded either answer go on (the new code is what runs). Remove the call once
+        no unfinished run recorded the patch (``manage.py jobs versions``)."""
+        self.step.deprecate_patch(change_id)
+
 
 @dataclass(frozen=True, kw_only=True)
 class AsyncJobContext:
@@ -87,6 +104,14 @@ class AsyncJobContext:
         >>> ctx.set_progress({"done": 40, "total": 100})  # doctest: +SKIP
         """
         self.progress.set(value)
+
+    def patched(self, change_id: str) -> bool:
+        """``JobContext.patched``, not awaited: ``if ctx.patched("send-sms"): ...``."""
+        return self.step.patched(change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """``JobContext.deprecate_patch``, not awaited."""
+        self.step.deprecate_patch(change_id)
 
 
 @dataclass(frozen=True)
@@ -178,6 +203,7 @@ async def arun_attempt(
     try:
         async with scope:
             value = await fn(ctx, *args, **kwargs)
+            await ctx.step.save_answers()  # ``patched`` answers with no step after them
         ctx.step.check_awaited()  # a step called without ``await`` never ran
         _not_swallowed(ctx)
         if timeout is not None and time.monotonic() - began > timeout.total_seconds():

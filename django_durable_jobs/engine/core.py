@@ -4,6 +4,7 @@ checks, replay, saving records, deadlines). No Django here; see ``steps.py``."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -127,6 +128,9 @@ class StepCore:
         #: The suspension a step of this attempt raised, if any: the attempt must end
         #: with it (``attempt.swallowed``).
         self.suspended: Suspension | None = None
+        #: Patches' answers decided and not written yet (an async job's ``patched`` is
+        #: not awaited): written before the next record (``_save``).
+        self._unsaved: list[RecordedStep] = []
 
     # -- the trace -------------------------------------------------------
     @property
@@ -176,11 +180,16 @@ class StepCore:
                 "in one attempt; step names are the replay key and must be unique"
             )
         self._used.append(name)
+        yield from self._save_answers()  # before this step writes or its user code acts
         if not self._loaded:
-            known: Sequence[RecordedStep] = yield Io(lambda: self._store.list(self.run_id))
-            self._records = {record.name: record for record in known}
-            self._loaded = True
+            yield from self._load()
         return self._records.get(name)
+
+    def _load(self) -> Plan[None]:
+        """Read the run's records (once per attempt, at its first step)."""
+        known: Sequence[RecordedStep] = yield Io(lambda: self._store.list(self.run_id))
+        self._records = {record.name: record for record in known}
+        self._loaded = True
 
     def _span(self, name: str, kind: StepKind, existing: RecordedStep | None) -> Any:
         """The span of one execution of a step that may suspend the run (``otel.py``);
@@ -204,8 +213,16 @@ class StepCore:
         return record.output
 
     def _save(self, record: RecordedStep) -> Plan[None]:
+        yield from self._save_answers()
         yield Io(lambda: self._store.put(record), write=True, record=record)
         self._records[record.name] = record
+
+    def _save_answers(self) -> Plan[None]:
+        """Write the patches' answers decided since the last write: a record written
+        after a patch is never found without the patch's answer (``patches.py``)."""
+        while self._unsaved:
+            answer = self._unsaved.pop(0)
+            yield Io(functools.partial(self._store.put, answer), write=True, record=answer)
 
     def _fail(self, record: RecordedStep, error: Exception) -> Plan[None]:
         yield from self._save(replace(record, status=StepStatus.FAILED, error=ErrorInfo.of(error)))

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..exceptions import StepUsageError, Suspension
-from . import otel
+from . import otel, patches
 from .clock import aware
 from .core import Io, Plan, UserCall
 from .durations import Duration, after, format_duration, parse_duration
@@ -257,3 +257,23 @@ class StepEngine(Waits):
         position, record = yield Io(publish_and_record, write=True)
         self._records[name] = record
         return int(position)
+
+    # -- patches (patches.py) ------------------------------------------------
+    def _patched(self, change_id: str) -> Plan[bool]:
+        if not self._loaded:
+            yield from self._load()
+        answer, record = patches.answer(self, change_id)
+        if record is not None:
+            self._unsaved.append(record)
+            yield from self._save_answers()
+        return answer
+
+    def _deprecate_patch(self, change_id: str) -> Plan[None]:
+        if not self._loaded:
+            yield from self._load()
+        patches.deprecate(self, change_id)
+
+    def unreached_steps(self) -> list[str] | None:
+        """The run's completed steps this attempt never reached (``patches.unreached``);
+        None if the attempt never read the run's records."""
+        return patches.unreached(self) if self._loaded else None

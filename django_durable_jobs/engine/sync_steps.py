@@ -155,6 +155,22 @@ class Steps(StepEngine):
         raise ``ChildRunFailed`` if it failed, ``JobTimeoutError`` after ``timeout``."""
         return self._perform(self._invoke(name, job, args, kwargs, timeout))
 
+    # -- patches (patches.py) -----------------------------------------------
+    def patched(self, change_id: str) -> bool:
+        """``ctx.patched``: whether this run takes the new code at this point, decided
+        the first time it gets here and recorded (step ``patch:<change_id>``)."""
+        return self._perform(self._patched(change_id))
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """``ctx.deprecate_patch``: the patch's old branch is gone; either answer stands."""
+        self._perform(self._deprecate_patch(change_id))
+
+    def unreached_steps(self) -> list[str]:
+        """As ``StepEngine.unreached_steps``; the records are read if no step read them."""
+        if not self._loaded:
+            self._perform(self._load())
+        return super().unreached_steps() or []
+
     # -- fan-out (fanout.py) -------------------------------------------------
     def invoke_all(
         self, name: str, calls: Sequence[Call], /, *, timeout: Duration = DEFAULT_WAIT_TIMEOUT

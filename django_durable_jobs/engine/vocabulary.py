@@ -46,3 +46,5 @@ class StepKind(StrEnum):
     RECEIVE = "receive"
     """``step.receive``: the oldest message of a topic sent to the run (``send``), taken
     in the transaction that records the step; the run parks until one is sent."""
+    PATCH = "patch"
+    """``ctx.patched``: the run's answer to a code change, decided once (``patches.py``)."""

@@ -79,6 +79,9 @@ class Worker(models.Model):
     last_heartbeat = InstantField()
     #: Runs executed to their next stop since the process started (as of the last beat).
     executed = models.PositiveIntegerField(default=0)
+    #: The jobs it can execute: job name -> the versions it registers (a rolling
+    #: deploy's workers differ; a worker leaves a run to one that registers its version).
+    jobs = models.JSONField(default=dict, blank=True)
 
     objects: models.Manager[Worker] = models.Manager()
 

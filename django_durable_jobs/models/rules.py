@@ -90,6 +90,8 @@ AGAIN: dict[str, Any] = {
     "attempt": 0,
     "finished_at": None,
     "result": None,
+    # What the attempt that finished the run did not reach: the next one will say.
+    "unreached_steps": [],
     **_NO_ERROR,
 }
 

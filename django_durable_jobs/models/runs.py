@@ -176,6 +176,8 @@ class JobRun(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     job_name = ExactCharField(max_length=200)
+    #: The ``@job(version=N)`` the run started on; every attempt executes that version.
+    job_version = models.PositiveIntegerField(default=1)
     queue = ExactCharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
@@ -199,6 +201,11 @@ class JobRun(models.Model):
     wake_at = InstantField(null=True, blank=True)
     lease_owner = ExactCharField(max_length=200, blank=True, default="")
     lease_expires_at = InstantField(null=True, blank=True)
+    #: The lease owner under which the attempt in hand began executing, where a claim's
+    #: runs may wait in hand before they begin (a batch's: ``LeaseOwner.batch``): a
+    #: lapse of such a lease counts the attempt only if this names it
+    #: (``claims.requeue_expired``). ``leases.LAPSED``: the run's last lease lapsed.
+    attempt_started_by = ExactCharField(max_length=200, blank=True, default="")
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
@@ -218,6 +225,9 @@ class JobRun(models.Model):
     throttle_period = models.DurationField(null=True, blank=True)
     rate_limit_key = ExactCharField(max_length=255, null=True, blank=True)
     debounce_key = ExactCharField(max_length=255, null=True, blank=True)
+    #: Completed steps the attempt that finished the run never reached: renamed or
+    #: removed by a deploy while the run was in flight (``ctx.patched`` guards that).
+    unreached_steps = models.JSONField(default=list, blank=True)
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..definitions.registry import all_jobs
+from ..definitions.registry import find_job
 from ..definitions.registry import max_attempts as of_definition
 from ..engine import clock
 from ..engine.fanout import key_prefix
@@ -86,11 +86,19 @@ class StepRow:
     children: tuple[Child, ...] = ()
     #: What the step is (``StepKind``): "atomic" steps are drawn as "run" ones.
     step_kind: str = "run"
+    #: Completed, and never reached by the attempt that finished the run (renamed or
+    #: removed by a deploy: ``JobRun.unreached_steps``).
+    unreached: bool = False
 
     @property
     def atomic(self) -> bool:
         """Its function's writes to the jobs database committed with its record."""
         return self.step_kind == StepKind.ATOMIC
+
+    @property
+    def patch(self) -> bool:
+        """The run's answer to ``ctx.patched``: which code it follows there."""
+        return self.step_kind == StepKind.PATCH
 
     @property
     def fanout_text(self) -> str:
@@ -157,6 +165,8 @@ class Trace:
     run_bar: Bar
     queued_bar: Bar
     ticks: tuple[Tick, ...]
+    #: Steps not reached by the code that finished this run (``JobRun.unreached_steps``).
+    unreached: tuple[str, ...] = ()
 
     @property
     def attempts_text(self) -> str:
@@ -198,10 +208,14 @@ def build(
         candidates.extend(when for when in (now, run.wake_at) if when is not None)
     axis = _Axis(start, max(candidates))
     flags = replayed_flags(steps)
+    unreached = tuple(run.unreached_steps or ())
     rows = tuple(
-        _row(number, step, end, flags[index], axis, (children or {}).get(step.name, ()))
-        for index, (number, step, end) in enumerate(
-            zip(range(1, len(steps) + 1), steps, ends, strict=True)
+        replace(row, unreached=row.name in unreached)
+        for row in (
+            _row(number, step, end, flags[index], axis, (children or {}).get(step.name, ()))
+            for index, (number, step, end) in enumerate(
+                zip(range(1, len(steps) + 1), steps, ends, strict=True)
+            )
         )
     )
     first_start = run.started_at or axis.end
@@ -216,6 +230,7 @@ def build(
         run_bar=axis.bar(run.started_at, finished, open=run.status not in FINISHED),
         queued_bar=axis.bar(run.created_at, first_start),
         ticks=axis.ticks(),
+        unreached=unreached,
     )
 
 
@@ -226,7 +241,7 @@ def load(run: JobRun, *, now: datetime | None = None) -> Trace:
         run,
         steps,
         now=now or clock.current().now(),
-        max_attempts=max_attempts(run.job_name),
+        max_attempts=max_attempts(run.job_name, run.job_version),
         children=_fanout_children(run, steps),
     )
 
@@ -280,9 +295,9 @@ def _resumed_at(step: StepRecord) -> bool:
     )
 
 
-def max_attempts(job_name: str) -> int | None:
-    """``1 + retries`` of the job registered on this process, or None if unknown."""
-    definition = all_jobs().get(job_name)
+def max_attempts(job_name: str, version: int = 1) -> int | None:
+    """``1 + retries`` of the job version registered on this process, or None if unknown."""
+    definition = find_job(job_name, version)
     return None if definition is None else of_definition(definition)
 
 
@@ -306,6 +321,7 @@ def _kind(step: StepRecord) -> str:
     drawn_as: dict[str, str] = {
         StepKind.PUBLISH: StepKind.RUN,
         StepKind.ATOMIC: StepKind.RUN,
+        StepKind.PATCH: StepKind.RUN,
         StepKind.INVOKE: StepKind.WAIT,
         StepKind.FANOUT: StepKind.WAIT,
         StepKind.RECEIVE: StepKind.WAIT,

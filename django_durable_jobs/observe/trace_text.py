@@ -28,15 +28,20 @@ STEP_HEADERS = (
 )
 
 
+#: What ``jobs show`` and the admin's run page call ``JobRun.unreached_steps``.
+UNREACHED = "steps not reached by the code that finished this run"
+
+
 def step_cells(row: StepRow) -> tuple[str, ...]:
+    tags = [tag for tag, shown in (("atomic", row.atomic), ("patch", row.patch)) if shown]
     return (
         str(row.number),
-        f"{row.name} (atomic)" if row.atomic else row.name,
+        row.name + "".join(f" ({tag})" for tag in tags),
         row.status,
         str(row.attempts),
         stamp(row.started_at),
         row.took_text,
-        "replayed" if row.replayed else "",
+        "replayed" if row.replayed else ("not reached" if row.unreached else ""),
         row.wake_text,
         clip(row.error_line, 80),
     )
@@ -66,7 +71,7 @@ def summary_lines(trace: Trace) -> list[str]:
     run = trace.run
     lines = [
         f"run {run.id}  {run.job_name}  {run.status}  attempt {trace.attempts_text}  "
-        f"queue {run.queue}",
+        f"queue {run.queue}  version {run.job_version}",
         "  ".join(
             f"{label} {stamp(when)}"
             for label, when in (
@@ -98,6 +103,7 @@ def as_json(trace: Trace) -> dict[str, Any]:
     return {
         "id": str(run.id),
         "job": run.job_name,
+        "job_version": run.job_version,
         "queue": run.queue,
         "status": run.status,
         "attempt": run.attempt,
@@ -118,6 +124,9 @@ def as_json(trace: Trace) -> dict[str, Any]:
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
         "wake_at": _iso(run.wake_at),
+        # Completed steps the attempt that finished the run never reached (a deploy
+        # renamed or removed them); each also has "unreached": true among "steps".
+        "unreached_steps": list(trace.unreached),
         "steps": [
             {
                 "name": row.name,
@@ -128,6 +137,7 @@ def as_json(trace: Trace) -> dict[str, Any]:
                 "completed_at": _iso(row.ended_at) if row.status == StepStatus.COMPLETED else None,
                 "took": row.took.total_seconds() if row.took is not None else None,
                 "replayed": row.replayed,
+                "unreached": row.unreached,
                 "wake_at": _iso(row.wake_at),
                 "event": row.event or None,
                 "key": row.key,
@@ -150,6 +160,16 @@ def as_json(trace: Trace) -> dict[str, Any]:
 
 def _iso(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat()
+
+
+def unreached_lines(trace: Trace) -> list[str]:
+    """``JobRun.unreached_steps`` under the step table (``jobs show``); none if none."""
+    if not trace.unreached:
+        return []
+    return [
+        f"{UNREACHED} (renamed or removed by a deploy while it was in flight):",
+        *(f"  {name}" for name in trace.unreached),
+    ]
 
 
 def children_lines(trace: Trace) -> list[str]:

@@ -19,7 +19,7 @@ from ..db import dialect
 from ..db.flow import gates, holds
 from ..db.flow import keys as flow_keys
 from ..db.migrated import needs_tables
-from ..definitions.registry import JobDefinition, JobOptions, check_arguments, get_job
+from ..definitions.registry import JobDefinition, JobOptions, check_arguments, get_job, latest
 from ..engine import clock, otel
 from ..engine.durations import Duration, after, parse_duration
 from ..engine.serialization import check_arguments_payload, unstorable
@@ -52,12 +52,14 @@ def enqueue_job(
 
     With an ``idempotency_key`` already used for this job, the existing run is
     returned and nothing is written (also under concurrent enqueues: the unique
-    constraint decides).
+    constraint decides). The run starts on the job's highest version registered.
     """
+    job = latest(job)
     clean_args, clean_kwargs = _checked_arguments(job, args, kwargs)
     now = now or clock.current().now()
     run = JobRun.new(
         job_name=job.name,
+        job_version=job.version,
         queue=options.queue or job.queue,
         priority=job.priority if options.priority is None else options.priority,
         args=clean_args,
@@ -119,6 +121,7 @@ def enqueue_many_job(
     Every call is validated before anything is written. Idempotency keys are not
     supported here: use ``enqueue`` for those.
     """
+    job = latest(job)
     if options.idempotency_key is not None:
         raise ValueError("enqueue_many does not take an idempotency_key; use enqueue()")
     if gates.gated(job) or job.cancel_on:
@@ -141,6 +144,7 @@ def enqueue_many_job(
             )
         run = JobRun.new(
             job_name=job.name,
+            job_version=job.version,
             queue=options.queue or job.queue,
             priority=job.priority if options.priority is None else options.priority,
             args=args,

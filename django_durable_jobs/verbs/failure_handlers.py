@@ -11,7 +11,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from ..definitions.registry import JobDefinition, JobOptions, get_job
+from ..definitions.registry import JobDefinition, JobOptions, find_job, get_job
 from ..exceptions import UnknownJob
 from ..models import JobRun, RunStatus
 from .enqueue import enqueue_job
@@ -26,8 +26,8 @@ def handler_for(run: JobRun) -> JobDefinition | None:
     """The ``on_failure`` job of ``run``'s job, or None (none set, or ``run`` is a handler)."""
     if (run.idempotency_key or "").startswith(PREFIX):
         return None
-    try:
-        name = get_job(run.job_name).on_failure
+    try:  # the run's own version's, else the job's latest
+        name = (find_job(run.job_name, run.job_version) or get_job(run.job_name)).on_failure
     except UnknownJob:
         return None
     if name is None:

@@ -19,7 +19,7 @@ from ..db import faults
 from ..db.flow import gates
 from ..db.flow import keys as flow_keys
 from ..db.store import CHILD_COLUMNS, child_outcome, child_run_outcome
-from ..definitions.registry import JobDefinition, JobOptions, get_job
+from ..definitions.registry import JobDefinition, JobOptions, get_job, latest
 from ..engine import clock
 from ..engine.fanout import key_prefix
 from ..engine.records import Call, ChildOutcome
@@ -124,11 +124,12 @@ def refuse_gated(job: JobDefinition, what: str) -> None:
 
 
 def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
-    job = call.job if isinstance(call.job, JobDefinition) else get_job(str(call.job))
+    job = latest(call.job) if isinstance(call.job, JobDefinition) else get_job(str(call.job))
     refuse_gated(job, f"child {key}: a fan-out")
     args, kwargs = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
     run = JobRun.new(
         job_name=job.name,
+        job_version=job.version,
         queue=job.queue,
         priority=job.priority,
         args=args,

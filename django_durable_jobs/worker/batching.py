@@ -3,9 +3,10 @@
 A claim takes one run at first; the batch doubles while claims come back full, up to
 ``MAX_BATCH`` while they bring only async runs and ``MAX_SYNC_BATCH`` when they bring
 sync runs (the sync runs of one batch wait for each other), and falls back to one run
-after a slow sync run, or for a while after a run on its last attempt came in a batch.
-Never more than the process can start soon (the async lane's free slots), nor than
-``--max-runs`` leaves.
+after a slow sync run. Never more than the process can start soon (the async lane's
+free slots), nor than ``--max-runs`` leaves. Runs on their last attempt are batched
+like the others: a batch's run that never began keeps its attempt if the worker dies
+(``claims.requeue_expired``).
 """
 
 from __future__ import annotations
@@ -25,25 +26,18 @@ class Batching:
         self._full = self._sync_claimed = False
         #: Whether a sync run since the last claim was slow.
         self.slow = False
-        #: Claims still to take one run.
-        self._single = 0
 
     def claimed(self, taken: int, limit: int, *, sync: bool) -> None:
         """A claim with room for ``limit`` runs took ``taken`` (some sync: ``sync``)."""
         self._full = bool(taken) and taken == limit
         self._sync_claimed = sync
 
-    def one_at_a_time(self) -> None:
-        """A run on its last attempt came in a batch: claims of one run for a while."""
-        self._single = MAX_SYNC_BATCH
-
     def next(self, *, free: int | None, left: int | None) -> int:
         """The next claim's limit: ``free`` slots in the async lane (None without one),
         ``left`` runs that ``--max-runs`` still allows besides those in hand (None: no
         bound; 0 or less: claim none)."""
-        if self.slow or self._single:
+        if self.slow:
             self.size = 1
-            self._single = max(self._single - 1, 0)
         elif self._full:
             most = MAX_SYNC_BATCH if free is None or self._sync_claimed else MAX_BATCH
             self.size = min(self.size * 2, most)

@@ -20,7 +20,13 @@ from .. import conf, signals
 from ..db.mailbox import OrmMailbox
 from ..db.progress import progress_writer
 from ..db.store import OrmStepStore
-from ..definitions.registry import JobDefinition, attempts_of, get_job, max_attempts
+from ..definitions.registry import (
+    JobDefinition,
+    all_jobs,
+    attempts_of,
+    get_job,
+    max_attempts,
+)
 from ..engine import otel
 from ..engine.async_steps import AsyncSteps, IoRunner, StepWriter
 from ..engine.attempt import (
@@ -42,7 +48,7 @@ from ..engine.steps import StepEngine
 from ..engine.sync_steps import STEP_LOST, Steps
 from ..engine.timeouts import TimeGuard
 from ..exceptions import AttemptsExhausted, UnknownJob
-from ..models import JobRun, StepRecord, StepStatus
+from ..models import JobRun, RunStatus, StepRecord, StepStatus
 from ..verbs.events import EventLog
 from ..verbs.invocations import OrmChildBatches, OrmChildRuns
 from . import recording
@@ -164,6 +170,9 @@ async def arun_to_stop(
     assert definition is not None
     run_id = str(run.id)
     engine = _engine(run, run_id, definition, clock, owner, interrupt, inline=False)
+    if engine["records"] is None:  # read first: ``ctx.patched`` answers without awaiting
+        store = engine["store"]
+        engine["records"] = await io(lambda: store.list(run_id))
     steps = AsyncSteps(io=io, put=put, call=call, **engine)
     ctx = AsyncJobContext(
         step=steps,
@@ -202,9 +211,12 @@ def _definition(
     """The run's job, or the outcome of a run that cannot start (unknown job, attempts
     used up)."""
     try:
-        definition = get_job(run.job_name)
+        definition = get_job(run.job_name, run.job_version)
     except UnknownJob as exc:
-        exc.args = (f"{exc} (run {run.id}; was the job renamed or its module not deployed?)",)
+        # Another version of the job is here: the message says which (``get_job``).
+        known = run.job_name in all_jobs()
+        hint = "" if known else "; was the job renamed or its module not deployed?"
+        exc.args = (f"{exc} (run {run.id}{hint})",)
         outcome: Outcome = Failed(ErrorInfo.of(exc), retryable=False)
         return None, pending_of(run, None, outcome, clock.now(), rng)
     if run.attempt > max_attempts(definition):
@@ -215,7 +227,7 @@ def _definition(
 
 def _exhausted_attempts(run: JobRun) -> bool:
     """Whether the claim counted one attempt too many (``_definition`` then reads)."""
-    most = attempts_of(run.job_name)
+    most = attempts_of(run.job_name, run.job_version)
     return most is not None and run.attempt > most
 
 
@@ -272,7 +284,14 @@ def _stopped_at(
     if isinstance(outcome, Suspended):
         parked = next((r for r in steps.records() if r.name == outcome.step), None)
         pending = replace(pending, parked=parked)
+    elif pending.changes["status"] in FINISHING and (unreached := steps.unreached_steps()):
+        # Steps the code that finished the run never reached: said, not silently kept.
+        pending = replace(pending, changes={**pending.changes, "unreached_steps": unreached})
     return pending
+
+
+#: The outcomes of an attempt that finish its run.
+FINISHING = (RunStatus.SUCCEEDED, RunStatus.FAILED)
 
 
 def _exhausted(

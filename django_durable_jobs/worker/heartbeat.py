@@ -1,5 +1,6 @@
 """The heartbeat of a worker process: one thread, on its own connection, that renews
-the leases of every run in hand and notices runs cancelled meanwhile."""
+the leases of every run in hand, records the start of a batch's runs, and notices
+runs cancelled meanwhile."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 from uuid import UUID
 
@@ -15,6 +17,7 @@ from django.db import DatabaseError, connections
 from .. import conf
 from ..db import faults
 from ..db.claims import renew, renew_held
+from ..db.leases import LeaseOwner
 from ..db.store import LeaseLost
 from ..engine.clock import Clock
 from ..engine.core import Interrupt, Io
@@ -25,10 +28,18 @@ from .presence import Presence
 log = logging.getLogger("django_durable_jobs.worker")
 
 
+#: Seconds a batch's sync run runs before its start is recorded (``Heartbeat.begin``):
+#: a quick run ends first and costs no write; a longer one's is recorded within twice
+#: that, with the others that began meanwhile, in one statement.
+RECORD_STARTS_AFTER = 0.02
+
+
 class Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the leases of the runs in
     hand (the sync one and every async one in flight) every ``every``, in one statement
-    for all of them, and notices a cancellation so the run stops at its next step."""
+    for all of them, records the start of a batch's sync runs that run longer than
+    ``RECORD_STARTS_AFTER``, and notices a cancellation so the run stops at its next
+    step."""
 
     def __init__(
         self, clock: Clock, lease: timedelta, every: timedelta, presence: Presence | None = None
@@ -40,6 +51,12 @@ class Heartbeat(threading.Thread):
         self._held: dict[UUID, str] = {}  # run id -> the owner that holds its lease
         self._cancelled: set[UUID] = set()
         self._renewed: dict[UUID, float] = {}  # run id -> monotonic time of claim or renewal
+        #: Runs of a batch that began, their start not recorded yet (``begin``): run id
+        #: -> monotonic time it began; whether the thread looks at them every
+        #: ``RECORD_STARTS_AFTER``, and whether one began since it last looked.
+        self._begun: dict[UUID, float] = {}
+        self._watching = self._new_starts = False
+        self._starts = threading.Event()  # set by ``begin``: wakes the thread
         self._done = threading.Event()
 
     def hold(self, owner: str, run_id: UUID, since: float | None = None) -> None:
@@ -52,10 +69,26 @@ class Heartbeat(threading.Thread):
             self._held[run_id] = owner
             self._cancelled.discard(run_id)
 
+    def begin(self, run_id: UUID) -> None:
+        """``run_id`` (held) begins. If its claim was a batch's (``LeaseOwner.batch``),
+        the thread records that if it still runs ``RECORD_STARTS_AFTER`` later
+        (``record_starts``): from then on a lapse of its lease counts its attempt
+        (``claims.requeue_expired``)."""
+        with self._lock:
+            owner = self._held.get(run_id)
+            if owner is None or not LeaseOwner.of_batch(owner):
+                return
+            self._begun[run_id] = time.monotonic()
+            self._new_starts = True
+            wake = not self._watching  # else it looks soon: no wake-up per run
+        if wake:
+            self._starts.set()
+
     def drop(self, run_id: UUID) -> None:
         with self._lock:
             self._held.pop(run_id, None)
             self._renewed.pop(run_id, None)
+            self._begun.pop(run_id, None)
 
     def interruption_for(self, run_id: UUID) -> Interrupt:
         """What the engine of ``run_id`` asks before each step, sync or async: a
@@ -91,34 +124,75 @@ class Heartbeat(threading.Thread):
         return RunCancelled("the run was cancelled while it executed")
 
     def run(self) -> None:
+        due = time.monotonic() + self.every
         try:
-            while not self._done.wait(self.every):
+            while not self._done.is_set():
+                self._wait(due)
+                if self._done.is_set():
+                    break
                 try:
-                    self.beat()
+                    if time.monotonic() >= due:
+                        due = time.monotonic() + self.every
+                        self.beat()
+                    else:
+                        self.record_starts()
                 except DatabaseError as exc:
                     log.warning("heartbeat failed (%s); reconnecting", exc)
                     connections.close_all()
         finally:
             connections.close_all()
 
-    def beat(self) -> None:
-        """One beat: renew every lease in hand, then the worker's row."""
+    def _wait(self, due: float) -> None:
+        """Until the next beat (``due``, monotonic), or the next look at the starts to
+        record: every ``RECORD_STARTS_AFTER`` while runs of a batch begin (``begin``),
+        until a look finds none begun since the last."""
         with self._lock:
-            held = dict(self._held)
+            self._watching = bool(self._begun) or self._new_starts
+            self._new_starts = False
+        timeout = due - time.monotonic()
+        if self._watching:
+            timeout = min(timeout, RECORD_STARTS_AFTER)
+        self._starts.wait(max(timeout, 0.0))
+        self._starts.clear()
+
+    def beat(self) -> None:
+        """One beat: renew every lease in hand (recording the starts not recorded yet),
+        then the worker's row."""
+        with self._lock:
+            held, started = dict(self._held), set(self._begun)
         if held:
-            self._renew(held)
+            self._renew(held, started)
+            self._recorded(started)
         if self.presence is not None:
             self.presence.beat(self.clock.now())
+
+    def record_starts(self) -> None:
+        """Record the start of the batch's runs that began ``RECORD_STARTS_AFTER`` ago
+        or more (``begin``), in one statement that renews their leases too
+        (``renew_held``); a run it does not renew is the next beat's to look up."""
+        ripe = time.monotonic() - RECORD_STARTS_AFTER
+        with self._lock:
+            held = {run_id: self._held[run_id] for run_id, t in self._begun.items() if t <= ripe}
+        if held:
+            renew_held(held, now=self.clock.now(), lease=self.lease, started=held)
+            self._recorded(held)
+
+    def _recorded(self, run_ids: Iterable[UUID]) -> None:
+        with self._lock:
+            for run_id in run_ids:
+                self._begun.pop(run_id, None)
 
     def _beat(self, owner: str, *run_ids: UUID) -> None:
         """Renew ``run_ids``, all held by ``owner``."""
         self._renew(dict.fromkeys(run_ids, owner))
 
-    def _renew(self, held: dict[UUID, str]) -> None:
-        """Renew every lease in ``held`` (run id -> owner) in one statement, then look
-        up the runs it did not renew: cancelled, or taken over."""
+    def _renew(self, held: dict[UUID, str], started: set[UUID] | None = None) -> None:
+        """Renew every lease in ``held`` (run id -> owner) in one statement, recording
+        the start of the runs ``started``, then look up the runs it did not renew:
+        cancelled, or taken over."""
         faults.hit("heartbeat", conf.database())
-        if renew_held(held, now=self.clock.now(), lease=self.lease) == len(held):
+        now = self.clock.now()
+        if renew_held(held, now=now, lease=self.lease, started=started or ()) == len(held):
             with self._lock:
                 self._renewed.update(dict.fromkeys(held, time.monotonic()))
             return
@@ -161,3 +235,4 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._done.set()
+        self._starts.set()

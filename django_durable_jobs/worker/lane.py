@@ -140,9 +140,24 @@ class AsyncLane:
                 timeout=seconds,
             )
 
+    #: How long a stopping worker waits for the runs it abandoned to be given back:
+    #: each is a short write, but on a busy machine more than the drain time-out.
+    RELEASE_PATIENCE = 10.0
+
     def abandon(self) -> None:
         """Cancel every run in flight; each is released without using an attempt."""
         self._loop.call_soon_threadsafe(self._cancel_all)
+
+    def drain(self, seconds: float, owner: str) -> None:
+        """Stopping: let the runs in flight finish for ``seconds``, then cancel them
+        (each is given back, or let go if it was cancelled: a write each, waited for up
+        to ``RELEASE_PATIENCE``), and close."""
+        if self.in_flight():
+            log.info("worker %s: waiting for %d async run(s)", owner, self.in_flight())
+        if not self.wait(seconds, until_empty=True):
+            self.abandon()
+            self.wait(max(seconds, self.RELEASE_PATIENCE), until_empty=True)
+        self.close()
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -286,7 +301,7 @@ def is_async_run(run: JobRun) -> bool:
     """Whether ``run``'s job is ``async def`` (an unknown job is not: the sync path
     fails it with X_JOB_UNKNOWN)."""
     try:
-        return get_job(run.job_name).is_async
+        return get_job(run.job_name, run.job_version).is_async
     except UnknownJob:
         return False
 

@@ -26,11 +26,16 @@ from django.db import DatabaseError, connections
 
 from .. import conf
 from ..db import conflicts, faults
-from ..db.claims import let_go_expired_cancelled, release, requeue_expired
+from ..db.claims import (
+    let_go_expired_cancelled,
+    record_starts,
+    release,
+    requeue_expired,
+    start_needs_record,
+)
 from ..db.flow import holds
 from ..db.flow import limits as flow
 from ..db.leases import LeaseOwner
-from ..definitions.registry import attempts_of
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..models import JobRun
@@ -43,6 +48,7 @@ from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
 from .outbox import Outbox
 from .outcome import Pending
 from .presence import Presence
+from .rollout import Rollout
 from .stopping import StopNow, StopSignals
 from .wakeup import Waker, make_waker
 
@@ -77,7 +83,8 @@ class Worker(StopSignals):
         self.stopping = threading.Event()
         self.executed = 0
         self._in_hand: JobRun | None = None
-        self._outbox = Outbox(self.lease, _queues(options.queues), self.clock)
+        self._rollout = Rollout.of_this_process(self.lease)
+        self._outbox = Outbox(self.lease, options.queues, self.clock, self._rollout)
         self._signals = 0
         self._waker: Waker | None = None
         self._next_reap = 0.0
@@ -184,8 +191,8 @@ class Worker(StopSignals):
             lane.wait(self.options.poll_interval.total_seconds())
             return True
         pending = self._pending
-        owner = str(LeaseOwner.new(self.options.worker_id))
         limit = self._next_batch(lane)
+        owner = str(LeaseOwner.new(self.options.worker_id, batch=limit > 1))
         if limit < 1:  # --max-runs: the async runs in hand are the last ones
             self.flush()
             if lane is not None:
@@ -200,9 +207,14 @@ class Worker(StopSignals):
         """Hand async runs to the lane, execute the first sync run, keep the others.
         ``sent``: when the claim was sent (its leases are at most that old)."""
         lane = self._lane
+        in_lane = {run.pk for run in runs if lane is not None and is_async_run(run)}
+        if in_lane and LeaseOwner.parse(owner).batch:
+            # The lane begins them at once: a lapse counts their attempt from now, as a
+            # claim of one run's (``claims.requeue_expired``).
+            record_starts(in_lane, owner)
         sync_runs = []
         for run in runs:
-            if lane is not None and is_async_run(run):
+            if lane is not None and run.pk in in_lane:
                 self._hand_over(lane, run, owner, sent)
             else:
                 sync_runs.append(run)
@@ -210,7 +222,9 @@ class Worker(StopSignals):
             log.info("runs claimed: %d in one round trip (limit %d)", len(runs), limit)
         self._batching.claimed(len(runs), limit, sync=bool(sync_runs))
         if sync_runs:
-            first, waiting = sync_runs[0], self._keep_waiting(sync_runs[1:], owner)
+            # Those that wait keep their attempt if the worker dies before they begin:
+            # a batch's (``LeaseOwner.batch``, ``claims.requeue_expired``).
+            first, waiting = sync_runs[0], sync_runs[1:]
             beat = self._heartbeat()
             for run in waiting:  # their leases are renewed until they start
                 beat.hold(owner, run.id, since=sent)
@@ -240,22 +254,6 @@ class Worker(StopSignals):
                 run.id,
                 self._release(run),
             )
-
-    def _keep_waiting(self, runs: list[JobRun], owner: str) -> list[JobRun]:
-        """The sync runs of a batch that may wait for the first to finish. A run on its
-        last attempt may not: the claim counted that attempt, and a worker killed
-        before the run started would have used it up without running it. Such runs
-        are given back at once, and the next claim takes one run."""
-        waiting = []
-        for run in runs:
-            most = attempts_of(run.job_name)
-            if most is None or run.attempt < most:  # unknown: failed when it starts
-                waiting.append(run)
-                continue
-            self._batching.one_at_a_time()
-            with contextlib.suppress(DatabaseError):  # else its lease gives it back
-                release(run, owner, now=self.clock.now())
-        return waiting
 
     def _next_batch(self, lane: AsyncLane | None) -> int:
         """How many runs the next claim may take (``batching``): the lane's free slots
@@ -290,16 +288,8 @@ class Worker(StopSignals):
             with contextlib.suppress(DatabaseError):
                 released = release(run, self._owner, now=self.clock.now())
                 log.info("run released: run=%s claimed but not started (%s)", run.id, released)
-        lane = self._lane
-        if lane is None:
-            return
-        drain = self.options.drain_timeout.total_seconds()
-        if lane.in_flight():
-            log.info("worker %s: waiting for %d async run(s)", self._owner, lane.in_flight())
-        if not lane.wait(drain, until_empty=True):
-            lane.abandon()
-            lane.wait(drain, until_empty=True)
-        lane.close()
+        if self._lane is not None:
+            self._lane.drain(self.options.drain_timeout.total_seconds(), self._owner)
 
     def _record_and_claim(
         self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
@@ -332,6 +322,8 @@ class Worker(StopSignals):
             concurrency=self.options.concurrency,
             lease=self.lease,
             executed=self.runs_done,
+            jobs=self._rollout.jobs,
+            heard=self._rollout.heard,
         )
         self._presence.register(self.clock.now())
         self._heartbeat()
@@ -356,6 +348,7 @@ class Worker(StopSignals):
         beat.hold(self._owner, run.id, since=since)
         try:
             faults.hit("claim.after", conf.database())
+            self._begin(run, beat)
             self._pending = run_to_stop(
                 run,
                 clock=self.clock,
@@ -380,6 +373,14 @@ class Worker(StopSignals):
                 self._batching.slow = True
         self.executed += 1
 
+    def _begin(self, run: JobRun, beat: Heartbeat) -> None:
+        """``run`` begins: its start is recorded by the heartbeat just after or, for a
+        run whose last lease lapsed, now (``claims.start_needs_record``)."""
+        if start_needs_record(run, self._owner):
+            record_starts([run.pk], self._owner)
+        else:
+            beat.begin(run.id)
+
     def _release(self, run: JobRun) -> bool:
         try:
             return release(run, self._owner, now=self.clock.now())
@@ -394,7 +395,3 @@ class Worker(StopSignals):
 
 #: A sync run that takes longer (seconds) makes the next claim take one run.
 QUICK_RUN = 0.02
-
-
-def _queues(queues: Sequence[str] | None) -> list[str] | None:
-    return None if queues is None else list(queues)

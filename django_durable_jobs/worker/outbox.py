@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from django.db import DatabaseError
 from .. import conf
 from ..db import dialect, faults
 from ..db.claims import claim, release
+from ..db.executable import Executable
 from ..db.flow import limits as flow
 from ..db.postgresql import claims as postgres
 from ..db.postgresql import flow as postgres_flow
@@ -27,6 +29,7 @@ from ..engine.clock import Clock
 from ..models import JobRun
 from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of
 from .recording import record, record_all, record_together, refused, settle_all
+from .rollout import Rollout
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -34,10 +37,19 @@ log = logging.getLogger("django_durable_jobs.worker")
 class Outbox:
     """One worker process's unwritten outcomes and the lease owner they are fenced by."""
 
-    def __init__(self, lease: timedelta, queues: list[str] | None, clock: Clock) -> None:
+    def __init__(
+        self,
+        lease: timedelta,
+        queues: Sequence[str] | None,
+        clock: Clock,
+        rollout: Rollout | None = None,
+    ) -> None:
         self.lease = lease
-        self.queues = queues
+        self.queues = None if queues is None else list(queues)
         self.clock = clock
+        #: The worker's view of a rolling deploy: its claim's filter, and the runs of
+        #: jobs and versions it lacks, given back to others (None: no worker, no filter).
+        self.rollout = rollout
         self.owner = ""
         #: The outcome of the run executed last, not written yet.
         self.pending: Pending | None = None
@@ -120,6 +132,7 @@ class Outbox:
                 queues=self.queues,
                 clock=self.clock,
                 limit=limit,
+                only=self._only(now),
             )
             self.idle = not runs
             recorded = frozenset()  # no outcome here: recorded on their own above
@@ -129,7 +142,13 @@ class Outbox:
         written = [(p, previous) for p in pendings]
         for executed in settle_all(written, [p.run.pk in recorded for p in pendings]):
             self.settled = executed
+        if runs and self.rollout is not None:  # runs of jobs or versions it lacks: to others
+            runs = self.rollout.executable(runs, owner, now)
         return runs
+
+    def _only(self, now: datetime) -> Executable | None:
+        """The claim's filter: the jobs and versions this worker may take (``rollout``)."""
+        return None if self.rollout is None else self.rollout.only(now)
 
     def _record_apart(self, pendings: list[Pending]) -> None:
         """Record ``pendings`` with statements of their own (not the claim's): in one
@@ -191,6 +210,7 @@ class Outbox:
                     limit,
                     self._finishes(pendings),
                     look_for_limited=looking,
+                    only=self._only(now),
                 )
             except UNSTORABLE as exc:
                 if not pendings:
@@ -244,6 +264,7 @@ class Outbox:
             limit=limit,
             clock=self.clock,
             finishes=finishes,
+            only=self._only(now),
         )
 
     def flush(self) -> None:

@@ -26,6 +26,7 @@ from django.db import DatabaseError, transaction
 
 from .. import conf
 from ..db import dialect
+from ..db.executable import Pair, pairs_of
 from ..db.leases import LeaseOwner
 from ..models import JobRun, RunStatus, Worker, WorkerStatus
 
@@ -40,9 +41,15 @@ def _version() -> str:
 
 
 def register(
-    worker_id: str, *, queues: Sequence[str] | None, concurrency: int, now: datetime
+    worker_id: str,
+    *,
+    queues: Sequence[str] | None,
+    concurrency: int,
+    now: datetime,
+    jobs: dict[str, list[int]] | None = None,
 ) -> Worker:
-    """Insert or take over the row named ``worker_id`` as a live worker started ``now``.
+    """Insert or take over the row named ``worker_id`` as a live worker started ``now``,
+    which registers ``jobs`` (job name -> versions).
 
     ``update_or_create`` reads the row before it writes: on SQLite, a read transaction
     cannot become a write one once another process wrote meanwhile ("database is
@@ -59,6 +66,7 @@ def register(
         "started_at": now,
         "last_heartbeat": now,
         "executed": 0,
+        "jobs": jobs or {},
     }
     with transaction.atomic(using=using):
         dialect.of(using).write_first()
@@ -100,6 +108,18 @@ def sweep(*, now: datetime, lease: timedelta, keep: timedelta) -> tuple[int, int
         rows.exclude(status=WorkerStatus.LIVE).filter(last_heartbeat__lt=now - keep).delete()
     )
     return marked, deleted
+
+
+def live_registries(*, now: datetime, lease: timedelta) -> dict[str, frozenset[Pair]]:
+    """The jobs and versions each live worker registers (worker id -> pairs): one
+    query of the few live rows, by the index of their beats."""
+    rows = Worker.objects.using(conf.database()).filter(
+        status=WorkerStatus.LIVE, last_heartbeat__gte=now - lease
+    )
+    return {
+        worker_id: pairs_of(jobs if isinstance(jobs, dict) else {})
+        for worker_id, jobs in rows.values_list("worker_id", "jobs")
+    }
 
 
 def is_alive(worker: Worker, *, now: datetime, lease: timedelta) -> bool:
@@ -163,6 +183,7 @@ def listing(*, now: datetime) -> list[dict[str, Any]]:
             "started_at": w.started_at.isoformat(),
             "last_heartbeat": w.last_heartbeat.isoformat(),
             "executed": w.executed,
+            "jobs": dict(w.jobs) if isinstance(w.jobs, dict) else {},
             "runs_in_hand": [
                 {"run_id": str(r.id), "job_name": r.job_name} for r in held.get(w.worker_id, [])
             ],
@@ -177,7 +198,9 @@ class Presence:
 
     ``executed`` reads the loop's counter; the beat writes it, so counting a run costs
     no query of its own. Database errors are logged and retried at the next beat: the
-    row is for operators, it must never stop a worker.
+    row is for operators, it must never stop a worker. ``heard`` is told, at the
+    start and after each beat, what every live worker registers (``live_registries``):
+    the claim leaves other workers their jobs and versions (``rollout``).
     """
 
     def __init__(
@@ -188,9 +211,12 @@ class Presence:
         concurrency: int,
         lease: timedelta,
         executed: Callable[[], int],
+        jobs: dict[str, list[int]] | None = None,
+        heard: Callable[[dict[str, frozenset[Pair]]], None] | None = None,
     ) -> None:
         self.worker_id, self.queues, self.concurrency = worker_id, queues, concurrency
         self.lease, self.executed = lease, executed
+        self.jobs, self.heard = jobs or {}, heard
         self.keep = conf.required_duration("WORKER_RETENTION")
         self._next_sweep = 0.0
         # The last beat may race the goodbye: a beat after it must not register again.
@@ -199,9 +225,20 @@ class Presence:
 
     def register(self, now: datetime) -> None:
         try:
-            register(self.worker_id, queues=self.queues, concurrency=self.concurrency, now=now)
+            register(
+                self.worker_id,
+                queues=self.queues,
+                concurrency=self.concurrency,
+                now=now,
+                jobs=self.jobs,
+            )
+            self._listen(now)
         except DatabaseError as exc:
             log.warning("worker %s: could not register (%s); retrying", self.worker_id, exc)
+
+    def _listen(self, now: datetime) -> None:
+        if self.heard is not None:
+            self.heard(live_registries(now=now, lease=self.lease))
 
     def beat(self, now: datetime) -> None:
         """Called by the heartbeat thread (its own connection); one UPDATE most times."""
@@ -210,6 +247,8 @@ class Presence:
                 return
             if not beat(self.worker_id, now=now, executed=self.executed()):
                 self.register(now)
+            else:
+                self._listen(now)
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.lease.total_seconds()
             marked, _ = sweep(now=now, lease=self.lease, keep=self.keep)

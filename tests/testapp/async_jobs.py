@@ -11,7 +11,7 @@ from typing import Any
 
 from django_durable_jobs import NonRetriable, RetryAfter, job
 
-from .jobs import effect
+from .jobs import effect, start_recorded
 from .models import Effect, Execution
 
 
@@ -241,3 +241,21 @@ def _never_returns() -> str:
 @job(name="tests.async_step_never_returns", retries=0, step_timeout="200ms")
 async def async_step_never_returns(ctx: Any) -> str:
     return str(await ctx.step.run("call", _never_returns))
+
+
+@job(name="tests.async_patched", retries=0)
+async def async_patched(ctx: Any, n: int) -> list[bool]:
+    """``ctx.patched`` not awaited, in the worker's async lane: one answer written with
+    the next step, one with no step after it (written when the job returns)."""
+    await ctx.step.run("one", effect, "patched-one", ctx.run_id)
+    answers = [ctx.patched("extra")]
+    if answers[0]:
+        await ctx.step.run("extra", effect, "patched-extra", ctx.run_id)
+    answers.append(ctx.patched("last"))
+    return answers
+
+
+@job(name="tests.async_start_recorded", retries=0)
+async def async_start_recorded(ctx: Any) -> bool:
+    """Whether the worker recorded this attempt's start before the function began."""
+    return bool(await ctx.step.run("recorded", start_recorded, ctx.run_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from typing import Any
 
@@ -132,6 +133,24 @@ def stubborn(ctx: Any) -> str:
         except Exception:  # swallows the timeout; it is stopped anyway
             CALLS["stubborn-swallowed"] += 1
     return "escaped"
+
+
+def start_recorded(run_id: str) -> bool:
+    """Whether the worker recorded the start of ``run_id``'s attempt under the lease it
+    holds (``JobRun.attempt_started_by``)."""
+    from django_durable_jobs.models import JobRun
+
+    row = JobRun.objects.values_list("attempt_started_by", "lease_owner").get(pk=run_id)
+    return row[0] == row[1]
+
+
+@job(name="tests.waits_for_its_start_record", retries=0)
+def waits_for_its_start_record(ctx: Any, seconds: float) -> bool:
+    """Whether the start of this attempt got recorded while it ran (within ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while not start_recorded(ctx.run_id) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return start_recorded(ctx.run_id)
 
 
 # Jobs of other test modules register when this module is autodiscovered.

@@ -13,7 +13,8 @@ class Effect(models.Model):
 
 
 class Execution(models.Model):
-    """One execution of a ``tests.logged`` run by a worker process (overlap detection)."""
+    """One execution of a run's function by a worker process: ``tests.logged``'s
+    (overlap detection), ``tests.once_in_a_batch``'s."""
 
     run_id = models.CharField(max_length=64)
     attempt = models.PositiveIntegerField()

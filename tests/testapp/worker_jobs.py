@@ -12,6 +12,7 @@ import time
 from typing import Any, NoReturn
 
 from django_durable_jobs import job
+from django_durable_jobs.models import JobRun, RunStatus
 
 from .models import Effect, Execution
 
@@ -99,3 +100,34 @@ def napper(ctx: Any, seconds: float) -> str:
     ctx.step.run("before", _effect, "nap-before", ctx.run_id)
     ctx.step.sleep("nap", seconds)
     return str(ctx.step.run("after", _effect, "nap-after", ctx.run_id))
+
+
+@job(name="tests.once_in_a_batch", retries=0)
+def once_in_a_batch(ctx: Any, gate: str) -> str:
+    """One attempt. Logs each start of its function (``Execution``); the first run to
+    begin while at least four runs of its worker's batch wait in hand, not begun,
+    creates the file ``gate`` and blocks there (the test kills its worker)."""
+    row = Execution.objects.create(
+        run_id=ctx.run_id, attempt=ctx.attempt, pid=os.getpid(), started_ns=time.time_ns()
+    )
+    if not os.path.exists(gate) and len(_waiting_beside(ctx.run_id)) >= 4 and _first(gate):
+        time.sleep(120)
+    Execution.objects.filter(pk=row.pk).update(ended_ns=time.time_ns())
+    return str(ctx.run_id)
+
+
+def _waiting_beside(run_id: str) -> set[str]:
+    """The runs claimed with ``run_id`` (its lease owner's) whose function never began."""
+    owner = JobRun.objects.values_list("lease_owner", flat=True).get(pk=run_id)
+    batch = JobRun.objects.filter(lease_owner=owner, status=RunStatus.RUNNING)
+    ids = {str(pk) for pk in batch.values_list("pk", flat=True)} - {run_id}
+    return ids - set(Execution.objects.filter(run_id__in=ids).values_list("run_id", flat=True))
+
+
+def _first(path: str) -> bool:
+    """Whether this call created the file ``path`` (only one ever does)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True

@@ -31,6 +31,7 @@ from ...definitions.registry import all_jobs
 from ...engine.clock import Clock
 from ...models import JobRun, JobRunQuerySet, RunStatus, best
 from .. import dialect
+from ..executable import Executable
 from ..postgresql.claims import Finish
 from .holds import hold
 from .keys import lock, slots
@@ -53,6 +54,7 @@ def claim_limited(
     limit: int = 1,
     clock: Clock | None = None,
     finishes: Sequence[Finish] = (),
+    only: Executable | None = None,
 ) -> tuple[list[JobRun], frozenset[Any]]:
     """Take up to ``limit`` runnable runs under a limit for ``owner``, best first;
     returns them and the ids of ``finishes`` recorded.
@@ -61,19 +63,27 @@ def claim_limited(
     call where the dialect claims concurrency-limited runs in one function call
     (``Dialect.claim_concurrency``, PostgreSQL through psycopg 3); throttled runs
     are then claimed here, a transaction per key, as on every other database.
+    ``only``: the jobs and versions this worker may take (``claims.claim``).
     """
     using = conf.database()
     queue_list = None if queues is None else list(queues)
     fused = dialect.of(using).claim_concurrency(
-        owner, now, lease, queue_list, limit, max(limit, CANDIDATES), finishes
+        owner, now, lease, queue_list, limit, max(limit, CANDIDATES), finishes, only
     )
     if fused is None:
         assert not finishes, "outcomes are held for the claim only where it records them"
-        return _claim_by_key(owner, now, lease, queue_list, limit, clock), frozenset()
+        return _claim_by_key(owner, now, lease, queue_list, limit, clock, only=only), frozenset()
     claimed, recorded, throttled = fused
     if len(claimed) < limit and throttled:
         claimed += _claim_by_key(
-            owner, now, lease, queue_list, limit - len(claimed), clock, throttled_only=True
+            owner,
+            now,
+            lease,
+            queue_list,
+            limit - len(claimed),
+            clock,
+            throttled_only=True,
+            only=only,
         )
     return claimed, recorded
 
@@ -87,6 +97,7 @@ def _claim_by_key(
     clock: Clock | None,
     *,
     throttled_only: bool = False,
+    only: Executable | None = None,
 ) -> list[JobRun]:
     """``claim_limited``'s way on every database: a transaction per key, its lock first.
 
@@ -100,6 +111,8 @@ def _claim_by_key(
     # Every runnable run, best first: limited runs are taken until a run under no
     # limit comes first, which is the unlimited claim's (priority holds across both).
     candidates = runs.runnable(now, queue_list)
+    if only is not None:
+        candidates = candidates.filter(only.q())
     claimed: list[JobRun] = []
     done: set[tuple[KeyId, ...]] = set()  # keys with nothing more to take now
     for run in best(
@@ -114,7 +127,7 @@ def _claim_by_key(
             continue
         read_now = clock.now if clock is not None else lambda: now
         # The claim takes the key's best run then, which may not be this one.
-        taken = _try(using, run, owner, lease, read_now, queue_list)
+        taken = _try(using, run, owner, lease, read_now, queue_list, only)
         if taken is None:
             done.add(keys)
         else:
@@ -156,6 +169,7 @@ def _try(
     lease: timedelta,
     read_now: Callable[[], datetime],
     queues: list[str] | None,
+    only: Executable | None = None,
 ) -> JobRun | None:
     """Lock the keys of ``run``, then take the best runnable run of those keys (the
     candidate list is stale once the lock was waited for), in one transaction."""
@@ -173,6 +187,8 @@ def _try(
             throttle_key=run.throttle_key,
             throttle_limit=run.throttle_limit,
         )
+        if only is not None:
+            best = best.filter(only.q())
         if connections[using].features.has_select_for_update_skip_locked:
             best = best.select_for_update(skip_locked=True)
         candidate = best.only(*_CANDIDATE_FIELDS).first()

@@ -22,6 +22,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from ...models import JobRun
+from ..executable import Executable
 from . import sql
 from .statements import execute_again, kept_cursor, numbered_to_named, own_commit, prepare
 
@@ -48,19 +49,20 @@ OUTCOME_COLUMNS = (
 )
 
 _TYPES = ["timestamptz", "int", "text", "timestamptz", "text[]"]
+#: The parameters of ``claim_versions``, after ``_TYPES`` (``Executable``).
+_VERSION_TYPES = ["text[]", "text[]", "timestamptz"]
 
 
 def _field(name: str) -> Any:
     return JobRun._meta.get_field(name)
 
 
-def _outcome_sql(connection: Any) -> tuple[str, list[str]]:
+def _outcome_sql(connection: Any, first: int) -> tuple[str, list[str]]:
     """The CTE that records outcomes (one JSON document, an object per run: see
-    ``outcome_document``), and its parameter type: built from ``OUTCOME_COLUMNS`` and
-    the model's fields, so a column takes no edit here. Each outcome is fenced by its
-    own lease owner."""
+    ``outcome_document``; ``first``, its parameter's number), and its parameter type:
+    built from ``OUTCOME_COLUMNS`` and the model's fields, so a column takes no edit
+    here. Each outcome is fenced by its own lease owner."""
     qn = connection.ops.quote_name
-    first = len(_TYPES) + 1
     fields = [_field(name) for name in OUTCOME_COLUMNS]
     sets = ", ".join(f"{qn(field.column)} = o.{qn(field.column)}" for field in fields)
     record = ", ".join(f"{qn(field.column)} {field.db_type(connection)}" for field in fields)
@@ -176,14 +178,21 @@ def claim(
     limit: int,
     finishes: Sequence[Finish] = (),
     look_for_limited: bool = False,
+    only: Executable | None = None,
 ) -> Claimed:
     """Claim up to ``limit`` runs under no limit (and record ``finishes``, each fenced
     by its owner, in the same statement); with
     ``look_for_limited``, also tell whether runs under a limit are due (an index
-    probe in the same statement, so a worker asks the flow claim only then)."""
+    probe in the same statement, so a worker asks the flow claim only then). With
+    ``only``, runs of the jobs and versions it lets this worker take: another
+    statement (``claim_versions``), so the usual one stays as it was."""
     connection = connections[using]
-    name, statement, types = _statement(connection, queues, bool(finishes), look_for_limited)
+    name, statement, types = _statement(
+        connection, queues, bool(finishes), look_for_limited, only is not None
+    )
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
+    if only is not None:
+        params += [*only.keys, only.overdue]
     if finishes:
         params.append(outcome_document(finishes, connection))
     lazy = not finishes and own_commit(connection)
@@ -202,12 +211,16 @@ def finish(using: str, finishes: Sequence[Finish], now: datetime) -> frozenset[A
     return claim(using, "", now, timedelta(0), None, 0, finishes).recorded
 
 
-#: (variant, finishing, looking) -> (types, body): built once per process.
-_BODIES: dict[tuple[str, bool, bool], tuple[list[str], str]] = {}
+#: (variant, finishing, looking, filtering) -> (types, body): built once per process.
+_BODIES: dict[tuple[str, bool, bool, bool], tuple[list[str], str]] = {}
 
 
 def _statement(
-    connection: Any, queues: list[str] | None, finishing: bool, looking: bool = False
+    connection: Any,
+    queues: list[str] | None,
+    finishing: bool,
+    looking: bool = False,
+    filtering: bool = False,
 ) -> tuple[str | None, str, list[str]]:
     if queues is None:
         variant = "all"
@@ -215,17 +228,20 @@ def _statement(
         variant = "one"
     else:
         variant = "many"
-    key = (variant, finishing, looking)
+    key = (variant, finishing, looking, filtering)
     if key not in _BODIES:
-        _BODIES[key] = _body(connection, variant, finishing, looking)
+        _BODIES[key] = _body(connection, variant, finishing, looking, filtering)
     types, body = _BODIES[key]
     name = f"durable_claim_{variant}_{'f' if finishing else 'c'}{'_l' if looking else ''}"
+    name += "_v" if filtering else ""
     if prepare(connection, name, types, body):
         return name, body, types
     return None, numbered_to_named(body, types, connection), types
 
 
-def _body(connection: Any, variant: str, finishing: bool, looking: bool) -> tuple[list[str], str]:
+def _body(
+    connection: Any, variant: str, finishing: bool, looking: bool, filtering: bool
+) -> tuple[list[str], str]:
     table = connection.ops.quote_name(JobRun._meta.db_table)
     # An equality lets the planner walk durable_run_runnable in order; "= ANY" cannot,
     # and would sort the whole backlog on every claim.
@@ -234,8 +250,15 @@ def _body(connection: Any, variant: str, finishing: bool, looking: bool) -> tupl
         "one": "AND queue = ($5::text[])[1]",
         "many": "AND queue = ANY($5)",
     }[variant]
-    done, done_types = _outcome_sql(connection) if finishing else ("", [])
     queries = sql.sections("queries")
+    types = list(_TYPES)
+    if filtering:  # the worker's jobs and versions, then every live worker's (Executable)
+        mine, anyone, overdue = (len(types) + n for n in (1, 2, 3))
+        queue_filter += " " + queries["claim_versions"].format(
+            mine=mine, anyone=anyone, overdue=overdue
+        )
+        types += _VERSION_TYPES
+    done, done_types = _outcome_sql(connection, len(types) + 1) if finishing else ("", [])
     limited = queries["claim_limited_due"] if looking else "NULL"
     body = queries["claim"].format(
         outcomes=done.format(table=table),
@@ -245,7 +268,7 @@ def _body(connection: Any, variant: str, finishing: bool, looking: bool) -> tupl
         recorded="(SELECT array_agg(id) FROM done)" if finishing else "NULL",
         limited_due=limited.format(table=table, queues=queue_filter),
     )
-    return _TYPES + done_types, body
+    return types + done_types, body
 
 
 def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:

@@ -14,6 +14,7 @@ from django.db.models import DateTimeField, Func, Value
 from django.db.models.functions import Least
 
 from ...models import JobRun
+from ..executable import Executable
 from ..orm_dialect import Locking
 from . import claims as postgres
 from . import flow as postgres_flow
@@ -58,18 +59,25 @@ class Psycopg(Postgres):
         limit: int,
         candidates: int,
         finishes: Sequence[postgres.Finish],
+        only: Executable | None = None,
     ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
         return postgres_flow.claim_concurrency(
-            self.using, owner, now, lease, queues, limit, candidates, finishes
+            self.using, owner, now, lease, queues, limit, candidates, finishes, only
         )
 
     def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
         return finish.run_id in postgres_flow.finish_concurrency(self.using, [finish], now)
 
     def claim(
-        self, owner: str, now: datetime, lease: timedelta, queues: list[str] | None, limit: int
+        self,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        queues: list[str] | None,
+        limit: int,
+        only: Executable | None = None,
     ) -> list[JobRun]:
-        return postgres.claim(self.using, owner, now, lease, queues, limit).runs
+        return postgres.claim(self.using, owner, now, lease, queues, limit, only=only).runs
 
     def insert_run(self, run: JobRun) -> None:
         postgres_inserts.insert_run(self.using, run)

@@ -12,6 +12,7 @@ from django.db import connections
 from django.db.models import DateTimeField
 
 from ...models import JobRun
+from ..executable import Executable
 from .claims import FIELDS, OUTCOME_COLUMNS, Finish, outcome_arrays, run_from_row
 from .statements import kept_cursor
 
@@ -28,12 +29,13 @@ def claim_concurrency(
     limit: int,
     candidates: int,
     finishes: Sequence[Finish],
+    only: Executable | None = None,
 ) -> tuple[list[JobRun], frozenset[Any], bool]:
     """Claim up to ``limit`` runs under a concurrency limit (and record ``finishes``, the
     outcomes of such runs, first) with ``durable_claim_concurrency``;
     returns the runs, the ids of the outcomes recorded, and whether runnable runs
     under a throttle were seen among the candidates (``flow.claim_limited`` takes
-    those)."""
+    those). ``only``: the jobs and versions this worker may take (a rolling deploy)."""
     connection = connections[using]
     params = [
         now,
@@ -43,6 +45,8 @@ def claim_concurrency(
         limit,
         candidates,
         *_finish_arrays(finishes, connection),
+        *(only.keys if only is not None else (None, None)),
+        only.overdue if only is not None else None,
     ]
     global _CONCURRENCY_SQL
     if _CONCURRENCY_SQL is None:
@@ -51,7 +55,7 @@ def claim_concurrency(
         heads = ("timestamptz", "text", "timestamptz", "text[]", "integer", "integer")
         _CONCURRENCY_SQL = (
             f"SELECT c.recorded, c.throttled, {columns}, c.claimed_from, c.fresh "
-            f"FROM durable_claim_concurrency({_marks(*heads, *ARRAY_TYPES)}) AS c"
+            f"FROM durable_claim_concurrency({_marks(*heads, *ARRAY_TYPES, *VERSION_TYPES)}) AS c"
         )
     with kept_cursor(connection) as cursor:
         cursor.execute(_CONCURRENCY_SQL, params)
@@ -105,6 +109,8 @@ def _param_type(name: str) -> str:
     return "timestamptz[]" if isinstance(field, DateTimeField) else "text[]"
 
 
+#: The types of the filter of a rolling deploy (``Executable``), the last parameters.
+VERSION_TYPES = ("text[]", "text[]", "timestamptz")
 #: The types of the outcome arrays, as the functions declare them (``_finish_arrays``'
 #: order: the outcome columns, then the ids, lease owners, job names and keys).
 ARRAY_TYPES = (

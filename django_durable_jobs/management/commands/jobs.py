@@ -22,7 +22,7 @@ from ...engine import clock
 from ...engine.serialization import error_line
 from ...exceptions import DurableJobsError
 from ...models import FINISHED, JobRun, RunStatus
-from ...observe import schedule_lines, stats, trace, trace_text
+from ...observe import schedule_lines, stats, trace, trace_text, versions
 from ...verbs import runs
 from ...verbs.events import publish_event
 from ...worker import presence
@@ -117,6 +117,12 @@ class Command(BaseCommand):
         schedules = sub.add_parser("schedules", help="Schedules with their next run times.")
         schedules.add_argument("--json", action="store_true", help="Print them as JSON.")
 
+        known = sub.add_parser(
+            "versions",
+            help="Each job's versions: registered here or not, and their unfinished runs.",
+        )
+        known.add_argument("--json", action="store_true", help="Print them as JSON.")
+
         listed = sub.add_parser("workers", help="Live, stopped and lost worker processes.")
         listed.add_argument("--json", action="store_true", help="Print them as JSON.")
 
@@ -141,6 +147,7 @@ class Command(BaseCommand):
             "purge": self.purge,
             "schedules": self.list_schedules,
             "workers": self.workers,
+            "versions": self.versions,
             "stats": self.stats,
         }
         # needs_tables: before `migrate`, every action says to run it (NotMigrated), not
@@ -174,7 +181,7 @@ class Command(BaseCommand):
         )
         for line in table:
             self.stdout.write(line)
-        for line in trace_text.children_lines(shown):
+        for line in [*trace_text.children_lines(shown), *trace_text.unreached_lines(shown)]:
             self.stdout.write(line)
 
     def list_runs(self, options: dict[str, Any]) -> None:
@@ -197,7 +204,7 @@ class Command(BaseCommand):
             str(run.id),
             run.job_name,
             run.status,
-            trace.attempts_text(run.attempt, trace.max_attempts(run.job_name)),
+            trace.attempts_text(run.attempt, trace.max_attempts(run.job_name, run.job_version)),
             run.queue,
             trace.stamp(run.created_at),
             trace.stamp(run.wake_at) if run.status not in FINISHED else "",
@@ -216,6 +223,37 @@ class Command(BaseCommand):
             WORKER_HEADERS, [worker_cells(w) for w in listed], paint=self.paint, status_column=1
         ):
             self.stdout.write(line)
+
+    def versions(self, options: dict[str, Any]) -> None:
+        listed = versions.listing(clock.current().now())
+        if options["json"]:
+            rows = [version.as_json() for version in listed]
+            self.stdout.write(json.dumps(rows, indent=2, ensure_ascii=False))
+            return
+        if not listed:
+            self.stdout.write("no jobs registered and no unfinished runs")
+            return
+        cells = [
+            (
+                v.job_name,
+                str(v.version),
+                "yes" if v.registered else "no",
+                str(v.unfinished),
+                ""
+                if v.oldest_age_seconds is None
+                else trace.short_duration(timedelta(seconds=v.oldest_age_seconds)),
+            )
+            for v in listed
+        ]
+        for line in trace_text.text_table(versions.HEADERS, cells):
+            self.stdout.write(line)
+        if stranded := [v for v in listed if v.unfinished and not v.registered]:
+            self.stdout.write("")
+            for v in stranded:
+                self.stdout.write(
+                    f"{v.job_name} version {v.version}: {v.unfinished} unfinished run(s) "
+                    "this deploy cannot execute; keep @job(version=...) of it until they finish"
+                )
 
     def stats(self, options: dict[str, Any]) -> None:
         figures = stats.collect(now=clock.current().now())

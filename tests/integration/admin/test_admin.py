@@ -111,9 +111,9 @@ def test_list_query_count_does_not_grow_with_runs(
     JobRunFactory.create_batch(2)
     assert JobRun.objects.count() == 14 * len(RunStatus.values) + 2
     current().now()  # the database's clock measures its offset once a minute, not per page
-    # Session, user, count, the page, the date hierarchy (2), the job and queue filters,
-    # the schedules of the schedule filter.
-    with django_assert_num_queries(9):
+    # Session, user, count, the page, the date hierarchy (2), the job, version and queue
+    # filters, the schedules of the schedule filter.
+    with django_assert_num_queries(10):
         assert admin_client.get(reverse(CHANGELIST)).status_code == 200
 
 

@@ -67,9 +67,9 @@ def details(html: str) -> list[tuple[str, str, str]]:
 
 
 RUN_LABELS = [
-    "id", "status", "job name", "queue", "attempt", "priority", "idempotency key",
-    "parent run", "child runs", "created", "first started", "finished", "took", "wakes",
-    "not starting", "lease owner", "lease expires", "args", "kwargs",
+    "id", "status", "job name", "job version", "queue", "priority", "attempt",
+    "idempotency key", "parent run", "child runs", "created", "first started", "finished",
+    "took", "wakes", "not starting", "lease owner", "lease expires", "args", "kwargs",
 ]  # fmt: skip
 
 
@@ -122,7 +122,7 @@ def test_the_flow_keys_a_run_holds_show_two_a_row(admin_client: Client, clock: F
     )
     shown = details(page(admin_client, run))
     keys = ["concurrency key", "throttle key", "debounce key"]
-    assert [label for _, label, _ in shown] == [*RUN_LABELS[:9], *keys, *RUN_LABELS[9:]]
+    assert [label for _, label, _ in shown] == [*RUN_LABELS[:10], *keys, *RUN_LABELS[10:]]
     values = {label: value for _, label, value in shown}
     assert values["concurrency key"] == "customer-42"
     assert values["throttle key"] == "(every run of the job)"  # not "—": it is a key
@@ -138,7 +138,9 @@ def test_the_flow_keys_a_run_holds_show_two_a_row(admin_client: Client, clock: F
 def test_a_rate_limited_run_shows_its_key_alone(admin_client: Client, clock: FakeClock) -> None:
     run = welcome_once.enqueue(user_id=7)
     shown = details(page(admin_client, run))
-    assert [label for _, label, _ in shown] == [*RUN_LABELS[:9], "rate limit key", *RUN_LABELS[9:]]
+    assert [label for _, label, _ in shown] == [
+        *RUN_LABELS[:10], "rate limit key", *RUN_LABELS[10:]
+    ]  # fmt: skip
     assert ("djdj-field--first djdj-field--wide djdj-field--group", "rate limit key", "7") in shown
 
 

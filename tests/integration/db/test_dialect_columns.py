@@ -147,7 +147,7 @@ def test_bulk_inserted_runs_equal_runs_saved_by_the_orm() -> None:
 
 @needs_postgres
 def test_the_outcome_statement_writes_the_outcome_columns_with_their_types() -> None:
-    sql, types = postgres._outcome_sql(connection)
+    sql, types = postgres._outcome_sql(connection, 6)
     for name in postgres.OUTCOME_COLUMNS:
         field = JobRun._meta.get_field(name)
         assert f'"{name}" = o."{name}"' in sql and name in concrete(JobRun)

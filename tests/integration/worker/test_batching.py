@@ -7,11 +7,15 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from django_durable_jobs import conf
 from django_durable_jobs.db import dialect
+from django_durable_jobs.db.claims import requeue_expired
+from django_durable_jobs.db.leases import LAPSED
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker import loop, outbox
@@ -22,6 +26,7 @@ from tests.testapp import fanout_jobs, flow_jobs, hostile_jobs, jobs
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
+LEASE = conf.required_duration("LEASE")
 
 
 def worker(clock: FakeClock, **options: Any) -> Worker:
@@ -177,27 +182,52 @@ def test_a_sync_batch_with_steps_records_each_step_once(clock: FakeClock, quick:
     assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 20
 
 
-def test_a_run_on_its_last_attempt_is_given_back_instead_of_waiting_in_a_batch(
+def test_runs_on_their_last_attempt_are_claimed_in_growing_batches(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture, quick: None
+) -> None:
+    # retries=0, as every django.tasks task: each run is on its last attempt when claimed.
+    runs = [fanout_jobs.square.enqueue(n) for n in range(40)]
+    with caplog.at_level(logging.INFO, logger="django_durable_jobs.worker"):
+        assert worker(clock).run() == 40
+    assert claim_sizes(caplog.text)[:3] == [2, 4, 8]  # before: given back, claimed one by one
+    rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
+    assert {(row.status, row.attempt) for row in rows} == {(RunStatus.SUCCEEDED, 1)}
+
+
+def test_runs_of_a_batch_that_never_began_keep_their_attempt_when_the_worker_dies(
     clock: FakeClock, quick: None
 ) -> None:
-    # retries=0: one attempt, counted by the claim. Kept waiting behind another run, a
-    # worker killed meanwhile would use it up before the run ever started.
-    runs = [fanout_jobs.square.enqueue(n) for n in range(4)]
+    runs = [fanout_jobs.square.enqueue(n) for n in range(4)]  # retries=0: one attempt
     w = worker(clock)
     w._batching.size = 4
-    assert w.run_once()  # claims the four, executes one, gives the other three back
-    assert w._backlog == []
+    assert w.run_once()  # claims the four, executes the first; three wait in hand
+    waiting = [run.pk for run in w._backlog]
+    assert len(waiting) == 3
+    assert w._beat is not None
+    w._beat.stop()  # the worker dies here: nothing renews the leases
+    clock.advance(LEASE + timedelta(seconds=1))
+    assert requeue_expired(now=clock.now()) == 4  # the first's outcome was held: lost too
     rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
-    waiting = rows.exclude(status=RunStatus.RUNNING)
-    assert (
-        sorted(waiting.values_list("status", "attempt", "lease_owner"))
-        == [(RunStatus.QUEUED, 0, "")] * 3
-    )
-    assert w._next_batch(w._lane) == 1  # and the next claims take one run each
-    while w.run_once():
-        pass
-    w.flush()
-    assert {(row.status, row.attempt) for row in rows} == {(RunStatus.SUCCEEDED, 1)}
+    # Not known to have begun (no beat recorded the first's start): each keeps its attempt.
+    assert set(rows.values_list("status", "attempt", "attempt_started_by")) == {
+        (RunStatus.QUEUED, 0, LAPSED)
+    }
+    assert worker(clock).run() == 4
+    assert set(rows.values_list("status", "attempt")) == {(RunStatus.SUCCEEDED, 1)}
+    assert Effect.objects.filter(name__startswith="square-").count() == 5  # the first twice
+
+
+def test_the_heartbeat_records_the_start_of_a_batchs_run_while_it_runs(
+    clock: FakeClock, quick: None
+) -> None:
+    """Within ``heartbeat.RECORD_STARTS_AFTER`` of its start, long before the next beat
+    (``HEARTBEAT``, 10 s): a lapse of its lease then counts its attempt."""
+    runs = [jobs.waits_for_its_start_record.enqueue(5.0) for _ in range(2)]
+    w = worker(clock)
+    w._batching.size = 2  # a batch (``LeaseOwner.batch``): the second run waits in hand
+    assert w.run() == 2
+    rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
+    assert set(rows.values_list("status", "result")) == {(RunStatus.SUCCEEDED, True)}
 
 
 def test_runs_under_a_limit_claimed_together_free_their_slots(

@@ -159,6 +159,19 @@ def test_an_async_run_frozen_past_its_lease_asks_before_its_first_step(clock: Fa
     assert JobRun.objects.get(pk=run.pk).lease_owner == "w-other"
 
 
+def test_the_async_runs_of_a_batch_have_their_start_recorded_before_they_begin(
+    clock: FakeClock,
+) -> None:
+    """The lane begins them at once: a lapse of their lease counts their attempt, as
+    when they are claimed one by one (``claims.requeue_expired``)."""
+    runs = [async_jobs.async_start_recorded.enqueue() for _ in range(4)]
+    w = worker(clock)
+    w._batching.size = 4  # a batch (``LeaseOwner.batch``), whose runs may wait
+    assert w.run() == 4
+    rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
+    assert set(rows.values_list("status", "attempt", "result")) == {(RunStatus.SUCCEEDED, 1, True)}
+
+
 def test_max_runs_counts_the_async_runs_in_hand(clock: FakeClock) -> None:
     """``--max-runs 3`` with room for ten async runs: three are claimed, executed and
     recorded, the others are left queued, unclaimed."""
@@ -255,3 +268,20 @@ def test_sync_step_functions_that_hang_do_not_stop_the_lane(clock: FakeClock) ->
         (RunStatus.FAILED, "X_JOB_TIMEOUT")
     }
     assert [runs[r.pk].result for r in others] == [0, 2, 4]
+
+
+def test_async_jobs_ask_patched_in_the_lane_and_their_answers_are_recorded(
+    clock: FakeClock,
+) -> None:
+    runs = [async_jobs.async_patched.enqueue(n) for n in range(3)]
+    assert worker(clock, async_concurrency=3).run() == 3
+    for run in runs:
+        run.refresh_from_db()
+        assert (run.status, run.result) == (RunStatus.SUCCEEDED, [True, True])
+        steps = list(run.steps.order_by("id").values_list("name", "kind", "output"))
+        assert steps == [
+            ("one", "run", "patched-one"),
+            ("patch:extra", "patch", True),  # written before "extra", the next record
+            ("extra", "run", "patched-extra"),
+            ("patch:last", "patch", True),  # no step after it: written at the return
+        ]

@@ -153,7 +153,9 @@ def test_heartbeat_renews_the_runs_of_every_claim_in_one_statement(
 
 @pytest.mark.django_db
 def test_unknown_job_on_this_worker_fails_with_code(clock: FakeClock) -> None:
-    run = JobRun.objects.create(job_name="gone.away", created_at=clock.now(), wake_at=clock.now())
+    # Runnable for UNKNOWN_JOB_GRACE (10 minutes) and no live worker registers it.
+    due = clock.now() - timedelta(minutes=10)
+    run = JobRun.objects.create(job_name="gone.away", created_at=due, wake_at=due)
     assert once(worker(clock))
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.error_code == "X_JOB_UNKNOWN"
@@ -256,7 +258,8 @@ def test_the_run_failed_line_names_the_users_exception_or_our_code(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     jobs.always_fails.enqueue()
-    JobRunFactory.create(job_name="tests.nowhere")  # its module is not deployed here
+    # Its module is not deployed here, nor anywhere for UNKNOWN_JOB_GRACE (10 minutes).
+    JobRunFactory.create(job_name="tests.nowhere", wake_at=clock.now() - timedelta(minutes=10))
     with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
         worker(clock, max_runs=2).run()
     failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]

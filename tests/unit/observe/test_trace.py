@@ -215,6 +215,7 @@ def test_as_json_has_every_step() -> None:
             "completed_at": "2026-01-01T00:00:01+00:00",
             "took": 1.0,
             "replayed": False,
+            "unreached": False,
             "wake_at": None,
             "event": None,
             "key": None,
@@ -225,3 +226,32 @@ def test_as_json_has_every_step() -> None:
             "traceback": "",
         }
     ]
+
+
+def test_steps_the_finishing_code_never_reached_are_named_in_text_and_json() -> None:
+    run = run_of(finished_at=T0 + timedelta(seconds=3), job_version=2, unreached_steps=["old-b"])
+    steps = [
+        step("a", at=0, took=1),
+        step("old-b", at=1, took=1),
+        step("patch:sms", at=2, kind="patch", output=True),
+    ]
+    built = trace.build(run, steps, now=T0, max_attempts=1)
+    assert built.unreached == ("old-b",)
+    assert [row.unreached for row in built.steps] == [False, True, False]
+    assert trace_text.unreached_lines(built) == [
+        "steps not reached by the code that finished this run "
+        "(renamed or removed by a deploy while it was in flight):",
+        "  old-b",
+    ]
+    cells = [trace_text.step_cells(row) for row in built.steps]
+    assert cells[1][6] == "not reached" and cells[2][1] == "patch:sms (patch)"
+    assert trace_text.summary_lines(built)[0].endswith("queue default  version 2")
+    data = trace_text.as_json(built)
+    assert (data["job_version"], data["unreached_steps"]) == (2, ["old-b"])
+    assert [s["unreached"] for s in data["steps"]] == [False, True, False]
+    assert data["steps"][2]["kind"] == "patch" and data["steps"][2]["output"] is True
+
+
+def test_a_run_that_reached_every_step_says_nothing_of_it() -> None:
+    built = trace.build(run_of(), [step("a", at=0)], now=T0, max_attempts=1)
+    assert built.unreached == () and trace_text.unreached_lines(built) == []

@@ -55,6 +55,16 @@ EXISTS (
         AND (concurrency_limit IS NOT NULL OR throttle_limit IS NOT NULL)
 );
 
+-- claim_versions --
+-- Added to the claim's filter (and to claim_limited_due's) while workers with other
+-- code are about, a rolling deploy (db/executable.py): runs of the jobs and versions
+-- this worker registers (${mine}, each "<version>:<name>"), or runs of those no live
+-- worker registers (not in ${anyone}) runnable since ${overdue}, UNKNOWN_JOB_GRACE
+-- ago: the worker that takes them fails them (X_JOB_UNKNOWN).
+AND ((job_version::text || ':' || job_name) = ANY(${mine}::text[])
+    OR ((job_version::text || ':' || job_name) <> ALL(${anyone}::text[])
+        AND wake_at <= ${overdue}));
+
 -- insert_run --
 -- One run (`enqueue`), every column, prepared once per connection: planning a
 -- 30-column INSERT and building Django's SQL for it cost more than running it.

@@ -141,7 +141,9 @@ $function$;
 -- frees. Outcomes of earlier runs (p_ids...) are recorded first, in the same call.
 -- Returns a row per run claimed, then one row of flags: the outcomes recorded and
 -- whether runs under a throttle were seen (claimed by db/flow/limits.py instead).
-CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time zone, p_owner text, p_lease_until timestamp with time zone, p_queues text[], p_limit integer, p_candidates integer, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[])
+-- p_mine, p_anyone, p_overdue: NULL, or the jobs and versions this worker may take
+-- during a rolling deploy (db/executable.py, queries.sql claim_versions).
+CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time zone, p_owner text, p_lease_until timestamp with time zone, p_queues text[], p_limit integer, p_candidates integer, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[], p_mine text[], p_anyone text[], p_overdue timestamp with time zone)
  RETURNS TABLE(recorded uuid[], throttled boolean, claimed_from text, fresh boolean, run django_durable_jobs_jobrun)
  LANGUAGE plpgsql
 AS $function$
@@ -170,6 +172,9 @@ BEGIN
         FROM "django_durable_jobs_jobrun" r
         WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
             AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
+                OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
+                    AND r.wake_at <= p_overdue))
         ORDER BY r.priority DESC, r.wake_at
         LIMIT p_candidates
     LOOP
@@ -196,6 +201,9 @@ BEGIN
             AND r.concurrency_limit = cand.concurrency_limit AND r.throttle_limit IS NULL
             AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
             AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
+                OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
+                    AND r.wake_at <= p_overdue))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1
@@ -206,6 +214,9 @@ BEGIN
             AND r.concurrency_limit = cand.concurrency_limit AND r.throttle_limit IS NULL
             AND r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
             AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
+                OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
+                    AND r.wake_at <= p_overdue))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1

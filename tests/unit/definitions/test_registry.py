@@ -49,8 +49,8 @@ def test_bare_job_is_named_module_and_qualname() -> None:
 
     expected = f"{__name__}.test_bare_job_is_named_module_and_qualname.<locals>.bare"
     assert (
-        expected
-        == "tests.unit.jobs.test_registry.test_bare_job_is_named_module_and_qualname.<locals>.bare"
+        expected == "tests.unit.definitions.test_registry."
+        "test_bare_job_is_named_module_and_qualname.<locals>.bare"
     )
     assert isinstance(bare, JobDefinition)
     assert bare.name == expected
