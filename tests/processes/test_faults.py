@@ -166,6 +166,7 @@ RECEIVE_CI_SLICE = {
     ("message.received", "kill"),
     ("suspend.write", "kill"),
 }
+ASYNC_RECEIVE_CI_SLICE = {("message.matched", "kill")}
 #: The atomic points inside the step's open transaction.
 FROZEN_IN_TRANSACTION = {"atomic.before", "atomic.before_record", "atomic.before_commit"}
 #: Each kind of job the matrix runs: the job, its points, CI's slice of them.
@@ -175,6 +176,7 @@ KINDS = {
     "atomic-": (fault_jobs.atomic_trio, ATOMIC_POINTS, ATOMIC_CI_SLICE),
     "async-atomic-": (fault_jobs.aatomic_trio, ATOMIC_POINTS, ASYNC_ATOMIC_CI_SLICE),
     "receive-": (fault_jobs.inbox, RECEIVE_POINTS, RECEIVE_CI_SLICE),
+    "async-receive-": (fault_jobs.ainbox, RECEIVE_POINTS, ASYNC_RECEIVE_CI_SLICE),
 }
 
 
@@ -207,7 +209,7 @@ def test_fault_matrix(
             "SQLite: a worker frozen inside a transaction holds the one write lock, "
             "so no other can take its run over until it is continued"
         )
-    receive = kind == "receive-"
+    receive = kind.endswith("receive-")
     if receive and action == "pause" and point == "message.matched" and _sqlite():
         pytest.skip(
             "SQLite: a worker frozen inside a receive's transaction holds the one write "

@@ -95,6 +95,18 @@ def inbox(ctx: Any) -> list[Any]:
     return got
 
 
+@job(name="tests.faults.ainbox", retries=3, backoff=0)
+async def ainbox(ctx: Any) -> list[Any]:
+    """``inbox`` as an ``async def`` job: each receive's transaction runs on one of the
+    async lane's database threads."""
+    got: list[Any] = []
+    for i in (1, 2, 3):
+        got.append(await ctx.step.receive(f"recv{i}", INBOX_TOPIC, timeout="5m"))
+        await ctx.step.run(f"s{i}", _effect, f"s{i}", ctx.run_id)
+        await ctx.step.sleep(f"nap{i}", "50ms")
+    return got
+
+
 @job(name="tests.faults.child", retries=3, backoff=0)
 def child(ctx: Any, n: int) -> int:
     ctx.step.run("c", _effect, f"child{n}", ctx.run_id)
