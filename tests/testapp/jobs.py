@@ -74,10 +74,11 @@ def required_wait(ctx: Any) -> Any:
 
 @job(name="tests.pooled", retries=2, backoff=0)
 def pooled(ctx: Any, key: str) -> Any:
-    """A step, an event, a step: the flow ``test_pgbouncer`` runs through a pooler."""
+    """A step, an event, an atomic step: the flow ``test_pgbouncer`` runs through a
+    pooler (the atomic step's record and row lock in one statement sent as text)."""
     ctx.step.run("before", effect, "pooled-before", ctx.run_id)
     paid = ctx.step.wait_for_event("paid", "pooled.paid", match=key, timeout="1h")
-    ctx.step.run("after", effect, "pooled-after", ctx.run_id)
+    ctx.step.atomic("after", effect, "pooled-after", ctx.run_id)
     return paid
 
 

@@ -17,6 +17,7 @@ from django_durable_jobs.engine.records import RecordedStep
 from django_durable_jobs.engine.sync_steps import Steps
 from django_durable_jobs.engine.vocabulary import StepKind
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord, StepStatus
+from django_durable_jobs.verbs import runs
 from tests.conftest import Driver
 from tests.testapp import atomic_jobs
 from tests.testapp.models import Effect
@@ -254,3 +255,21 @@ def test_the_timeline_and_jobs_show_mark_an_atomic_step(driver: Driver, admin_cl
     out = io.StringIO()
     call_command("jobs", "show", str(run.pk), stdout=out)
     assert "pay (atomic)" in out.getvalue() and "ship (atomic)" not in out.getvalue()
+
+
+def test_replay_from_an_atomic_step_runs_it_again_once(driver: Driver) -> None:
+    """An operator's replay from the step forgets its record: the function runs again
+    (its writes happen a second time, as asked), and the next replay of the run does
+    not run it a third time."""
+    run = atomic_jobs.checkout.enqueue()
+    driver.drain()
+    runs.replay_from(run.pk, "pay")
+    driver.drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert atomic_jobs.CALLS["pay"] == 2 and effects(run) == ["pay", "pay"]
+    atomic_jobs.FAIL["ship"] = 1
+    runs.replay_from(run.pk, "ship")  # a later step: "pay" replays from its record
+    driver.drain()
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and atomic_jobs.CALLS["pay"] == 2
