@@ -319,8 +319,9 @@ def test_run_page_and_list_in_a_browser(
             "d => [d.classList.contains('djdj-field--first'), d.getBoundingClientRect().left])"
         )
         lefts = {first: {round(x) for f, x in starts if f == first} for first in (True, False)}
-        # 19 pairs and the progress (ctx.set_progress), which spans its row.
-        assert len(starts) == 20 and len(lefts[True]) == 1 and len(lefts[False]) == 1, lefts
+        # 20 pairs (the job's version among them) and the progress (ctx.set_progress),
+        # which spans its row.
+        assert len(starts) == 21 and len(lefts[True]) == 1 and len(lefts[False]) == 1, lefts
         assert min(lefts[True]) < min(lefts[False]), lefts
         for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
             assert bar.size["width"] > 0

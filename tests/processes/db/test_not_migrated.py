@@ -162,6 +162,7 @@ JOBS_ACTIONS = {
     "workers": [],
     "stats": [],
     "purge": ["--older-than", "30d"],
+    "versions": [],
 }
 
 
