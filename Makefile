@@ -2,8 +2,8 @@
 #
 #   make test                     lint + Django checks + pytest, every leg: unit and
 #                                 integration on SQLite, integration on PostgreSQL and
-#                                 MariaDB; on the last leg also processes (every database)
-#                                 and browser (SQLite)
+#                                 MariaDB; on the last leg also processes (PostgreSQL,
+#                                 MariaDB; SQLite's own) and browser (SQLite)
 #   make test LEGS=py312-dj61     one leg only
 #   make test MARKERS=unit        one tier (unit, integration, processes, browser) or any
 #                                 marker expression: "integration and not slow"
@@ -40,12 +40,12 @@ ALL_TIERS := unit or integration or processes or browser
 LAST_LEG := $(lastword $(LEGS))
 ON_LAST_LEG = $(filter $(LEG),$(LAST_LEG))
 ON_FIRST_LEG = $(filter $(LEG),$(firstword $(LEGS)))
-# The processes tier runs on SQLite too (last leg): the database a new user starts on
-# (the tutorial's first), with its own locking and polling under kill -9, zombies
-# and the fault slice. Alone it takes 105 s (-n 3, 107 passed, 2026-12-05);
-# SQLITE_PROCESSES=0 keeps only the tests about SQLite itself (marker `sqlite`: the
-# example project, a new user's fresh file).
-SQLITE_PROCESSES ?= 1
+# The processes tier on SQLite (kill -9, zombies, the fault slice on its one write
+# lock) is left to `make test SQLITE_PROCESSES=1` and `make faults`: it took 230 of the
+# last leg's 334 s on SQLite (2026-12-06), and CI has 20 minutes (CONTRIBUTING.md "The
+# CI budget"). By default SQLite runs the processes tests about SQLite itself (marker
+# `sqlite`: the example project, the tutorial, a new user's fresh file).
+SQLITE_PROCESSES ?= 0
 SQLITE_LAST_TIERS = $(if $(filter 1,$(SQLITE_PROCESSES)),$(ALL_TIERS),unit or integration or browser or (processes and sqlite))
 SQLITE_TIERS = $(if $(ON_LAST_LEG),$(SQLITE_LAST_TIERS),unit or integration)
 DATABASE_TIERS = $(if $(ON_LAST_LEG),integration or processes,integration)
@@ -85,7 +85,10 @@ CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
 # $(call pytest,TIERS): pytest on those tiers narrowed by MARKERS; exit code 5 (nothing
 # selected, e.g. MARKERS=unit on PostgreSQL) is not a failure.
 pytest = $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
-	-m "$(if $(MARKERS),($(1)) and ($(MARKERS)),$(1))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	-m "$(if $(MARKERS),($(1)) and ($(MARKERS)),$(1))" $(PYTEST_ARGS) $(2) || [ $$? -eq 5 ]
+# The integration tests that go through a driver's own paths (claims, step writes,
+# outcomes, verbs): the suites of Django's other ways to reach PostgreSQL run these.
+DRIVER_PATHS ?= tests/integration/db tests/integration/worker tests/integration/verbs
 
 .PHONY: test test-leg lint format venv venv-leg clean faults soak docs docs-leg
 
@@ -129,17 +132,18 @@ suite-mariadb:
 	@echo "== $(LEG) / mariadb =="
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(call pytest,$(MARIADB_TIERS))
 # PostgreSQL with Django's other ways to connect, OPTIONS={"server_side_binding": True,
-# "pool": True} (tests/settings.py): the integration tier, on a test database of its own.
+# "pool": True} (tests/settings.py): the integration tests of the database, the worker
+# and the verbs (DRIVER_PATHS), on a test database of its own.
 suite-postgresql-options:
 	@echo "== $(LEG) / postgresql, server-side binding and a pool =="
 	$(CLEAN_ENV) DATABASE_URL='$(PG_OPTIONS_URL)' DURABLE_JOBS_TEST_CONNECTION_OPTIONS=1 \
-		$(call pytest,integration)
+		$(call pytest,integration,$(DRIVER_PATHS))
 # PostgreSQL through psycopg2, Django's other driver: psycopg 3 hidden from the tests
-# (scripts/psycopg2_only), the integration tier on a test database of its own.
+# (scripts/psycopg2_only), DRIVER_PATHS on a test database of its own.
 suite-postgresql-psycopg2:
 	@echo "== $(LEG) / postgresql through psycopg2 =="
 	$(CLEAN_ENV) DATABASE_URL='$(PG_PSYCOPG2_URL)' PYTHONPATH=scripts/psycopg2_only \
-		$(call pytest,integration)
+		$(call pytest,integration,$(DRIVER_PATHS))
 
 lint: .venv/$(LEG)/.installed
 	@echo "== $(LEG) / lint =="
