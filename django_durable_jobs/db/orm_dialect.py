@@ -213,48 +213,6 @@ class SQLite(Dialect):
 class Locking(Dialect):
     """Databases with row locks and ``SKIP LOCKED``."""
 
-    def claim_concurrency(
-        self,
-        owner: str,
-        now: datetime,
-        lease: timedelta,
-        queues: list[str] | None,
-        limit: int,
-        candidates: int,
-        finishes: Sequence[Finish],
-        only: Executable | None = None,
-    ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
-        """Runs under a concurrency limit claimed in one call, recording first
-        ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the
-        outcomes recorded, and whether throttled runs were seen among ``candidates``;
-        None where the dialect has no such call (``flow.limits.claim_limited`` then
-        takes a transaction per key)."""
-        return None
-
-    def lock_key(self, job_name: str, kind: str, key: str) -> None:
-        """Lock one flow-control key until the transaction ends: the key's ``FlowKey``
-        row, in one upsert (``INSERT ... ON CONFLICT DO UPDATE`` / ``ON DUPLICATE KEY
-        UPDATE``). It takes the row's write lock whether or not the row existed, so the
-        first claimers (or enqueuers) of a new key queue up on it instead of
-        deadlocking as two inserts would on MariaDB, and nothing is read before the
-        lock is held."""
-        connection = connections[self.using]
-        # MySQL/MariaDB name no conflict target: ON DUPLICATE KEY covers every unique key.
-        target = connection.features.supports_update_conflicts_with_target
-        FlowKey.objects.using(self.using).bulk_create(
-            [FlowKey(job_name=job_name, kind=kind, key=key)],
-            update_conflicts=True,
-            update_fields=["kind"],
-            unique_fields=["job_name", "kind", "key"] if target else None,
-        )
-
-    def wake_time(self, woken_at: datetime) -> Any:
-        """The wake time written on runs woken inside a publisher's transaction."""
-        return woken_at
-
-    def on_connect(self, connection: Any) -> None:
-        """Prepare a new connection of this alias (``connection_created``)."""
-
     def claiming(self) -> Any:
         return transaction.atomic(using=self.using)
 
