@@ -125,7 +125,7 @@ def test_an_async_function_is_refused(driver: Driver) -> None:
     assert "takes a plain function" in run.error
 
 
-def _steps(run: JobRun, owner: str, clock: FakeClock) -> Steps:
+def _steps(run: JobRun, owner: str | None, clock: FakeClock) -> Steps:
     return Steps(
         run_id=str(run.pk),
         job_name=run.job_name,
@@ -273,3 +273,25 @@ def test_replay_from_an_atomic_step_runs_it_again_once(driver: Driver) -> None:
     driver.drain()
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED and atomic_jobs.CALLS["pay"] == 2
+
+
+def test_inside_a_projects_own_transaction_the_step_commits_with_it(clock: FakeClock) -> None:
+    """A request under ATOMIC_REQUESTS (or any caller's ``atomic()``) that runs a step
+    inline: the step's transaction is a savepoint of the caller's, so the step's rows
+    and record commit with the request, or roll back with it."""
+    from django.db import transaction
+
+    run = atomic_jobs.checkout.enqueue()
+    seen: list[list[str]] = []
+
+    def request_that_fails() -> None:
+        with transaction.atomic():
+            steps = _steps(run, None, clock)  # inline: no worker's lease
+            steps.atomic("pay", atomic_jobs.pay, "pay", str(run.pk))
+            seen.append(effects(run))
+            raise RuntimeError("the request fails")
+
+    with pytest.raises(RuntimeError, match="the request fails"):
+        request_that_fails()
+    assert seen == [["pay"]]  # written inside the request ...
+    assert effects(run) == [] and not StepRecord.objects.filter(run=run).exists()  # ... undone
