@@ -43,6 +43,30 @@ class StepEngine(Waits):
     """What ``Steps`` and ``AsyncSteps`` share: the state of one attempt and the plans."""
 
     # -- run -------------------------------------------------------------
+    def _execution(
+        self, name: str, kind: StepKind
+    ) -> Plan[tuple[RecordedStep | None, RecordedStep]]:
+        """The start of a step that calls the user's function (``run``, ``atomic``): its
+        completed record to replay, or None and this execution's record (failed until
+        it completes; its start recorded first with ``mark_starts``)."""
+        existing = yield from self._begin(name)
+        if existing is not None and existing.status is StepStatus.COMPLETED:
+            return existing, existing
+        attempts = (existing.attempts if existing else 0) + 1
+        began = self._clock.now()
+        record = RecordedStep(
+            run_id=self.run_id,
+            name=name,
+            kind=kind,
+            status=StepStatus.FAILED,
+            started_at=existing.started_at if existing else began,
+            attempts=attempts,
+            last_started_at=began,  # rides in the statement that records the step
+        )
+        if self._mark_starts:
+            yield from self._save(replace(record, error=self._lost(name, attempts)))
+        return None, record
+
     def _run(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Plan[Any]:
@@ -51,22 +75,10 @@ class StepEngine(Waits):
                 f"job {self.job_name!r}: step {name!r}: run(name, fn, ...) takes a function "
                 f"to call, got {fn!r}"
             )
-        existing = yield from self._begin(name)
-        if existing is not None and existing.status is StepStatus.COMPLETED:
-            return self._replay(existing)
-        attempts = (existing.attempts if existing else 0) + 1
-        began = self._clock.now()
-        record = RecordedStep(
-            run_id=self.run_id,
-            name=name,
-            kind=StepKind.RUN,
-            status=StepStatus.FAILED,
-            started_at=existing.started_at if existing else began,
-            attempts=attempts,
-            last_started_at=began,  # rides in the statement that records the step
-        )
-        if self._mark_starts:
-            yield from self._save(replace(record, error=self._lost(name, attempts)))
+        completed, record = yield from self._execution(name, StepKind.RUN)
+        if completed is not None:
+            return self._replay(completed)
+        attempts, began = record.attempts, record.last_started_at or record.started_at
         try:
             value = yield UserCall(name, fn, args, kwargs, attempts)
             self._check_took(name, began)
@@ -104,22 +116,10 @@ class StepEngine(Waits):
                 f"job {self.job_name!r}: step {name!r}: atomic(name, fn, ...) takes a "
                 f"plain function, whose database writes commit with the step, got {fn!r}"
             )
-        existing = yield from self._begin(name)
-        if existing is not None and existing.status is StepStatus.COMPLETED:
-            return self._replay(existing)
-        attempts = (existing.attempts if existing else 0) + 1
-        began = self._clock.now()
-        record = RecordedStep(
-            run_id=self.run_id,
-            name=name,
-            kind=StepKind.ATOMIC,
-            status=StepStatus.FAILED,
-            started_at=existing.started_at if existing else began,
-            attempts=attempts,
-            last_started_at=began,
-        )
-        if self._mark_starts:
-            yield from self._save(replace(record, error=self._lost(name, attempts)))
+        completed, record = yield from self._execution(name, StepKind.ATOMIC)
+        if completed is not None:
+            return self._replay(completed)
+        attempts, began = record.attempts, record.last_started_at or record.started_at
         done: list[Any] = []
 
         def in_transaction() -> tuple[Any, RecordedStep]:
