@@ -166,13 +166,9 @@ def test_a_run_cancelled_meanwhile_keeps_none_of_the_steps_writes(clock: FakeClo
     assert not StepRecord.objects.filter(run=run, status=StepStatus.COMPLETED).exists()
 
 
-def test_a_record_rolled_back_is_forgotten_by_the_store(clock: FakeClock) -> None:
-    """A step retried in the same process after a rollback inserts its record again
-    (the store does not believe the rolled-back row exists)."""
-    run = atomic_jobs.checkout.enqueue()
-    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease_owner="me")
-    store = OrmStepStore(owner="me")
-    record = RecordedStep(
+def paid_record(run: JobRun, clock: FakeClock) -> RecordedStep:
+    """The completed record of ``run``'s atomic step "pay"."""
+    return RecordedStep(
         run_id=str(run.pk),
         name="pay",
         kind=StepKind.ATOMIC,
@@ -182,6 +178,15 @@ def test_a_record_rolled_back_is_forgotten_by_the_store(clock: FakeClock) -> Non
         attempts=1,
         output="paid",
     )
+
+
+def test_a_record_rolled_back_is_forgotten_by_the_store(clock: FakeClock) -> None:
+    """A step retried in the same process after a rollback inserts its record again
+    (the store does not believe the rolled-back row exists)."""
+    run = atomic_jobs.checkout.enqueue()
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease_owner="me")
+    store = OrmStepStore(owner="me")
+    record = paid_record(run, clock)
 
     def put_then_fail() -> None:
         with store.step_transaction():
@@ -208,16 +213,7 @@ def test_a_worker_taking_the_run_over_waits_for_the_steps_commit(clock: FakeCloc
     run = atomic_jobs.checkout.enqueue()
     JobRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease_owner="me")
     store = OrmStepStore(owner="me")
-    record = RecordedStep(
-        run_id=str(run.pk),
-        name="pay",
-        kind=StepKind.ATOMIC,
-        status=StepStatus.COMPLETED,
-        started_at=clock.now(),
-        completed_at=clock.now(),
-        attempts=1,
-        output="paid",
-    )
+    record = paid_record(run, clock)
     seen: list[int] = []
 
     def take_over() -> None:
