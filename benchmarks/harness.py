@@ -74,10 +74,12 @@ def stop_worker(proc: Worker, timeout: float = 20) -> None:
         proc.wait()
 
 
-def start_idle_worker(log: Path, what: str, env: dict[str, str] | None = None) -> Worker:
+def start_idle_worker(
+    log: Path, what: str, env: dict[str, str] | None = None, args: Sequence[str] = ()
+) -> Worker:
     """A worker (not ``--burst``) that has made its first, empty claim and is waiting:
     the state whose reaction time the latency probes measure."""
-    proc = start_worker([], log, env)
+    proc = start_worker(list(args), log, env)
     deadline = time.time() + 30
     while "wake=" not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.time() > deadline:

@@ -112,3 +112,9 @@ def bench_ten_inserts_run(ctx: Any) -> int:
 def bench_ten_inserts_atomic(ctx: Any) -> int:
     """Ten ``atomic`` steps, each inserting a row: the row and the record commit together."""
     return sum(ctx.step.atomic(f"s{i}", _insert, ctx.run_id, i) for i in range(10))
+
+
+@job(name="bench.park")
+def bench_park(ctx: Any) -> None:
+    """Sleep a month: the template of benchmarks/scale.py's parked, sleeping runs."""
+    ctx.step.sleep("nap", "30d")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,9 @@ def wait_status(run_id: Any, wanted: str, timeout: float, log: Path) -> Any:
         time.sleep(0.002)
 
 
-def measure_wakeup(events: int) -> Wakeup:
-    """Commit of ``publish_event`` -> the waiting run's next step, on an idle worker."""
+def measure_wakeup(events: int, *, empty: bool = True, worker_args: Sequence[str] = ()) -> Wakeup:
+    """Commit of ``publish_event`` -> the waiting run's next step, on an idle worker;
+    on empty tables unless ``empty`` is False (benchmarks/scale.py keeps its rows)."""
     from django.db import transaction
 
     from benchmarks.jobs import bench_wake
@@ -64,13 +66,14 @@ def measure_wakeup(events: int) -> Wakeup:
     from django_durable_jobs.models import StepRecord
 
     say(f"ours: event wake-up latency, {events} events to runs parked in wait_for_event")
-    truncate()
+    if empty:
+        truncate()
     log = WORK / "worker_wakeup.log"
     latency: list[float] = []
     claimed: list[float] = []
     published: list[float] = []
     commits: list[float] = []
-    proc = start_idle_worker(log, "wake-up")
+    proc = start_idle_worker(log, "wake-up", args=worker_args)
     try:
         for i in range(events):
             key = f"wake-{i}"
@@ -93,7 +96,8 @@ def measure_wakeup(events: int) -> Wakeup:
                 claimed.append((wait_step.completed_at.timestamp() - t0) * 1000)
     finally:
         stop_worker(proc)
-    truncate()
+    if empty:
+        truncate()
     return Wakeup(events, wake_mode(log), latency, claimed, published, log_problems(log))
 
 
