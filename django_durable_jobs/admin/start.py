@@ -134,7 +134,7 @@ class EnqueueForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         choices = [("", "---------")] + [(name, name) for name in sorted(all_jobs())]
-        self.fields["job"].widget.choices = choices  # type: ignore[attr-defined]
+        self.fields["job"].widget.choices = choices
 
     def clean_job(self) -> str:
         name = self.cleaned_data["job"]
@@ -334,8 +334,9 @@ def run_now_view(
     return redirect(f"{model_admin.admin_site.name}:django_durable_jobs_jobrun_change", run.pk)
 
 
-def _initial(request: HttpRequest) -> dict[str, str]:
-    return {name: value for name, value in request.GET.items() if name != "_changelist_filters"}
+def _initial(request: HttpRequest) -> dict[str, Any]:
+    """The fields the URL fills (``?job=shop.sync``)."""
+    return {name: request.GET[name] for name in request.GET if name != "_changelist_filters"}
 
 
 def _signatures() -> list[tuple[str, str]]:
