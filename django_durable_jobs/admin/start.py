@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib import messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
@@ -113,8 +114,8 @@ def parse_json(text: str, what: str, empty: Any) -> Any:
 
 class EnqueueForm(forms.Form):
     job = forms.CharField(label="Job", widget=forms.Select)
-    args = _json_field("Positional arguments", "[]", "A JSON list, after ctx.")
-    kwargs = _json_field("Keyword arguments", "{}", "A JSON object.")
+    args = _json_field("Args", "[]", "The positional arguments after ctx, as a JSON list.")
+    kwargs = _json_field("Kwargs", "{}", "The keyword arguments, as a JSON object.")
     queue = forms.CharField(label="Queue", required=False, help_text="Blank: the job's queue.")
     priority = forms.IntegerField(
         label="Priority", required=False, help_text="Blank: the job's priority."
@@ -365,6 +366,14 @@ def _page(
             **model_admin.admin_site.each_context(request),
             "opts": model_admin.opts,
             "form": form,
+            # As the admin's change form wraps its form: its fieldset template draws it.
+            # (django-stubs says ModelForm; AdminForm only reads the form's fields.)
+            "adminform": helpers.AdminForm(
+                cast(Any, form),
+                [(None, {"fields": list(form.fields)})],
+                {},
+                model_admin=model_admin,
+            ),
             **context,
         },
     )

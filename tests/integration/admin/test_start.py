@@ -62,9 +62,13 @@ def test_starting_anything_needs_the_models_permission(django_user_model: type[U
     assert reverse(PUBLISH) not in events
     page = client.get(reverse("admin:django_durable_jobs_schedule_change", args=[schedule.pk]))
     assert run_now_url(schedule) not in page.content.decode()
+    dashboard = client.get(reverse("admin:django_durable_jobs_dashboard_changelist"))
+    assert reverse(ENQUEUE) not in dashboard.content.decode()
 
 
-def test_add_jobrun_alone_lets_a_user_enqueue(django_user_model: type[User]) -> None:
+def test_add_jobrun_alone_lets_a_user_enqueue(
+    django_user_model: type[User], driver: Driver
+) -> None:
     client = staff(django_user_model, "view_jobrun", "add_jobrun")
     changelist = reverse("admin:django_durable_jobs_jobrun_changelist")
     assert reverse(ENQUEUE) in client.get(changelist).content.decode()  # the button
@@ -76,6 +80,10 @@ def test_add_jobrun_alone_lets_a_user_enqueue(django_user_model: type[User]) -> 
     assert response.status_code == 302
     assert response["Location"] == reverse("admin:django_durable_jobs_jobrun_change", args=[run.pk])
     assert client.post(reverse(PUBLISH), {"name": "order.paid"}).status_code == 403
+    # The dashboard offers it too, and beside each job of its durations, that job.
+    driver.drain()
+    dashboard = client.get(reverse("admin:django_durable_jobs_dashboard_changelist"))
+    assert f"{reverse(ENQUEUE)}?job=tests.add" in dashboard.content.decode()
 
 
 # -- enqueue ---------------------------------------------------------------------------
