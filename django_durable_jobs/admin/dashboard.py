@@ -20,6 +20,7 @@ from django.utils import timezone
 from ..engine import clock
 from ..models import Dashboard
 from ..observe import charts, stats, trace
+from . import start
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Dashboard]
@@ -54,6 +55,7 @@ class DashboardAdmin(_ModelAdmin):
             "opts": self.opts,
             "title": "Dashboard",
             "refresh_seconds": REFRESH_SECONDS,
+            **start.links(request, self.admin_site.name),
         }
         return TemplateResponse(request, "admin/django_durable_jobs/dashboard.html", context)
 

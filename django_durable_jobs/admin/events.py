@@ -11,12 +11,13 @@ from uuid import UUID
 from django.contrib import admin
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from .. import conf
 from ..models import Event, StepRecord, StepStatus
+from . import start
 from .display import json_block
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
@@ -105,7 +106,10 @@ class EventAdmin(_ModelAdmin):
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+        return False  # publishing is its own page (start.py), not a form over the row
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*start.publish_urls(self), *super().get_urls()]
 
     def has_change_permission(self, request: HttpRequest, obj: Event | None = None) -> bool:
         return False
@@ -116,6 +120,7 @@ class EventAdmin(_ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        extra_context = {**(extra_context or {}), **start.links(request, self.admin_site.name)}
         response = super().changelist_view(request, extra_context)
         changelist = getattr(response, "context_data", {}).get("cl")
         if changelist is not None:

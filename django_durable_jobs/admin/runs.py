@@ -32,7 +32,7 @@ from ..exceptions import DurableJobsError
 from ..models import JobRun
 from ..observe import progress, trace
 from ..verbs import runs
-from . import confirm, details
+from . import confirm, details, start
 from .display import badge, dotted, json_block, text_block, tools_beside_title
 from .family import RunFamily
 from .times import EMPTY, RunTimes, with_wait_deadlines
@@ -122,6 +122,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         request._durable_jobs_list = True  # type: ignore[attr-defined]
+        extra_context = {**(extra_context or {}), **start.links(request, self.admin_site.name)}
         return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
@@ -293,6 +294,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     # -- operating: buttons on the run page ------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         return [
+            *start.enqueue_urls(self),  # before "<path:object_id>/": "enqueue/" is no run
             path(
                 "<path:object_id>/timeline/",
                 self.admin_site.admin_view(self.timeline_view),

@@ -14,8 +14,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -25,6 +25,7 @@ from ..engine.cron import check_expr, zone
 from ..exceptions import InvalidSchedule, UnknownJob
 from ..models import Schedule
 from ..verbs import schedules
+from . import start
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Schedule]
@@ -100,6 +101,24 @@ class ScheduleAdmin(_ModelAdmin):
             {"fields": ("next_runs", "next_run_at", "last_run_at", "runs_link", "origin", "note")},
         ),
     )
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*start.run_now_urls(self), *super().get_urls()]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # The "Run now" button (start.run_now_view), for those who may change the schedule.
+        if self.has_change_permission(request):
+            url = reverse(
+                f"{self.admin_site.name}:django_durable_jobs_schedule_run_now", args=[object_id]
+            )
+            extra_context = {**(extra_context or {}), "run_now_url": url}
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         schedules.reschedule(obj, clock.current().now())
