@@ -26,6 +26,7 @@ from ..exceptions import InvalidSchedule, UnknownJob
 from ..models import Schedule
 from ..verbs import schedules
 from . import start
+from .times import shown
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Schedule]
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
 else:
     _ModelAdmin = admin.ModelAdmin
     _ModelForm = forms.ModelForm
-
-#: How run times are shown: the schedule's local time and its UTC offset.
-STAMP = "%a %Y-%m-%d %H:%M %Z (UTC%z)"
 
 
 class ScheduleForm(_ModelForm):
@@ -123,9 +121,9 @@ class ScheduleAdmin(_ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         schedules.reschedule(obj, clock.current().now())
         super().save_model(request, obj, form, change)
-        shown = ", ".join(slot.strftime(STAMP) for slot in self._upcoming(obj))
-        if shown:
-            messages.info(request, f"Next runs of {obj.job_name}: {shown}.")
+        upcoming = ", ".join(shown(slot, slot.tzinfo) for slot in self._upcoming(obj))
+        if upcoming:
+            messages.info(request, f"Next runs of {obj.job_name}: {upcoming}.")
         else:
             messages.info(request, f"{obj.job_name} is paused: no run starts until it is enabled.")
 
@@ -161,7 +159,7 @@ class ScheduleAdmin(_ModelAdmin):
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, schedule: Schedule) -> str:
         upcoming = self._upcoming(schedule)[:1]
-        return upcoming[0].strftime(STAMP) if upcoming else "— (paused)"
+        return shown(upcoming[0], upcoming[0].tzinfo) if upcoming else "— (paused)"
 
     @admin.display(description="next 5 runs (in the schedule's time zone)")
     def next_runs(self, schedule: Schedule) -> SafeString | str:
@@ -170,7 +168,7 @@ class ScheduleAdmin(_ModelAdmin):
             return "— (paused or not saved yet)"
         return format_html(
             "<ol>{}</ol>",
-            format_html_join("", "<li>{}</li>", ((s.strftime(STAMP),) for s in upcoming)),
+            format_html_join("", "<li>{}</li>", ((shown(s, s.tzinfo),) for s in upcoming)),
         )
 
     @admin.display(description="declared")

@@ -1,13 +1,16 @@
-"""A run's times in the admin: one format everywhere (``2026-01-01 09:30:00``, the
-admin's time zone, to the second) with how long ago (or how far ahead) it is."""
+"""Times in the admin: one format on every page of this app, the project's own
+(Django's ``DATETIME_FORMAT`` for the active language, as the admin shows any date)
+in the current time zone, with how long ago (or how far ahead) it is; the exact
+instant in the tooltip. The terminal has its own single format (``observe.trace.stamp``)."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 
 from django.contrib import admin
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import formats, timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -20,22 +23,26 @@ EMPTY = "—"
 JUST_NOW = timedelta(seconds=1)
 
 
+def shown(value: datetime, zone: tzinfo | None = None) -> str:
+    """``value`` as every page of this admin shows a time: the project's
+    ``DATETIME_FORMAT`` ("Dec. 5, 2026, 11:03 p.m." in English by default), as Django's
+    admin shows a model's date fields, in the current time zone; or in ``zone`` (a
+    schedule's run times), then named ("March 29, 2026, 3 a.m. CEST"). Templates say
+    the same with ``{{ value|date:"DATETIME_FORMAT" }}``."""
+    text = formats.date_format(timezone.localtime(value, zone), "DATETIME_FORMAT")
+    return text if zone is None else f"{text} {timezone.localtime(value, zone).tzname()}"
+
+
 def when(value: datetime | None, now: datetime) -> SafeString | str:
-    """``2026-01-01 09:30:00 (3m ago)``; the exact instant in the tooltip."""
+    """``Jan. 1, 2026, 9:30 a.m. (3m ago)``; the exact instant in the tooltip."""
     if value is None:
         return EMPTY
-    delta = value - now
-    relative = relative_to_now(delta)
-    # The day in a span of its own: a narrow list column wraps between the day and the
-    # time, never at a hyphen inside the day ("2026-01-" / "01").
-    day, time_of_day = trace.stamp(value).split(" ")
+    relative = relative_to_now(value - now)
     return format_html(
-        '<time datetime="{}" title="{}"><span class="djdj-day">{}</span> {}</time> '
-        '<span class="djdj-ago">({})</span>',
+        '<time datetime="{}" title="{}">{}</time> <span class="djdj-ago">({})</span>',
         value.isoformat(),
         value.isoformat(),
-        day,
-        time_of_day,
+        shown(value),
         relative,
     )
 

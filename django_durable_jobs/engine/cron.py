@@ -43,6 +43,10 @@ class Cron:
         if self.timezone is not None:
             zone(self.timezone)
 
+    def describe(self) -> str:
+        """In the worker's banner: ``cron "0 9 * * 1" in Europe/Paris``."""
+        return f'cron "{self.expr}"' + (f" in {self.timezone}" if self.timezone else "")
+
     def in_zone(self, default: str) -> ZoneInfo:
         return zone(self.timezone or default)
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..exceptions import InvalidName
-from .durations import Duration, parse_duration
+from .durations import Duration, format_duration, parse_duration
 from .serialization import unstorable
 from .signatures import signature_of
 
@@ -56,6 +56,27 @@ class Limit:
     #: Debounce: the latest start after the first enqueue.
     timeout: timedelta | None = None
 
+    def describe(self) -> str:
+        """The limit in the words of docs/how-to/flow-control.md (the worker's banner).
+
+        >>> Limit("throttle", 10, "region", per=timedelta(minutes=1)).describe()
+        'throttle 10/1m per region'
+        >>> Limit("debounce", 1, "user_id", timedelta(minutes=5), timedelta(hours=1)).describe()
+        'debounce 5m per user_id, at most 1h after the first enqueue'
+        """
+        per = format_duration(self.per) if self.per is not None else ""
+        words = {
+            "concurrency": f"concurrency {self.limit}",
+            "throttle": f"throttle {self.limit}/{per}",
+            "rate_limit": f"rate limit {self.limit}/{per}",
+            "debounce": f"debounce {per}",
+        }.get(self.kind, f"{self.kind} {self.limit}")
+        if self.key is not None:
+            words += f" per {self.key}" if isinstance(self.key, str) else f" per {_named(self.key)}"
+        if self.timeout is not None:
+            words += f", at most {format_duration(self.timeout)} after the first enqueue"
+        return words
+
     def key_of(
         self, job_name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> str:
@@ -83,6 +104,11 @@ class Limit:
                 f"job {job_name!r}: the {self.kind} key {value!r} cannot be stored: {why}"
             )
         return value
+
+
+def _named(key: Callable[..., Any]) -> str:
+    """A key function as the banner names it: ``region_of()``."""
+    return f"{getattr(key, '__qualname__', None) or type(key).__qualname__}()"
 
 
 def concurrency(
@@ -170,6 +196,10 @@ class CancelOn:
 
     event: str
     match: str | None = None
+
+    def describe(self) -> str:
+        """In the worker's banner: ``cancel on order.cancelled matching order_id``."""
+        return f"cancel on {self.event}" + (f" matching {self.match}" if self.match else "")
 
 
 def rate_limit(value: RateLimit | None, job_name: str, fn: Callable[..., Any]) -> Limit | None:

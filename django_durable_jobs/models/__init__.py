@@ -3,6 +3,7 @@
 One module per table family; every name is importable from here, as before."""
 
 from ..engine.vocabulary import StepStatus as StepStatus
+from . import installed as installed  # first: says what to do without the app
 from .events import Event as Event
 from .events import EventPosition as EventPosition
 from .events import EventQuerySet as EventQuerySet

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from django.utils import timezone
@@ -37,11 +37,14 @@ def short_duration(value: timedelta) -> str:
     return f"{whole}s"
 
 
-def stamp(when: datetime | None) -> str:
-    """A time in the current time zone, to the second."""
+def stamp(when: datetime | None, zone: tzinfo | None = None) -> str:
+    """Every time the terminal shows (``jobs list``, ``show``, ``workers``,
+    ``schedules``): ``2026-12-05 23:03:00``, to the second, in the current time zone
+    (``TIME_ZONE``) or in ``zone`` (a schedule's, shown beside it); ``""`` for none.
+    ``--json`` gives ISO 8601 instead."""
     if when is None:
         return ""
-    return timezone.localtime(when).strftime("%Y-%m-%d %H:%M:%S")
+    return timezone.localtime(when, zone).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def pretty_json(value: Any, *, limit: int = JSON_LIMIT) -> str:

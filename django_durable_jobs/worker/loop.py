@@ -177,7 +177,7 @@ class Worker(StopSignals):
                 log.warning("requeued %d run(s) whose worker stopped renewing its lease", requeued)
             if let_go := let_go_expired_cancelled(now=now):
                 log.warning("let go of %d cancelled run(s) whose worker died", let_go)
-            if flow.has_limits() and (freed := holds.unhold_stranded(now=now)):
+            if flow.has_limits() and (freed := holds.unhold_stranded(now=now, clock=self.clock)):
                 log.warning("let %d held run(s) go whose key had free slots", freed)
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         if self._backlog:  # a sync run of the last batch: no claim until it has started

@@ -66,16 +66,32 @@ def log_jobs() -> None:
 
 
 def _describe(definition: JobDefinition) -> str:
+    """One job of the banner: its options as ``name=value``, then its flow control and
+    schedules in the words of docs/how-to/flow-control.md (``concurrency 1 per
+    customer``, ``throttle 10/1m per region``, ``cron "0 9 * * *"``)."""
     retries = conf.get("RETRIES") if definition.retries is None else definition.retries
     backoff = conf.get("BACKOFF") if definition.backoff is None else definition.backoff
     parts = [definition.name, f"queue={definition.queue}", f"retries={retries}"]
     parts.append(f"backoff={_duration_text(backoff)}")
+    if definition.version != 1:
+        parts.append(f"version={definition.version}")
     if definition.priority:
         parts.append(f"priority={definition.priority}")
-    for option in ("timeout", "step_timeout", "on_event", "concurrency"):
+    for option in ("timeout", "step_timeout", "on_event"):
         if (value := getattr(definition, option)) is not None:
             parts.append(f"{option}={_duration_text(value)}")
-    return " ".join(parts)
+    return ", ".join([" ".join(parts), *flow_control(definition)])
+
+
+def flow_control(definition: JobDefinition) -> list[str]:
+    """A job's limits, gates, cancel and failure handlers, and schedules, in words."""
+    limits = (definition.concurrency, definition.throttle, definition.rate_limit)
+    words = [limit.describe() for limit in (*limits, definition.debounce) if limit is not None]
+    words += [cancel.describe() for cancel in definition.cancel_on]
+    if definition.on_failure is not None:
+        words.append(f"on failure {definition.on_failure}")
+    words += [cron.describe() for cron in definition.cron]
+    return words
 
 
 def _duration_text(value: object) -> str:

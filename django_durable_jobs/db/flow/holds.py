@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from ... import conf
 from ...definitions.registry import get_job
-from ...engine.clock import current
+from ...engine.clock import Clock, current
 from ...exceptions import UnknownJob
 from ...models import RUNNABLE, JobRun, JobRunQuerySet
 from .keys import held, holds_slot, lock, slots
@@ -102,27 +102,34 @@ def let_go_after_commit(using: str, job_name: str, keys: set[str | None], most: 
     freed by a worker that could not see the runs held then."""
 
     def recheck() -> None:
-        now = current().now()
         for key in keys:
-            _let_go_free(using, job_name, key, most, now)
+            _let_go_free(using, job_name, key, most, current())
 
     if keys:
         transaction.on_commit(recheck, using=using)
 
 
-def _let_go_free(using: str, job_name: str, key: str | None, most: int, now: datetime) -> int:
-    """Under the key's lock, let as many held runs of the key go as it has free slots."""
+def _let_go_free(using: str, job_name: str, key: str | None, most: int, clock: Clock) -> int:
+    """Under the key's lock, let as many held runs of the key go as it has free slots.
+
+    The time is read once the lock is held: a run that stopped while this waited for
+    the lock let a held run go (``free_slot``) at a later time than one read before,
+    and counted at that earlier time the run let go is not about to take the slot, so
+    a second held run went too, and the sweep said it found one stranded."""
     runs = JobRun.objects.using(using)
     with transaction.atomic(using=using):
         lock(using, job_name, "concurrency", key or "")
+        now = clock.now()
         free = _free(runs, job_name, key, most, now)
         return _unhold(runs, job_name, key, free, now) if free > 0 else 0
 
 
-def unhold_stranded(*, now: datetime, limit: int = 100) -> int:
+def unhold_stranded(*, now: datetime, limit: int = 100, clock: Clock | None = None) -> int:
     """Let held runs go whose key has free slots though no running run will free one
     (e.g. the run that held the slot was requeued after its worker died, then
-    cancelled); the worker calls this when it reaps expired leases.
+    cancelled); the worker calls this when it reaps expired leases. ``now`` picks the
+    keys to look at; under each key's lock the time is read again from ``clock``
+    (default: the installed one), as the claim does (``limits._try``).
 
     Cheap on a big backlog: the held keys come from the ``durable_run_held`` index,
     and each is checked with two small counts before anything is locked.
@@ -138,7 +145,7 @@ def unhold_stranded(*, now: datetime, limit: int = 100) -> int:
     freed = 0
     for job_name, key, most in list(keys):
         if _free(runs, job_name, key, most or 0, now) > 0:  # before any lock: most have none
-            freed += _let_go_free(using, job_name, key, most or 0, now)
+            freed += _let_go_free(using, job_name, key, most or 0, clock or current())
     return freed
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone, translation
 
+from django_durable_jobs.admin.times import shown
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
 from tests.factories import T0, JobRunFactory, StepRecordFactory
@@ -158,22 +161,30 @@ def test_short_json_is_one_line_long_json_is_pretty_printed(
 
 
 def test_one_date_format_with_relative_times(admin_client: Client, clock: FakeClock) -> None:
+    """Every time on the page in the project's DATETIME_FORMAT (as Django's admin shows
+    a model's date fields), in the current time zone: the event's page, the schedules'
+    and the run page agree."""
     html = page(admin_client, waiting_run(clock))
-    stamp = '<span class="djdj-day">2026-01-01</span> 00:00:00</time>'
-    assert f'{stamp} <span class="djdj-ago">(5m ago)</span>' in html
+    created = shown(T0)
+    assert created == "Jan. 1, 2026, midnight"  # Django's English format by default
+    ago = '<span class="djdj-ago">(5m ago)</span>'
+    assert f'title="{T0.isoformat()}">{created}</time> {ago}' in html
     # "wakes" of a waiting run is its wait's deadline, not its next poll (00:05:30).
-    deadline = '<span class="djdj-day">2026-01-08</span> 00:00:02</time>'
-    assert f'{deadline} <span class="djdj-ago">(in 6d23h)</span>' in html
-    assert "midnight" not in html and "a.m." not in html  # Django's own format is gone
+    deadline = T0 + timedelta(days=7, seconds=2)
+    assert f'>{shown(deadline)}</time> <span class="djdj-ago">(in 6d23h)</span>' in html
+    assert "2026-01-01 00:00:00" not in html  # no format of our own beside Django's
     assert ">-<" not in html  # one mark for "nothing": —
+    with translation.override("de"), timezone.override(ZoneInfo("Europe/Berlin")):
+        assert shown(T0) == "1. Januar 2026 01:00"  # the language's format, the zone's time
 
 
 def test_wait_shows_event_key_and_deadline_in_full(admin_client: Client, clock: FakeClock) -> None:
     html = page(admin_client, waiting_run(clock))
     assert "<code>order.paid.with-a-very-long-event-name</code>" in html
     assert "key <code>customer-4242-ünïcode</code>" in html
-    assert "<dt>gives up</dt><dd>2026-01-08 00:00:02</dd>" in html
-    assert "<dt>next check</dt><dd>2026-01-01 00:05:30</dd>" in html
+    deadline, poll = T0 + timedelta(days=7, seconds=2), T0 + timedelta(minutes=5, seconds=30)
+    assert f"<dt>gives up</dt><dd>{shown(deadline)}</dd>" in html
+    assert f"<dt>next check</dt><dd>{shown(poll)}</dd>" in html
 
 
 def test_live_run_refreshes_finished_run_does_not(admin_client: Client, clock: FakeClock) -> None:

@@ -11,9 +11,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from django_durable_jobs.admin import times
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
-from django_durable_jobs.observe import trace
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -50,9 +50,8 @@ def listed(client: Client) -> tuple[str, int]:
 
 
 def shown(when: datetime) -> str:
-    """How the list shows a time (admin/times.when): the day apart, for wrapping."""
-    day, time_of_day = trace.stamp(when).split(" ")
-    return f'<span class="djdj-day">{day}</span> {time_of_day}</time>'
+    """How the list shows a time (admin/times.when)."""
+    return f'title="{when.isoformat()}">{times.shown(when)}</time>'
 
 
 def test_a_waiting_run_shows_its_deadline_not_its_next_poll(

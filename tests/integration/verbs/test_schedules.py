@@ -286,13 +286,17 @@ def test_jobs_schedules_lists_next_run_times_last_run_and_enabled(clock: FakeClo
     from django.core.management import call_command
 
     clock.set(T0)
-    add("0 9 * * 1", T0, timezone="Europe/Paris")
+    add("0 9 * * 1", T0, timezone="Europe/Paris", last_run_at=T0 - timedelta(minutes=1))
     add("*/15 * * * *", T0, enabled=False)
     out = StringIO()
     call_command("jobs", "schedules", stdout=out)
     lines = out.getvalue().splitlines()
     assert lines[0].split()[:5] == ["id", "job", "cron", "timezone", "enabled"]
-    assert "2026-01-12 09:00+0100, 2026-01-19 09:00+0100, 2026-01-26 09:00+0100" in lines[1]
+    # Every time in one format, the terminal's (``jobs list``, ``workers``), in the
+    # schedule's time zone, shown beside them; ISO 8601 in --json only.
+    assert "2026-01-12 09:00:00, 2026-01-19 09:00:00, 2026-01-26 09:00:00" in lines[1]
+    assert "2026-01-05 09:58:30" in lines[1]  # the last run: 08:58:30 UTC, in Paris
+    assert "+0100" not in lines[1] and "+01:00" not in lines[1]
     assert " no " in lines[2] and "—" in lines[2]
     out = StringIO()
     call_command("jobs", "schedules", "--json", stdout=out)

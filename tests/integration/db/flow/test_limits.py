@@ -198,6 +198,31 @@ def test_stranded_held_runs_are_let_go(clock: FakeClock) -> None:
     assert taken.pk == waiting.pk
 
 
+def test_the_sweep_leaves_held_a_run_whose_slot_a_run_just_let_go_takes(clock: FakeClock) -> None:
+    """The worker reads the time, reaps leases (on SQLite waiting for the write lock),
+    then sweeps: a run that stopped meanwhile let the oldest held run go at a later
+    time than the sweep's. The sweep must count that run as taking the freed slot, not
+    let a second held run go (which logged "let 1 held run(s) go whose key had free
+    slots" in normal use); the next held run goes when that slot frees."""
+    flow_jobs.one_per_key.enqueue("k")
+    [running] = claim("w", now=clock.now(), lease=LEASE)
+    clock.advance(timedelta(milliseconds=1))
+    next_run = flow_jobs.one_per_key.enqueue("k")
+    clock.advance(timedelta(milliseconds=1))
+    last = flow_jobs.one_per_key.enqueue("k")
+    assert claim("w", now=clock.now(), lease=LEASE) == []  # both held
+    swept_at = clock.now()  # the sweeping worker's loop reads the time
+    clock.advance(timedelta(milliseconds=5))
+    finish(running, clock)  # another worker: lets `next_run` go, at its own time
+    assert holds.unhold_stranded(now=swept_at) == 0
+    assert JobRun.objects.get(pk=last.pk).wake_at is None  # still held, not let go
+    [taken] = claim("w", now=clock.now(), lease=LEASE)
+    assert taken.pk == next_run.pk
+    finish(taken, clock)  # the slot frees: the last held run goes with it
+    [taken] = claim("w", now=clock.now(), lease=LEASE)
+    assert taken.pk == last.pk
+
+
 def test_a_run_cancelled_while_running_keeps_its_slot_until_stopped(clock: FakeClock) -> None:
     first = flow_jobs.one_per_key.enqueue("k")
     clock.advance(timedelta(milliseconds=1))
