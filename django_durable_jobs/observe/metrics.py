@@ -66,9 +66,14 @@ class StatsCollector(Collector):
         )
         yield from self._throughput()
         yield from self._durations()
-        errors = _gauge("failed_runs_last_day", "Runs failed in the last day.", ["error_code"])
-        for code, n in f.top_errors:
-            errors.add_metric([code], n)
+        errors = _gauge(
+            "failed_runs_last_day",
+            "Runs failed in the last day, by error code or else exception type (error), "
+            "and error code (error_code, empty for a job's own exception).",
+            ["error", "error_code"],
+        )
+        for e in f.top_errors:
+            errors.add_metric([e.error, e.code], e.count)
         yield errors
         yield _gauge("workers_alive", "Worker processes heartbeating.", value=f.workers_alive)
 

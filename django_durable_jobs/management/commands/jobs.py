@@ -51,8 +51,8 @@ def stats_lines(figures: stats.Stats) -> list[str]:
             f"p{p} {trace.short_duration(timedelta(seconds=d[f'p{p}']))}" for p in stats.PERCENTILES
         )
         lines.append(f"job {job}: {d['count']:g} succeeded in the last hour  {took}")
-    for code, n in figures.top_errors:
-        lines.append(f"error {code}: {n} failed runs in the last day")
+    for e in figures.top_errors:
+        lines.append(f"error {e.error}: {e.count} failed runs in the last day")
     return lines
 
 
