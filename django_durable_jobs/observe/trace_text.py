@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..engine.serialization import error_line
-from ..models import FINISHED, RunStatus, StepStatus
+from ..models import FINISHED, JobRun, RunStatus, StepStatus
 from .progress import progress_text
 from .run_keys import flow_keys, key_pairs
 from .trace import StepRow, Trace, clip, short_duration, stamp
@@ -65,6 +65,25 @@ def text_table(
             padded[status_column] = paint(cells[status_column], padded[status_column])
         lines.append("  ".join(padded).rstrip())
     return lines
+
+
+def no_steps_line(run: JobRun) -> str:
+    """What ``jobs show`` says for a run without a step: "yet" only while it may still
+    record one (a job can fail, say on its return value, before its first step)."""
+    if run.status not in FINISHED:
+        return "no steps recorded yet"
+    if run.started_at is None:
+        return f"no steps: the run was {run.status} before it started"
+    return f"no steps: the run {FINISHED_VERBS[run.status]} without recording a step"
+
+
+#: "the run failed", "the run was cancelled".
+FINISHED_VERBS = {
+    RunStatus.SUCCEEDED: "succeeded",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "was cancelled",
+    RunStatus.SKIPPED: "was skipped",
+}
 
 
 def summary_lines(trace: Trace) -> list[str]:

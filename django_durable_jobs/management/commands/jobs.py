@@ -171,7 +171,7 @@ class Command(BaseCommand):
             self.stdout.write(f"not starting: {reason}")
         self.stdout.write("")
         if not shown.steps:
-            self.stdout.write("no steps recorded yet")
+            self.stdout.write(trace_text.no_steps_line(shown.run))
             return
         table = trace_text.text_table(
             trace_text.STEP_HEADERS,

@@ -17,7 +17,7 @@ from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
 from tests.conftest import Driver
 from tests.factories import JobRunFactory
-from tests.testapp import jobs
+from tests.testapp import input_jobs, jobs
 from tests.testapp.admin_jobs import fragile, napper, waiter
 from tests.testapp.flow_jobs import digest, per_customer
 
@@ -227,3 +227,17 @@ def test_attempts_of_a_run_whose_job_is_unknown_here_show_only_the_attempt() -> 
     assert row.split()[1:4] == ["tests.nowhere", "failed", "1"] and "?" not in row
     summary = jobs_command("show", str(run.pk)).splitlines()[0]
     assert "  attempt 1  queue " in summary and "?" not in summary
+
+
+def test_show_a_finished_run_without_steps_does_not_say_yet(driver: Driver) -> None:
+    run = input_jobs.returns.enqueue("surrogate")  # fails on its return value, no step
+    driver.step(run)
+    out = jobs_command("show", str(run.pk))
+    assert "yet" not in out
+    assert out.splitlines()[-1] == "no steps: the run failed without recording a step"
+    cancelled = JobRunFactory.create(status=RunStatus.CANCELLED, started_at=None)
+    assert jobs_command("show", str(cancelled.pk)).splitlines()[-1] == (
+        "no steps: the run was cancelled before it started"
+    )
+    queued = JobRunFactory.create(status=RunStatus.QUEUED)
+    assert jobs_command("show", str(queued.pk)).splitlines()[-1] == "no steps recorded yet"
