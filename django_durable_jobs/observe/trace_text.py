@@ -13,6 +13,7 @@ from ..models import FINISHED, JobRun, RunStatus, StepStatus
 from .progress import progress_text
 from .run_keys import flow_keys, key_pairs
 from .trace import StepRow, Trace, clip, short_duration, stamp
+from .wakes import wakes
 
 Paint = Callable[[str, str], str]
 STEP_HEADERS = (
@@ -86,6 +87,19 @@ FINISHED_VERBS = {
 }
 
 
+def wakes_cell(run: JobRun, deadline: datetime | None) -> str:
+    """When the run wakes (``observe/wakes.py``): ``by 2026-01-08 00:00:00`` for a
+    waiting run's deadline, the wake time of a queued or sleeping one, else ""."""
+    due = wakes(run, deadline)
+    return "" if due is None else " ".join(filter(None, (due[0], stamp(due[1]))))
+
+
+def _wakes_text(trace: Trace) -> str:
+    waiting = [s.deadline for s in trace.steps if s.status == StepStatus.WAITING and s.deadline]
+    cell = wakes_cell(trace.run, waiting[-1] if waiting else None)
+    return f"  wakes {cell}" if cell else ""
+
+
 def summary_lines(trace: Trace) -> list[str]:
     run = trace.run
     lines = [
@@ -97,10 +111,10 @@ def summary_lines(trace: Trace) -> list[str]:
                 ("created", run.created_at),
                 ("started", run.started_at),
                 ("finished", run.finished_at),
-                ("wakes", run.wake_at if run.status not in FINISHED else None),
             )
             if when is not None
         )
+        + _wakes_text(trace)
         + (f"  took {short_duration(trace.took)}" if trace.took is not None else ""),
     ]
     if keys := key_pairs(run):  # its job's limits at enqueue (docs/how-to/flow-control.md)

@@ -129,7 +129,7 @@ def test_list_filters_and_limits(clock: FakeClock) -> None:
     assert len(out.splitlines()) == 3 and out.count("failed") == 2
     out = jobs_command("list", "--job", "tests.ops.napper")
     assert str(queued.pk) in out and "0 / 1" in out
-    assert jobs_command("list", "--job", "nothing.here") == "no runs\n"
+    assert jobs_command("list", "--job", "nothing.here").startswith("no runs")
 
 
 def test_retry_cancel_wake_and_replay(driver: Driver, clock: FakeClock) -> None:
@@ -241,3 +241,12 @@ def test_show_a_finished_run_without_steps_does_not_say_yet(driver: Driver) -> N
     )
     queued = JobRunFactory.create(status=RunStatus.QUEUED)
     assert jobs_command("show", str(queued.pk)).splitlines()[-1] == "no steps recorded yet"
+
+
+def test_list_of_a_job_nobody_registered_says_so() -> None:
+    assert jobs_command("list", "--job", "billing.nope") == (
+        "no runs; no job named billing.nope is registered\n"
+    )
+    assert jobs_command("list", "--job", "tests.ops.napper") == "no runs\n"  # registered
+    JobRunFactory.create(job_name="billing.removed")  # an old run of a removed job
+    assert "billing.removed" in jobs_command("list", "--job", "billing.removed")
