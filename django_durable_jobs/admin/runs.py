@@ -16,21 +16,23 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Lower
+from django.db.models.functions import Lower, Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from ..db.flow import holds
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
+from ..engine.serialization import error_line
 from ..exceptions import DurableJobsError
 from ..models import JobRun
 from ..observe import progress, trace
+from ..observe.formatting import clip
 from ..verbs import runs
 from . import confirm, details
 from .display import badge, dotted, json_block, text_block, tools_beside_title
@@ -45,6 +47,9 @@ else:
 
 #: A full or partial run id (the list shows the first 8 characters).
 _ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,35}")
+#: The runs list's error column, in characters (the whole error, up to ERROR_TITLE, on hover).
+ERROR_WIDTH = 32
+ERROR_TITLE = 1000
 #: Too short to search as a run id.
 _ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,4}")
 
@@ -93,8 +98,12 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     empty_value_display = EMPTY
     list_display_links = ("short_id",)
     list_filter = ("status", "job_name", "job_version", "queue", "schedule")
-    search_fields = ("job_name", "idempotency_key")
-    search_help_text = "A run id (or its first characters), a job name or an idempotency key."
+    # get_search_results matches them (an id prefix too), case-insensitively but the key.
+    search_fields = ("job_name", "idempotency_key", "error_code", "error_type", "error")
+    search_help_text = (
+        "A run id (or its first characters), a job name, an idempotency key or words of "
+        "an error (its code, exception type or message)."
+    )
     date_hierarchy = "created_at"
     list_per_page = 50
     # "12 results (34,567,890 total)" costs a second COUNT over every run.
@@ -127,8 +136,10 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
         qs = super().get_queryset(request)
         if getattr(request, "_durable_jobs_list", False):
-            # Arguments, results and tracebacks can be large and the list shows none.
+            # Arguments, results and tracebacks can be large and the list shows none; of
+            # the error, the start (error_cell's tooltip).
             qs = with_wait_deadlines(qs.defer("args", "kwargs", "result", "error", "traceback"))
+            qs = qs.annotate(error_start=Substr("error", 1, ERROR_TITLE + 1))
         return qs
 
     def get_search_results(
@@ -139,10 +150,18 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
             return queryset, False
         # Lower(), not icontains: MySQL's icontains is a LIKE that follows the column's
         # collation, and job names compare exactly (binary) there.
-        match = Q(job_name_folded__contains=term.lower()) | Q(idempotency_key=term)
+        folded = term.lower()
+        match = Q(job_name_folded__contains=folded) | Q(idempotency_key=term)
+        match |= Q(error_code_folded__contains=folded) | Q(error_type_folded__contains=folded)
+        match |= Q(error_folded__contains=folded)
         if _ID_PREFIX.fullmatch(term):
-            match |= Q(id__startswith=term.lower())
-        found = queryset.annotate(job_name_folded=Lower("job_name")).filter(match)
+            match |= Q(id__startswith=folded)
+        found = queryset.annotate(
+            job_name_folded=Lower("job_name"),
+            error_code_folded=Lower("error_code"),
+            error_type_folded=Lower("error_type"),
+            error_folded=Lower("error"),
+        ).filter(match)
         if not _ID_PREFIX.fullmatch(term) and _ID_START.fullmatch(term) and not found.exists():
             # Silence here reads as "no such run": say why it was not searched as an id.
             messages.info(
@@ -163,6 +182,25 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     @admin.display(description="job name", ordering="job_name")
     def job(self, run: JobRun) -> SafeString:
         return dotted(run.job_name)
+
+    def error_cell(self, run: JobRun) -> SafeString | str:
+        """The error under the status (``ValueError: card declined``, as ``jobs list``
+        shows it), cut short and wrapped within the badge's width: the list has no room
+        for a column of its own at 800 px, nor at 1400 px with both sidebars open. The
+        whole of it on hover."""
+        message = getattr(run, "error_start", None)
+        if message is None:
+            message = run.error
+        if not (message or run.error_code or run.error_type):
+            return ""
+        whole = error_line(run.error_type, clip(message, ERROR_TITLE), code=run.error_code)
+        # A code or a dotted type breaks after "_" or "." rather than mid-word.
+        short = re.split(r"(?<=[._])", clip(whole, ERROR_WIDTH))
+        return format_html(
+            '<span class="djdj-error" title="{}">{}</span>',
+            whole,
+            format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in short)),
+        )
 
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:
@@ -203,7 +241,10 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def status_cell(self, run: JobRun) -> SafeString:
         """The list's status: the badge, and under it a small bar while the job's
         progress says how much of how much (its words on hover; other values: the
-        JSON on hover), without widening the column."""
+        JSON on hover), or the run's error, without widening the column."""
+        return format_html("{}{}", self._badge_and_progress(run), self.error_cell(run))
+
+    def _badge_and_progress(self, run: JobRun) -> SafeString:
         found = progress.bar(run.progress)
         if found is not None:
             return format_html(
