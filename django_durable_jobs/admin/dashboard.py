@@ -92,7 +92,7 @@ def figures(now: datetime) -> dict[str, Any]:
         ],
         "oldest_runnable": None if age is None else trace.short_duration(timedelta(seconds=age)),
         "errors": [
-            (e.error, e.count, charts.scaled(e.count, snapshot.top_errors[0].count))
+            (e.error, e.runs, charts.scaled(e.runs, snapshot.top_errors[0].runs))
             for e in snapshot.top_errors
         ],
     }

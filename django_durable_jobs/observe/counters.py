@@ -88,8 +88,11 @@ def _finished(start: datetime, end: datetime) -> Iterator[tuple[str, str, float 
         .values_list("job_name", "status", "started_at", "finished_at")
     )
     for job, status, started_at, finished_at in rows.iterator(chunk_size=2000):
-        took = None if started_at is None else (finished_at - started_at).total_seconds()
-        yield job, status, None if took is None else max(took, 0.0)
+        if started_at is None or finished_at is None:  # never started: counted, no duration
+            yield job, status, None
+            continue
+        took = (finished_at - started_at).total_seconds()
+        yield job, status, max(took, 0.0)
 
 
 def fold(

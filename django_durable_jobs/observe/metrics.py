@@ -82,7 +82,7 @@ class StatsCollector(Collector):
             ["error", "error_code"],
         )
         for e in f.top_errors:
-            errors.add_metric([e.error, e.code], e.count)
+            errors.add_metric([e.error, e.code], e.runs)
         yield errors
         yield _gauge("workers_alive", "Worker processes heartbeating.", value=f.workers_alive)
         if self.totals is not None:

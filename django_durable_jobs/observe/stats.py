@@ -42,7 +42,8 @@ class ErrorCount(NamedTuple):
     error: str
     #: The error code, or "" when ``error`` is an exception type.
     code: str
-    count: int
+    #: How many failed runs (``count`` in ``jobs stats --json``).
+    runs: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +65,9 @@ class Stats:
     def as_json(self) -> dict[str, Any]:
         value = asdict(self)
         value["now"] = self.now.isoformat()
-        value["top_errors"] = [e._asdict() for e in self.top_errors]
+        value["top_errors"] = [
+            {"error": e.error, "code": e.code, "count": e.runs} for e in self.top_errors
+        ]
         return value
 
 

@@ -79,7 +79,7 @@ def no_steps_line(run: JobRun) -> str:
 
 
 #: "the run failed", "the run was cancelled".
-FINISHED_VERBS = {
+FINISHED_VERBS: dict[str, str] = {
     RunStatus.SUCCEEDED: "succeeded",
     RunStatus.FAILED: "failed",
     RunStatus.CANCELLED: "was cancelled",

@@ -38,4 +38,5 @@ def wait_deadlines(runs: Iterable[JobRun]) -> dict[uuid.UUID, datetime]:
         .order_by("id")
         .values_list("run_id", "deadline")
     )
-    return dict(rows)  # the newest waiting step of a run last, so it wins
+    # The newest waiting step of a run last, so that it wins.
+    return {run_id: deadline for run_id, deadline in rows if deadline is not None}

@@ -53,7 +53,7 @@ def stats_lines(figures: stats.Stats) -> list[str]:
         )
         lines.append(f"job {job}: {d['count']:g} succeeded in the last hour  {took}")
     for e in figures.top_errors:
-        lines.append(f"error {e.error}: {e.count} failed runs in the last day")
+        lines.append(f"error {e.error}: {e.runs} failed runs in the last day")
     return lines
 
 

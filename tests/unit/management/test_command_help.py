@@ -11,7 +11,7 @@ from django.core.management import get_commands, load_command_class
 
 def parsers(name: str) -> list[tuple[str, argparse.ArgumentParser]]:
     parser = load_command_class(get_commands()[name], name).create_parser("manage.py", name)
-    found = [(name, parser)]
+    found: list[tuple[str, argparse.ArgumentParser]] = [(name, parser)]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             found += [(f"{name} {sub}", p) for sub, p in action.choices.items()]
