@@ -47,6 +47,7 @@ def columns() -> dict[str, str]:
     return {
         "id": "gen_random_uuid()",
         "job_name": "'bench.job_' || (g % 20)",
+        "job_version": "1",
         "queue": "(ARRAY['default','emails','reports','imports'])[1 + g % 4]",
         "priority": "0",
         "status": STATUS,
@@ -69,6 +70,7 @@ def columns() -> dict[str, str]:
         "attempt_started_by": "''",
         "parent_id": "NULL",
         "trace_context": "NULL",
+        "unreached_steps": "'[]'::jsonb",
     }
 
 
