@@ -149,6 +149,18 @@ def test_top_errors_show_the_exception_type_of_a_failure_without_a_code(
     )
     html = admin_client.get(DASHBOARD).content.decode()
     panel = html.split("Top errors, last day")[1]
-    rows = re.findall(r'<th scope="row">([^<]+)</th>.*?djdj-bars__n">(\d+)<', panel, re.S)
-    assert rows == [("ValueError", "2"), ("X_JOB_TIMEOUT", "2"), ("KeyError", "1")]
+    rows = re.findall(
+        r'<th scope="row"><a href="([^"]+)">([^<]+)</a></th>.*?djdj-bars__n">(\d+)<', panel, re.S
+    )
+    assert [(error, n) for _, error, n in rows] == [
+        ("ValueError", "2"),
+        ("X_JOB_TIMEOUT", "2"),
+        ("KeyError", "1"),
+    ]
     assert "(none)" not in panel
+    # Each error links to its failed runs, found by the runs list's search.
+    link = rows[0][0].replace("&amp;", "&")
+    assert link.endswith("?status__exact=failed&q=ValueError")
+    listed = admin_client.get(link).content.decode()
+    errors = re.findall(r'<span class="djdj-error" title="([^"]*)"', listed)
+    assert errors == ["ValueError: card declined"] * 2
