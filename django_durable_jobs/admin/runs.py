@@ -22,20 +22,26 @@ from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from ..db.flow import holds
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
-from ..engine.serialization import error_line
 from ..exceptions import DurableJobsError
 from ..models import JobRun
 from ..observe import progress, trace
-from ..observe.formatting import clip
 from ..verbs import runs
 from . import confirm, details
-from .display import badge, dotted, json_block, text_block, tools_beside_title
+from .display import (
+    ERROR_TITLE,
+    badge,
+    dotted,
+    error_summary,
+    json_block,
+    text_block,
+    tools_beside_title,
+)
 from .family import RunFamily
 from .times import EMPTY, RunTimes, with_wait_deadlines
 
@@ -47,9 +53,6 @@ else:
 
 #: A full or partial run id (the list shows the first 8 characters).
 _ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,35}")
-#: The runs list's error column, in characters (the whole error, up to ERROR_TITLE, on hover).
-ERROR_WIDTH = 32
-ERROR_TITLE = 1000
 #: Too short to search as a run id.
 _ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,4}")
 
@@ -98,7 +101,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     empty_value_display = EMPTY
     list_display_links = ("short_id",)
     list_filter = ("status", "job_name", "job_version", "queue", "schedule")
-    # get_search_results matches them (an id prefix too), case-insensitively but the key.
+    # get_search_results matches these (and a run id's start), whatever the case but
+    # the idempotency key's.
     search_fields = ("job_name", "idempotency_key", "error_code", "error_type", "error")
     search_help_text = (
         "A run id (or its first characters), a job name, an idempotency key or words of "
@@ -137,7 +141,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         qs = super().get_queryset(request)
         if getattr(request, "_durable_jobs_list", False):
             # Arguments, results and tracebacks can be large and the list shows none; of
-            # the error, the start (error_cell's tooltip).
+            # the error, only its start (display.error_summary, on hover).
             qs = with_wait_deadlines(qs.defer("args", "kwargs", "result", "error", "traceback"))
             qs = qs.annotate(error_start=Substr("error", 1, ERROR_TITLE + 1))
         return qs
@@ -183,25 +187,6 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def job(self, run: JobRun) -> SafeString:
         return dotted(run.job_name)
 
-    def error_cell(self, run: JobRun) -> SafeString | str:
-        """The error under the status (``ValueError: card declined``, as ``jobs list``
-        shows it), cut short and wrapped within the badge's width: the list has no room
-        for a column of its own at 800 px, nor at 1400 px with both sidebars open. The
-        whole of it on hover."""
-        message = getattr(run, "error_start", None)
-        if message is None:
-            message = run.error
-        if not (message or run.error_code or run.error_type):
-            return ""
-        whole = error_line(run.error_type, clip(message, ERROR_TITLE), code=run.error_code)
-        # A code or a dotted type breaks after "_" or "." rather than mid-word.
-        short = re.split(r"(?<=[._])", clip(whole, ERROR_WIDTH))
-        return format_html(
-            '<span class="djdj-error" title="{}">{}</span>',
-            whole,
-            format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in short)),
-        )
-
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:
         return trace.attempts_text(run.attempt, trace.max_attempts(run.job_name, run.job_version))
@@ -242,7 +227,10 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         """The list's status: the badge, and under it a small bar while the job's
         progress says how much of how much (its words on hover; other values: the
         JSON on hover), or the run's error, without widening the column."""
-        return format_html("{}{}", self._badge_and_progress(run), self.error_cell(run))
+        # The list has no room for an error column at 800 px, nor at 1400 px with both
+        # sidebars open: the error goes under the badge.
+        error = error_summary(run, getattr(run, "error_start", None))
+        return format_html("{}{}", self._badge_and_progress(run), error)
 
     def _badge_and_progress(self, run: JobRun) -> SafeString:
         found = progress.bar(run.progress)
