@@ -21,7 +21,7 @@ from django_durable_jobs.db.postgresql import finished
 from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
-from django_durable_jobs.observe import stats
+from django_durable_jobs.observe import counters, stats
 from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
@@ -43,6 +43,7 @@ __all__ = [
     "arun_to_stop",
     "claim",
     "claim_unlimited",
+    "counters",
     "database_now",
     "enqueue",
     "execute",

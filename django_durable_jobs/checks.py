@@ -63,7 +63,8 @@ def _retention(value: Any) -> str | None:
         return None
     if not isinstance(value, dict) or not value:
         return f"expected a dict of status -> age, or None, got {value!r}"
-    statuses = ("succeeded", "failed", "cancelled")
+    # The finished statuses (models.rules.FINISHED), as `jobs purge` takes them.
+    statuses = ("succeeded", "failed", "cancelled", "skipped")
     for status, age in value.items():
         if status not in statuses:
             return f"unknown status {status!r}; finished statuses are {', '.join(statuses)}"

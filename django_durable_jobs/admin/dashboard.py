@@ -1,5 +1,5 @@
 """The dashboard: runs started, succeeded and failed over the last hour and day, queue
-depth, duration percentiles per job, the oldest runnable run's age, top error codes and
+depth, duration percentiles per job, the oldest runnable run's age, top errors and
 live workers, as SVG drawn by templates from ``observe/charts.py`` geometry.
 
 It is the change list of the ``Dashboard`` proxy model, so it sits in the app list and
@@ -94,8 +94,8 @@ def figures(now: datetime) -> dict[str, Any]:
         ],
         "oldest_runnable": None if age is None else trace.short_duration(timedelta(seconds=age)),
         "errors": [
-            (code, n, charts.scaled(n, snapshot.top_errors[0][1]))
-            for code, n in snapshot.top_errors
+            (e.error, e.runs, charts.scaled(e.runs, snapshot.top_errors[0].runs))
+            for e in snapshot.top_errors
         ],
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
@@ -9,8 +10,14 @@ from django.template.loader import get_template
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from ..models import RunStatus, StepStatus, WorkerStatus
+from ..engine.serialization import error_line
+from ..models import JobRun, RunStatus, StepStatus, WorkerStatus
+from ..observe.formatting import clip
 from ..observe.trace import pretty_json
+
+#: The runs list's error, in characters; the whole of it (up to ERROR_TITLE) on hover.
+ERROR_WIDTH = 32
+ERROR_TITLE = 1000
 
 #: The CSS class of each status's badge (static/django_durable_jobs/timeline.css).
 #: Spelled out, not derived, so that a new status without a badge fails a test.
@@ -41,6 +48,23 @@ def dotted(name: str) -> SafeString:
     """A dotted name (a job's) that a narrow column may break after a dot, and nowhere
     else: ``shop.<wbr>sync_order``, never ``shop.sync_o`` / ``rder``."""
     return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
+
+
+def error_summary(run: JobRun, message: str | None = None) -> SafeString | str:
+    """A run's error as ``jobs list`` shows it (``ValueError: card declined``), cut to
+    ``ERROR_WIDTH`` and breaking after "_" or "." rather than inside a word, the whole
+    of it on hover; "" for a run without one. ``message``: the start of ``run.error``
+    when the query read only that."""
+    message = run.error if message is None else message
+    if not (message or run.error_code or run.error_type):
+        return ""
+    whole = error_line(run.error_type, clip(message, ERROR_TITLE), code=run.error_code)
+    short = re.split(r"(?<=[._])", clip(whole, ERROR_WIDTH))
+    return format_html(
+        '<span class="djdj-error" title="{}">{}</span>',
+        whole,
+        format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in short)),
+    )
 
 
 def json_block(value: Any) -> SafeString:

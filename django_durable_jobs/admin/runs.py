@@ -16,7 +16,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Lower
+from django.db.models.functions import Lower, Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
@@ -33,7 +33,15 @@ from ..models import JobRun
 from ..observe import progress, trace
 from ..verbs import runs
 from . import confirm, details, start
-from .display import badge, dotted, json_block, text_block, tools_beside_title
+from .display import (
+    ERROR_TITLE,
+    badge,
+    dotted,
+    error_summary,
+    json_block,
+    text_block,
+    tools_beside_title,
+)
 from .family import RunFamily
 from .times import EMPTY, RunTimes, with_wait_deadlines
 
@@ -93,8 +101,13 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     empty_value_display = EMPTY
     list_display_links = ("short_id",)
     list_filter = ("status", "job_name", "job_version", "queue", "schedule")
-    search_fields = ("job_name", "idempotency_key")
-    search_help_text = "A run id (or its first characters), a job name or an idempotency key."
+    # get_search_results matches these (and a run id's start), whatever the case but
+    # the idempotency key's.
+    search_fields = ("job_name", "idempotency_key", "error_code", "error_type", "error")
+    search_help_text = (
+        "A run id (or its first characters), a job name, an idempotency key or words of "
+        "an error (its code, exception type or message)."
+    )
     date_hierarchy = "created_at"
     list_per_page = 50
     # "12 results (34,567,890 total)" costs a second COUNT over every run.
@@ -128,8 +141,10 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
         qs = super().get_queryset(request)
         if getattr(request, "_durable_jobs_list", False):
-            # Arguments, results and tracebacks can be large and the list shows none.
+            # Arguments, results and tracebacks can be large and the list shows none; of
+            # the error, only its start (display.error_summary, on hover).
             qs = with_wait_deadlines(qs.defer("args", "kwargs", "result", "error", "traceback"))
+            qs = qs.annotate(error_start=Substr("error", 1, ERROR_TITLE + 1))
         return qs
 
     def get_search_results(
@@ -140,10 +155,18 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
             return queryset, False
         # Lower(), not icontains: MySQL's icontains is a LIKE that follows the column's
         # collation, and job names compare exactly (binary) there.
-        match = Q(job_name_folded__contains=term.lower()) | Q(idempotency_key=term)
+        folded = term.lower()
+        match = Q(job_name_folded__contains=folded) | Q(idempotency_key=term)
+        match |= Q(error_code_folded__contains=folded) | Q(error_type_folded__contains=folded)
+        match |= Q(error_folded__contains=folded)
         if _ID_PREFIX.fullmatch(term):
-            match |= Q(id__startswith=term.lower())
-        found = queryset.annotate(job_name_folded=Lower("job_name")).filter(match)
+            match |= Q(id__startswith=folded)
+        found = queryset.annotate(
+            job_name_folded=Lower("job_name"),
+            error_code_folded=Lower("error_code"),
+            error_type_folded=Lower("error_type"),
+            error_folded=Lower("error"),
+        ).filter(match)
         if not _ID_PREFIX.fullmatch(term) and _ID_START.fullmatch(term) and not found.exists():
             # Silence here reads as "no such run": say why it was not searched as an id.
             messages.info(
@@ -204,7 +227,13 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def status_cell(self, run: JobRun) -> SafeString:
         """The list's status: the badge, and under it a small bar while the job's
         progress says how much of how much (its words on hover; other values: the
-        JSON on hover), without widening the column."""
+        JSON on hover), or the run's error, without widening the column."""
+        # The list has no room for an error column at 800 px, nor at 1400 px with both
+        # sidebars open: the error goes under the badge.
+        error = error_summary(run, getattr(run, "error_start", None))
+        return format_html("{}{}", self._badge_and_progress(run), error)
+
+    def _badge_and_progress(self, run: JobRun) -> SafeString:
         found = progress.bar(run.progress)
         if found is not None:
             return format_html(

@@ -91,3 +91,24 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker_id} ({self.status})"
+
+
+class RunTally(models.Model):
+    """The runs finished since counting began, by job and status, with their durations
+    in buckets: the Prometheus counters and histogram (``observe/counters.py``). A scrape
+    adds the runs finished since ``folded_until``; a purge or a retry never lowers them."""
+
+    #: What is counted; one row ("runs").
+    name = models.CharField(max_length=50, unique=True)
+    #: When counting began (the counters' ``_created``).
+    since = InstantField()
+    #: Runs that finished before it are counted; later ones at a later scrape.
+    folded_until = InstantField()
+    #: job -> status -> {"count", "sum" (seconds), "buckets" (runs per bucket, not
+    #: cumulative)}.
+    tallies = models.JSONField(default=dict, blank=True)
+
+    objects: models.Manager[RunTally] = models.Manager()
+
+    def __str__(self) -> str:
+        return f"{self.name} since {self.since.isoformat()}"

@@ -8,8 +8,10 @@ middleware, ``staff_member_required``)::
 
     urlpatterns = [path("metrics/durable-jobs", metrics_view)]
 
-Every figure is a gauge computed from the database at scrape time, so any number of
-web processes serve the same numbers (no per-process counters to aggregate).
+Every figure is computed from the database at scrape time, so any number of web
+processes serve the same numbers (no per-process counters to aggregate): gauges, and
+the counters and histogram of runs finished (``observe/counters.py`` says how they stay
+monotonic when runs are purged or retried).
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
 from ..engine import clock
-from . import stats
+from . import counters, stats
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
     from prometheus_client.registry import Collector, CollectorRegistry
 except ImportError as exc:  # without the extra (tests/unit/test_optional_extras.py)
     raise ImproperlyConfigured(
@@ -37,16 +44,18 @@ PREFIX = "durable_jobs"
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The current figures, one scrape. Plain Django view: no permission check of its own."""
+    now = clock.current().now()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(stats.collect(now=clock.current().now())))
+    registry.register(StatsCollector(stats.collect(now=now), counters.counters(now)))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
 class StatsCollector(Collector):
     """Turns one ``Stats`` snapshot into metric families."""
 
-    def __init__(self, figures: stats.Stats) -> None:
+    def __init__(self, figures: stats.Stats, totals: counters.Counters | None = None) -> None:
         self.figures = figures
+        self.totals = totals
 
     def collect(self) -> Iterator[Metric]:
         f = self.figures
@@ -66,17 +75,46 @@ class StatsCollector(Collector):
         )
         yield from self._throughput()
         yield from self._durations()
-        errors = _gauge("failed_runs_last_day", "Runs failed in the last day.", ["error_code"])
-        for code, n in f.top_errors:
-            errors.add_metric([code], n)
+        errors = _gauge(
+            "failed_runs_last_day",
+            "Runs failed in the last day, by error code or else exception type (error), "
+            "and error code (error_code, empty for a job's own exception).",
+            ["error", "error_code"],
+        )
+        for e in f.top_errors:
+            errors.add_metric([e.error, e.code], e.runs)
         yield errors
         yield _gauge("workers_alive", "Worker processes heartbeating.", value=f.workers_alive)
+        if self.totals is not None:
+            yield from self._counters(self.totals)
+
+    def _counters(self, totals: counters.Counters) -> Iterator[Metric]:
+        created = totals.since.timestamp()
+        finished = CounterMetricFamily(
+            f"{PREFIX}_runs_finished",
+            "Runs finished, by job and status, since counting began (_created); a purge "
+            f"or a retry never lowers it; runs are counted {_delay()} after they finish.",
+            labels=["job", "status"],
+        )
+        durations = HistogramMetricFamily(
+            f"{PREFIX}_finished_run_duration_seconds",
+            "First start to finish (sleeps and waits included) of the runs counted in "
+            f"{PREFIX}_runs_finished_total that started, by job and status.",
+            labels=["job", "status"],
+        )
+        for t in totals.tallies:
+            finished.add_metric([t.job, t.status], t.count, created=created)
+            if t.count and sum(t.buckets):
+                durations.add_metric([t.job, t.status], _cumulative(t.buckets), t.duration_sum)
+        yield finished
+        yield durations
 
     def _throughput(self) -> Iterator[Metric]:
         for window, seconds in (("last_minute", 60), ("last_hour", 3600)):
             family = _gauge(
                 f"runs_{window}",
-                f"Runs started, and runs finished by status, in the last {seconds} seconds.",
+                f"Runs started, and runs finished by status, in the last {seconds} seconds. "
+                "Deprecated: rate() over durable_jobs_runs_finished_total.",
                 ["event"],
             )
             for event, n in self.figures.throughput[window].items():
@@ -86,7 +124,9 @@ class StatsCollector(Collector):
     def _durations(self) -> Iterator[Metric]:
         family = _gauge(
             "run_duration_seconds",
-            "First start to finish of runs that succeeded in the last hour, by percentile.",
+            "First start to finish of runs that succeeded in the last hour, by percentile. "
+            "Deprecated: histogram_quantile() over "
+            "durable_jobs_finished_run_duration_seconds_bucket.",
             ["job", "quantile"],
         )
         for job, figures in self.figures.durations.items():
@@ -99,3 +139,21 @@ def _gauge(
     name: str, documentation: str, labels: list[str] | None = None, value: float | None = None
 ) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value, labels=labels)
+
+
+def _cumulative(buckets: list[int]) -> list[tuple[str, float]]:
+    """Per-bucket counts as Prometheus' cumulative ``le`` buckets, +Inf last."""
+    bounds = [*(_bound(b) for b in counters.BUCKETS), "+Inf"]
+    total, out = 0, []
+    for bound, n in zip(bounds, buckets, strict=True):
+        total += n
+        out.append((bound, float(total)))
+    return out
+
+
+def _bound(seconds: float) -> str:
+    return repr(float(seconds))
+
+
+def _delay() -> str:
+    return f"{int(counters.FOLD_DELAY.total_seconds())}s"

@@ -1,6 +1,7 @@
 """The figures an operator watches (docs/how-to/operating.md): runs by status, queue depth,
-the oldest runnable run's age, throughput, duration percentiles per job, top error codes and
-live workers. ``jobs stats``, the metrics view and the dashboard read them here.
+the oldest runnable run's age, throughput, duration percentiles per job, top errors (by
+code or exception type) and live workers. ``jobs stats``, the metrics view and the
+dashboard read them here.
 
 Each figure is one aggregate query that an index serves (see the indexes on
 ``JobRun``), so they stay fast with millions of finished runs in the table; the
@@ -12,12 +13,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Count, Min
 from django.db.models.functions import TruncHour, TruncMinute
 
 from .. import conf
+from ..engine.serialization import shown_type
 from ..models import FINISHED, RUNNABLE, JobRun, RunStatus, Worker, WorkerStatus
 
 #: Statuses a run waits or works in: the queue depth counts them.
@@ -28,6 +30,20 @@ PERCENTILES = (50, 95, 99)
 #: for a steady estimate, bounded so that a busy hour costs the same as a quiet one.
 DURATION_SAMPLE = 10_000
 TOP_ERRORS = 10
+#: How failures with neither an error code nor an exception type are counted.
+NO_ERROR = "(none)"
+
+
+class ErrorCount(NamedTuple):
+    """Failed runs that share an ``error``: our error code when the failure has one
+    (``X_JOB_TIMEOUT``), else the type of the exception the job raised, as a traceback
+    shows it (``ValueError``, ``shop.errors.CardDeclined``), as ``jobs list`` does."""
+
+    error: str
+    #: The error code, or "" when ``error`` is an exception type.
+    code: str
+    #: How many failed runs (``count`` in ``jobs stats --json``).
+    runs: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,14 +58,16 @@ class Stats:
     throughput: dict[str, dict[str, int]]
     #: job -> {"count": n, "p50": s, "p95": s, "p99": s} over the last hour's successes.
     durations: dict[str, dict[str, float]]
-    #: (error code, failed runs in the last day), most frequent first.
-    top_errors: list[tuple[str, int]]
+    #: Failed runs of the last day by error code or exception type, most frequent first.
+    top_errors: list[ErrorCount]
     workers_alive: int
 
     def as_json(self) -> dict[str, Any]:
         value = asdict(self)
         value["now"] = self.now.isoformat()
-        value["top_errors"] = [{"code": code, "count": n} for code, n in self.top_errors]
+        value["top_errors"] = [
+            {"error": e.error, "code": e.code, "count": e.runs} for e in self.top_errors
+        ]
         return value
 
 
@@ -135,16 +153,22 @@ def _percentiles(ordered: list[float]) -> dict[str, float]:
     return figures
 
 
-def top_errors(since: datetime, most: int = TOP_ERRORS) -> list[tuple[str, int]]:
-    """Error codes of the runs that failed since ``since``, most frequent first."""
+def top_errors(since: datetime, most: int = TOP_ERRORS) -> list[ErrorCount]:
+    """The runs that failed since ``since``, by error code or, without one, by the
+    exception's type, most frequent first. Most failures are the job's own exceptions
+    (``ValueError: card declined``), which have no code: grouped by code alone they
+    would all be one anonymous bar."""
     rows = (
         _runs()
         .filter(status=RunStatus.FAILED, finished_at__gte=since)
-        .values_list("error_code")
+        .values_list("error_code", "error_type")
         .annotate(n=Count("*"))
-        .order_by("-n", "error_code")[:most]
     )
-    return [(code or "(none)", n) for code, n in rows]
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for code, error_type, n in rows:
+        counts[(code or shown_type(error_type) or NO_ERROR, code)] += n
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [ErrorCount(error, code, n) for (error, code), n in ranked[:most]]
 
 
 def workers_alive(now: datetime) -> int:

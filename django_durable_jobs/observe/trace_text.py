@@ -9,10 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from ..engine.serialization import error_line
-from ..models import FINISHED, RunStatus, StepStatus
+from ..models import FINISHED, JobRun, RunStatus, StepStatus
 from .progress import progress_text
 from .run_keys import flow_keys, key_pairs
 from .trace import StepRow, Trace, clip, short_duration, stamp
+from .wakes import wakes
 
 Paint = Callable[[str, str], str]
 STEP_HEADERS = (
@@ -67,6 +68,38 @@ def text_table(
     return lines
 
 
+def no_steps_line(run: JobRun) -> str:
+    """What ``jobs show`` says for a run without a step: "yet" only while it may still
+    record one (a job can fail, say on its return value, before its first step)."""
+    if run.status not in FINISHED:
+        return "no steps recorded yet"
+    if run.started_at is None:
+        return f"no steps: the run was {run.status} before it started"
+    return f"no steps: the run {FINISHED_VERBS[run.status]} without recording a step"
+
+
+#: "the run failed", "the run was cancelled".
+FINISHED_VERBS: dict[str, str] = {
+    RunStatus.SUCCEEDED: "succeeded",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "was cancelled",
+    RunStatus.SKIPPED: "was skipped",
+}
+
+
+def wakes_cell(run: JobRun, deadline: datetime | None) -> str:
+    """When the run wakes (``observe/wakes.py``): ``by 2026-01-08 00:00:00`` for a
+    waiting run's deadline, the wake time of a queued or sleeping one, else ""."""
+    due = wakes(run, deadline)
+    return "" if due is None else " ".join(filter(None, (due[0], stamp(due[1]))))
+
+
+def _wakes_text(trace: Trace) -> str:
+    waiting = [s.deadline for s in trace.steps if s.status == StepStatus.WAITING and s.deadline]
+    cell = wakes_cell(trace.run, waiting[-1] if waiting else None)
+    return f"  wakes {cell}" if cell else ""
+
+
 def summary_lines(trace: Trace) -> list[str]:
     run = trace.run
     lines = [
@@ -78,10 +111,10 @@ def summary_lines(trace: Trace) -> list[str]:
                 ("created", run.created_at),
                 ("started", run.started_at),
                 ("finished", run.finished_at),
-                ("wakes", run.wake_at if run.status not in FINISHED else None),
             )
             if when is not None
         )
+        + _wakes_text(trace)
         + (f"  took {short_duration(trace.took)}" if trace.took is not None else ""),
     ]
     if keys := key_pairs(run):  # its job's limits at enqueue (docs/how-to/flow-control.md)

@@ -43,11 +43,16 @@ def busy_day(clock: FakeClock) -> None:
         end = now - timedelta(seconds=rng.uniform(0, 86400 if i % 3 else 3600))
         took = timedelta(seconds=rng.lognormvariate(0.5, 1.0))
         failed = rng.random() < (0.25 if now - end < timedelta(minutes=20) else 0.04)
+        code = rng.choice(CODES) if failed else ""
+        # Every other failure the job's own exception (no code), as most real ones are.
+        plain = failed and i % 2 == 0
         rows.append(
             JobRun(
                 job_name=rng.choice(JOBS),
                 status=RunStatus.FAILED if failed else RunStatus.SUCCEEDED,
-                error_code=rng.choice(CODES) if failed else "",
+                error_code="" if plain else code,
+                error_type="builtins.ValueError" if plain else "",
+                error="card declined by the issuing bank (insufficient funds)" if plain else "",
                 created_at=end - took,
                 started_at=end - took,
                 finished_at=end,

@@ -8,6 +8,7 @@ import pytest
 
 from django_durable_jobs.checks import check_settings
 from django_durable_jobs.definitions.registry import all_jobs
+from django_durable_jobs.models.rules import FINISHED
 from django_durable_jobs.verbs import retention
 
 
@@ -33,3 +34,8 @@ def test_retention_is_off_by_default(settings: Any) -> None:
     settings.DURABLE_JOBS = {}
     assert check_settings() == []
     assert retention.JOB_NAME not in all_jobs()
+
+
+def test_retention_takes_every_finished_status_as_jobs_purge_does(settings: Any) -> None:
+    settings.DURABLE_JOBS = {"RETENTION": dict.fromkeys(FINISHED, "7d")}
+    assert check_settings() == []

@@ -18,11 +18,12 @@ from django.db import transaction
 from ... import conf
 from ...db.flow import holds
 from ...db.migrated import needs_tables
+from ...definitions.registry import all_jobs
 from ...engine import clock
 from ...engine.serialization import error_line
 from ...exceptions import DurableJobsError
 from ...models import FINISHED, JobRun, RunStatus
-from ...observe import schedule_lines, stats, trace, trace_text, versions
+from ...observe import schedule_lines, stats, trace, trace_text, versions, wakes
 from ...verbs import runs
 from ...verbs.events import publish_event
 from ...worker import presence
@@ -51,8 +52,8 @@ def stats_lines(figures: stats.Stats) -> list[str]:
             f"p{p} {trace.short_duration(timedelta(seconds=d[f'p{p}']))}" for p in stats.PERCENTILES
         )
         lines.append(f"job {job}: {d['count']:g} succeeded in the last hour  {took}")
-    for code, n in figures.top_errors:
-        lines.append(f"error {code}: {n} failed runs in the last day")
+    for e in figures.top_errors:
+        lines.append(f"error {e.error}: {e.runs} failed runs in the last day")
     return lines
 
 
@@ -69,6 +70,8 @@ def worker_cells(worker: dict[str, Any]) -> tuple[str, ...]:
         f"{worker['executed']} done" + (f"; in hand: {in_hand}" if in_hand else ""),
     )
 
+
+RUN_ID_HELP = "The run's id, or a unique prefix of it (at least 6 characters)."
 
 #: Widest error cell of ``jobs list``; ``jobs show`` prints the whole error.
 ERROR_WIDTH = 60
@@ -91,7 +94,7 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
         show = sub.add_parser("show", help="A run's trace: one line per step.")
-        show.add_argument("run_id", metavar="RUN_ID")
+        show.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
         show.add_argument("--json", action="store_true", help="Print the trace as JSON.")
 
         listing = sub.add_parser("list", help="The newest runs.")
@@ -103,16 +106,31 @@ class Command(BaseCommand):
 
         for verb in runs.VERBS.values():
             parser = sub.add_parser(verb.name, help=verb.help)
-            parser.add_argument("run_id", metavar="RUN_ID")
+            parser.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
             if verb.name == "replay":
-                parser.add_argument("step", metavar="STEP")
+                parser.add_argument(
+                    "step",
+                    metavar="STEP",
+                    help="The name of the step to execute again: it and the steps "
+                    "recorded after it execute anew, those before it replay from storage.",
+                )
 
         publish = sub.add_parser(
             "publish", help="Publish an event (wakes the runs waiting for it)."
         )
-        publish.add_argument("event", metavar="EVENT")
-        publish.add_argument("--key", default=None, metavar="K")
-        publish.add_argument("--payload", default=None, metavar="JSON")
+        publish.add_argument("event", metavar="EVENT", help='The event\'s name, e.g. "order.paid".')
+        publish.add_argument(
+            "--key",
+            default=None,
+            metavar="K",
+            help="Its key: only the runs waiting for this key are woken. Default: none.",
+        )
+        publish.add_argument(
+            "--payload",
+            default=None,
+            metavar="JSON",
+            help="Its payload, as JSON. Default: none (null).",
+        )
 
         schedules = sub.add_parser("schedules", help="Schedules with their next run times.")
         schedules.add_argument("--json", action="store_true", help="Print them as JSON.")
@@ -171,7 +189,7 @@ class Command(BaseCommand):
             self.stdout.write(f"not starting: {reason}")
         self.stdout.write("")
         if not shown.steps:
-            self.stdout.write("no steps recorded yet")
+            self.stdout.write(trace_text.no_steps_line(shown.run))
             return
         table = trace_text.text_table(
             trace_text.STEP_HEADERS,
@@ -191,15 +209,20 @@ class Command(BaseCommand):
             statuses=options["status"], job=options["job"], limit=options["limit"]
         )
         if not found:
-            self.stdout.write("no runs")
+            # Not an error: runs of a job since removed may still be listed by name.
+            job = options["job"]
+            unknown = job is not None and job not in all_jobs()
+            self.stdout.write(
+                f"no runs; no job named {job} is registered" if unknown else "no runs"
+            )
             return
-        for line in trace_text.text_table(
-            RUN_HEADERS, [self.run_cells(run) for run in found], paint=self.paint, status_column=2
-        ):
+        deadlines = wakes.wait_deadlines(found)
+        rows = [self.run_cells(run, deadlines.get(run.pk)) for run in found]
+        for line in trace_text.text_table(RUN_HEADERS, rows, paint=self.paint, status_column=2):
             self.stdout.write(line)
 
     @staticmethod
-    def run_cells(run: JobRun) -> tuple[str, ...]:
+    def run_cells(run: JobRun, deadline: datetime | None = None) -> tuple[str, ...]:
         return (
             str(run.id),
             run.job_name,
@@ -207,7 +230,7 @@ class Command(BaseCommand):
             trace.attempts_text(run.attempt, trace.max_attempts(run.job_name, run.job_version)),
             run.queue,
             trace.stamp(run.created_at),
-            trace.stamp(run.wake_at) if run.status not in FINISHED else "",
+            trace_text.wakes_cell(run, deadline),
             error_cell(run),
         )
 

@@ -69,7 +69,8 @@ class Command(BaseCommand):
             "--drain-timeout",
             default="30s",
             metavar="DURATION",
-            help="On SIGTERM, how long the run in hand may take to finish.",
+            help="On SIGTERM, how long the run in hand may take to finish before it is "
+            'released. Default: "30s".',
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -131,3 +131,36 @@ def test_dashboard_needs_the_view_permission_on_runs(django_user_model: type[Use
     assert client.get(DASHBOARD).status_code == 403
     user.user_permissions.add(Permission.objects.get(codename="view_jobrun"))
     assert client.get(DASHBOARD).status_code == 200
+
+
+def test_top_errors_show_the_exception_type_of_a_failure_without_a_code(
+    admin_client: Client, clock: FakeClock
+) -> None:
+    for _ in range(2):
+        ran(clock, 3, RunStatus.FAILED)
+        JobRunFactory.create(
+            status=RunStatus.FAILED,
+            finished_at=clock.now() - MINUTE,
+            error_type="builtins.ValueError",
+            error="card declined",
+        )
+    JobRunFactory.create(
+        status=RunStatus.FAILED, finished_at=clock.now() - MINUTE, error_type="builtins.KeyError"
+    )
+    html = admin_client.get(DASHBOARD).content.decode()
+    panel = html.split("Top errors, last day")[1]
+    rows = re.findall(
+        r'<th scope="row"><a href="([^"]+)">([^<]+)</a></th>.*?djdj-bars__n">(\d+)<', panel, re.S
+    )
+    assert [(error, n) for _, error, n in rows] == [
+        ("ValueError", "2"),
+        ("X_JOB_TIMEOUT", "2"),
+        ("KeyError", "1"),
+    ]
+    assert "(none)" not in panel
+    # Each error links to its failed runs, found by the runs list's search.
+    link = rows[0][0].replace("&amp;", "&")
+    assert link.endswith("?status__exact=failed&q=ValueError")
+    listed = admin_client.get(link).content.decode()
+    errors = re.findall(r'<span class="djdj-error" title="([^"]*)"', listed)
+    assert errors == ["ValueError: card declined"] * 2

@@ -4,8 +4,10 @@ not its next safety poll, read in the list's own query (no query per row)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -77,3 +79,26 @@ def test_the_deadlines_cost_no_query_per_row(clock: FakeClock, admin_client: Cli
     html, many = listed(admin_client)
     assert html.count(f'by <time datetime="{DEADLINE.isoformat()}"') == 22
     assert many == few
+
+
+def test_jobs_list_and_show_wake_as_the_admin_does(clock: FakeClock, admin_client: Client) -> None:
+    """One meaning of "wakes" (observe/wakes.py) in the terminal and the admin: a waiting
+    run's deadline, a sleeping run's wake time, nothing for a running run."""
+    clock.set(T0 + timedelta(minutes=5))
+    (run,) = waiting(1)
+    JobRunFactory.create(status=RunStatus.SLEEPING, created_at=T0, wake_at=POLL)
+    JobRunFactory.create(status=RunStatus.RUNNING, created_at=T0, wake_at=T0)
+    out = StringIO()
+    call_command("jobs", "list", stdout=out)
+    header, *rows = out.getvalue().splitlines()
+    assert "wakes" in header.split()
+    cells = {row.split()[2]: row for row in rows}
+    assert f"by {trace.stamp(DEADLINE)}" in cells["waiting"]
+    assert trace.stamp(POLL) not in cells["waiting"]  # not its next safety poll
+    assert trace.stamp(POLL) in cells["sleeping"]
+    assert cells["running"].count(trace.stamp(T0)) == 1  # created, no wake time
+    out = StringIO()
+    call_command("jobs", "show", str(run.pk), stdout=out)
+    assert f"wakes by {trace.stamp(DEADLINE)}" in out.getvalue().splitlines()[1]
+    html, _ = listed(admin_client)
+    assert f'by <time datetime="{DEADLINE.isoformat()}"' in html

@@ -17,7 +17,7 @@ from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
 from tests.conftest import Driver
 from tests.factories import JobRunFactory
-from tests.testapp import jobs
+from tests.testapp import input_jobs, jobs
 from tests.testapp.admin_jobs import fragile, napper, waiter
 from tests.testapp.flow_jobs import digest, per_customer
 
@@ -129,7 +129,7 @@ def test_list_filters_and_limits(clock: FakeClock) -> None:
     assert len(out.splitlines()) == 3 and out.count("failed") == 2
     out = jobs_command("list", "--job", "tests.ops.napper")
     assert str(queued.pk) in out and "0 / 1" in out
-    assert jobs_command("list", "--job", "nothing.here") == "no runs\n"
+    assert jobs_command("list", "--job", "nothing.here").startswith("no runs")
 
 
 def test_retry_cancel_wake_and_replay(driver: Driver, clock: FakeClock) -> None:
@@ -227,3 +227,26 @@ def test_attempts_of_a_run_whose_job_is_unknown_here_show_only_the_attempt() -> 
     assert row.split()[1:4] == ["tests.nowhere", "failed", "1"] and "?" not in row
     summary = jobs_command("show", str(run.pk)).splitlines()[0]
     assert "  attempt 1  queue " in summary and "?" not in summary
+
+
+def test_show_a_finished_run_without_steps_does_not_say_yet(driver: Driver) -> None:
+    run = input_jobs.returns.enqueue("surrogate")  # fails on its return value, no step
+    driver.step(run)
+    out = jobs_command("show", str(run.pk))
+    assert "yet" not in out
+    assert out.splitlines()[-1] == "no steps: the run failed without recording a step"
+    cancelled = JobRunFactory.create(status=RunStatus.CANCELLED, started_at=None)
+    assert jobs_command("show", str(cancelled.pk)).splitlines()[-1] == (
+        "no steps: the run was cancelled before it started"
+    )
+    queued = JobRunFactory.create(status=RunStatus.QUEUED)
+    assert jobs_command("show", str(queued.pk)).splitlines()[-1] == "no steps recorded yet"
+
+
+def test_list_of_a_job_nobody_registered_says_so() -> None:
+    assert jobs_command("list", "--job", "billing.nope") == (
+        "no runs; no job named billing.nope is registered\n"
+    )
+    assert jobs_command("list", "--job", "tests.ops.napper") == "no runs\n"  # registered
+    JobRunFactory.create(job_name="billing.removed")  # an old run of a removed job
+    assert "billing.removed" in jobs_command("list", "--job", "billing.removed")

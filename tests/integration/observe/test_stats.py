@@ -89,7 +89,10 @@ def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
     assert figures.throughput["last_hour"]["succeeded"] == 11
     assert figures.durations["shop.a"] == {"count": 10, "p50": 5.0, "p95": 10.0, "p99": 10.0}
     assert figures.durations["shop.b"] == {"count": 1, "p50": 0.5, "p95": 0.5, "p99": 0.5}
-    assert figures.top_errors == [("X_JOB_TIMEOUT", 3), ("X_CHILD_FAILED", 1)]
+    assert figures.top_errors == [
+        ("X_JOB_TIMEOUT", "X_JOB_TIMEOUT", 3),
+        ("X_CHILD_FAILED", "X_CHILD_FAILED", 1),
+    ]
     assert figures.workers_alive == 1
 
 
@@ -109,7 +112,7 @@ def test_jobs_stats_json(clock: FakeClock) -> None:
     assert value["runs_by_status"]["succeeded"] == 12
     assert set(value["runs_by_status"]) == set(RunStatus.values)
     assert value["oldest_runnable_age_seconds"] == 90.0
-    assert value["top_errors"][0] == {"code": "X_JOB_TIMEOUT", "count": 3}
+    assert value["top_errors"][0] == {"error": "X_JOB_TIMEOUT", "code": "X_JOB_TIMEOUT", "count": 3}
     assert value["durations"]["shop.a"]["p95"] == 10.0
     assert value["now"] == clock.now().isoformat()
 
@@ -144,5 +147,54 @@ def test_metrics_view_parses_as_prometheus_text(clock: FakeClock) -> None:
         samples[("durable_jobs_run_duration_seconds", (("job", "shop.a"), ("quantile", "0.5")))]
         == 5
     )
-    assert samples[("durable_jobs_failed_runs_last_day", (("error_code", "X_JOB_TIMEOUT"),))] == 3
+    timeouts = (("error", "X_JOB_TIMEOUT"), ("error_code", "X_JOB_TIMEOUT"))
+    assert samples[("durable_jobs_failed_runs_last_day", timeouts)] == 3
     assert samples[("durable_jobs_workers_alive", ())] == 1
+
+
+def failed_with(clock: FakeClock, error_type: str, message: str, code: str = "") -> None:
+    run = finished(clock, "shop.pay", RunStatus.FAILED, took=1, ago=60, code=code)
+    JobRun.objects.filter(pk=run.pk).update(error_type=error_type, error=message)
+
+
+@pytest.fixture
+def plain_failures(clock: FakeClock) -> None:
+    """The job's own exceptions (no error code) outnumber our coded failures."""
+    for _ in range(3):
+        failed_with(clock, "builtins.ValueError", "card declined")
+    failed_with(clock, "shop.errors.CardExpired", "expired")
+    failed_with(clock, "django_durable_jobs.exceptions.JobTimeout", "took 10m", "X_JOB_TIMEOUT")
+    failed_with(clock, "", "")
+
+
+@pytest.mark.usefixtures("plain_failures")
+def test_top_errors_name_the_exception_type_of_a_failure_without_a_code(clock: FakeClock) -> None:
+    assert stats.collect(now=clock.now()).top_errors == [
+        ("ValueError", "", 3),
+        ("(none)", "", 1),
+        ("X_JOB_TIMEOUT", "X_JOB_TIMEOUT", 1),
+        ("shop.errors.CardExpired", "", 1),
+    ]
+    out = StringIO()
+    call_command("jobs", "stats", stdout=out)
+    assert "error ValueError: 3 failed runs in the last day" in out.getvalue()
+    out = StringIO()
+    call_command("jobs", "stats", "--json", stdout=out)
+    assert json.loads(out.getvalue())["top_errors"][0] == {
+        "error": "ValueError",
+        "code": "",
+        "count": 3,
+    }
+
+
+@pytest.mark.usefixtures("plain_failures")
+def test_metrics_count_failures_by_exception_type(clock: FakeClock) -> None:
+    text = Client().get(reverse("durable-jobs-metrics")).content.decode()
+    failed = {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "durable_jobs_failed_runs_last_day"
+    }
+    assert failed[(("error", "ValueError"), ("error_code", ""))] == 3
+    assert failed[(("error", "shop.errors.CardExpired"), ("error_code", ""))] == 1
