@@ -16,6 +16,7 @@ from django.urls import reverse
 from django_durable_jobs.admin import times
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
+from django_durable_jobs.observe.formatting import stamp
 from tests.factories import T0, JobRunFactory, StepRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -93,12 +94,12 @@ def test_jobs_list_and_show_wake_as_the_admin_does(clock: FakeClock, admin_clien
     header, *rows = out.getvalue().splitlines()
     assert "wakes" in header.split()
     cells = {row.split()[2]: row for row in rows}
-    assert f"by {trace.stamp(DEADLINE)}" in cells["waiting"]
-    assert trace.stamp(POLL) not in cells["waiting"]  # not its next safety poll
-    assert trace.stamp(POLL) in cells["sleeping"]
-    assert cells["running"].count(trace.stamp(T0)) == 1  # created, no wake time
+    assert f"by {stamp(DEADLINE)}" in cells["waiting"]
+    assert stamp(POLL) not in cells["waiting"]  # not its next safety poll
+    assert stamp(POLL) in cells["sleeping"]
+    assert cells["running"].count(stamp(T0)) == 1  # created, no wake time
     out = StringIO()
     call_command("jobs", "show", str(run.pk), stdout=out)
-    assert f"wakes by {trace.stamp(DEADLINE)}" in out.getvalue().splitlines()[1]
+    assert f"wakes by {stamp(DEADLINE)}" in out.getvalue().splitlines()[1]
     html, _ = listed(admin_client)
     assert f'by <time datetime="{DEADLINE.isoformat()}"' in html
