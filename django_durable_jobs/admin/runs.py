@@ -33,7 +33,7 @@ from ..models import JobRun
 from ..observe import progress, trace
 from ..verbs import runs
 from . import confirm, details
-from .display import badge, dotted, json_block, text_block, tools_beside_title
+from .display import badge, ident, job_label, json_block, text_block, tools_beside_title
 from .family import RunFamily
 from .times import EMPTY, RunTimes, with_wait_deadlines
 
@@ -153,8 +153,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         return found, False
 
     @admin.display(description="run", ordering="id")
-    def short_id(self, run: JobRun) -> str:
-        return str(run.id)[:8]
+    def short_id(self, run: JobRun) -> SafeString:
+        return ident(str(run.id)[:8])
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: JobRun) -> SafeString:
@@ -162,7 +162,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     @admin.display(description="job name", ordering="job_name")
     def job(self, run: JobRun) -> SafeString:
-        return dotted(run.job_name)
+        return job_label(run.job_name)
 
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:
