@@ -22,12 +22,12 @@ from .rules import WAKEABLE as WAKEABLE
 from .rules import Rule as Rule
 from .rules import RunStatus as RunStatus
 from .rules import cancelled as cancelled
+from .runs import RERUNS_KEPT as RERUNS_KEPT
 from .runs import CancelKey as CancelKey
 from .runs import Dashboard as Dashboard
 from .runs import FlowKey as FlowKey
 from .runs import IdempotencyKey as IdempotencyKey
 from .runs import JobRun as JobRun
-from .runs import RERUNS_KEPT as RERUNS_KEPT
 from .runs import JobRunQuerySet as JobRunQuerySet
 from .runs import best as best
 from .steps import StepRecord as StepRecord
