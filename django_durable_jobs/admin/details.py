@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString
 
 from ..models import JobRun, RunStatus
 from ..observe import run_keys
+from .display import ident
 from .times import EMPTY
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ ARGUMENTS: tuple[Row, ...] = (("args_json",), ("kwargs_json",))
 PROGRESS: tuple[Row, ...] = (("progress_shown",),)
 RESULT: tuple[Row, ...] = (("result_json",),)
 ERROR: tuple[Row, ...] = (("error_code", "error_type"), ("error_text",), ("traceback_text",))
+
+#: Fields whose value is an id, kept on one line (``display.ident``).
+IDS = frozenset({"id", "lease_owner"})
 
 #: Every field the page can show (the admin's ``readonly_fields``).
 FIELDS: tuple[str, ...] = tuple(
@@ -113,4 +117,6 @@ def shown_value(model_admin: BaseModelAdmin[Any], run: JobRun, name: str) -> Saf
     if field is None:
         shown: SafeString | str = value  # a display method's text or HTML
         return shown
-    return EMPTY if value is None or value == "" else str(value)
+    if value is None or value == "":
+        return EMPTY
+    return ident(value) if name in IDS else str(value)

@@ -7,8 +7,8 @@ from functools import cache
 from typing import Any
 
 from django.template.loader import get_template
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from ..engine.serialization import error_line
 from ..models import JobRun, RunStatus, StepStatus, WorkerStatus
@@ -44,10 +44,16 @@ def badge(status: str) -> SafeString:
     )
 
 
-def dotted(name: str) -> SafeString:
-    """A dotted name (a job's) that a narrow column may break after a dot, and nowhere
-    else: ``shop.<wbr>sync_order``, never ``shop.sync_o`` / ``rder``."""
-    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in name.split(".")))
+def job_label(name: str) -> SafeString:
+    """A job's name, on one line wherever it is (``billing.collect``, never ``billing.``
+    / ``collect``): the lists make room for it (runs.css, workers.css)."""
+    return format_html('<span class="djdj-job">{}</span>', name)
+
+
+def ident(value: object) -> SafeString:
+    """An id (a run's, a worker's lease) on one line: never broken inside, as a narrow
+    column or the run page's block would break ``3f2a9c`` / ``1b``."""
+    return format_html('<span class="djdj-id">{}</span>', value)
 
 
 def error_summary(run: JobRun, message: str | None = None) -> SafeString | str:

@@ -36,8 +36,9 @@ from . import confirm, details, start
 from .display import (
     ERROR_TITLE,
     badge,
-    dotted,
     error_summary,
+    ident,
+    job_label,
     json_block,
     text_block,
     tools_beside_title,
@@ -177,8 +178,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
         return found, False
 
     @admin.display(description="run", ordering="id")
-    def short_id(self, run: JobRun) -> str:
-        return str(run.id)[:8]
+    def short_id(self, run: JobRun) -> SafeString:
+        return ident(str(run.id)[:8])
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: JobRun) -> SafeString:
@@ -186,7 +187,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
 
     @admin.display(description="job name", ordering="job_name")
     def job(self, run: JobRun) -> SafeString:
-        return dotted(run.job_name)
+        return job_label(run.job_name)
 
     @admin.display(description="attempt")
     def attempts(self, run: JobRun) -> str:

@@ -16,7 +16,7 @@ from .. import conf
 from ..engine import clock
 from ..models import Worker
 from ..worker import presence
-from .display import badge, dotted
+from .display import badge, ident, job_label
 from .times import when
 
 RUN_PAGE = "django_durable_jobs_jobrun_change"
@@ -106,8 +106,8 @@ class WorkerAdmin(_ModelAdmin):
                     reverse(
                         f"{self.admin_site.name}:django_durable_jobs_jobrun_change", args=[run.id]
                     ),
-                    dotted(run.job_name),
-                    str(run.id)[:8],
+                    job_label(run.job_name),
+                    ident(str(run.id)[:8]),
                 )
                 for run in held
             ),

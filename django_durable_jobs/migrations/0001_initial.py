@@ -182,6 +182,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("unreached_steps", models.JSONField(blank=True, default=list)),
+                ("reruns", models.JSONField(blank=True, default=list)),
                 (
                     "parent",
                     models.ForeignKey(

@@ -24,6 +24,7 @@ from .rules import WAKEABLE as WAKEABLE
 from .rules import Rule as Rule
 from .rules import RunStatus as RunStatus
 from .rules import cancelled as cancelled
+from .runs import RERUNS_KEPT as RERUNS_KEPT
 from .runs import CancelKey as CancelKey
 from .runs import Dashboard as Dashboard
 from .runs import FlowKey as FlowKey

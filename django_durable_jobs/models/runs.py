@@ -22,8 +22,12 @@ from .rules import (
     RETRYABLE,
     RUNNABLE,
     WAKEABLE,
+    Rule,
     RunStatus,
 )
+
+#: How many of a run's reruns by an operator it keeps (``JobRun.reruns``).
+RERUNS_KEPT = 20
 
 
 class FlowKey(models.Model):
@@ -131,14 +135,21 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
         )
         return changed + self.filter(status=RunStatus.RUNNING).update(**values)
 
-    def retry(self, now: datetime) -> int:
-        """``RETRYABLE`` runs are queued for ``now`` with their attempts counted afresh."""
-        return self.filter(RETRYABLE.q(now)).update(**AGAIN, wake_at=now)
+    def retry(self, now: datetime, **also: Any) -> int:
+        """``RETRYABLE`` runs are queued for ``now`` with their attempts counted afresh
+        (``also``: more columns to set, the verb's note in ``reruns``)."""
+        return self.filter(RETRYABLE.q(now)).update(**AGAIN, wake_at=now, **also)
 
-    def replay(self, now: datetime) -> int:
+    def replay(self, now: datetime, **also: Any) -> int:
         """``REPLAYABLE`` runs are queued for ``now`` with their attempts counted afresh
         (the caller forgets the steps to run again)."""
-        return self.filter(REPLAYABLE.q(now)).update(**AGAIN, wake_at=now)
+        return self.filter(REPLAYABLE.q(now)).update(**AGAIN, wake_at=now, **also)
+
+    def hold(self, rule: Rule, now: datetime) -> int:
+        """Write-lock the runs ``rule`` allows now, changing nothing: a verb that must
+        read a run before it changes it writes first all the same (SQLite then takes
+        its write lock at once instead of failing to upgrade a read)."""
+        return self.filter(rule.q(now)).update(status=F("status"))
 
 
 #: A QuerySet of runs, of model instances or of values.
@@ -228,6 +239,11 @@ class JobRun(models.Model):
     #: Completed steps the attempt that finished the run never reached: renamed or
     #: removed by a deploy while the run was in flight (``ctx.patched`` guards that).
     unreached_steps = models.JSONField(default=list, blank=True)
+    #: Each time an operator ran the finished run again (``retry``, ``replay_from``):
+    #: ``{"ended": ..., "status": ..., "again": ..., "by": ...}``, when and how the
+    #: attempt before had ended and when it was run again (ISO 8601), the last
+    #: ``RERUNS_KEPT``. The timeline shows the idle time between (observe/trace.py).
+    reruns = models.JSONField(default=list, blank=True)
 
     objects = JobRunQuerySet.as_manager()
     #: Set by ``claims.claim``: the status the run had before this worker took it.

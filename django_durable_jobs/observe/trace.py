@@ -36,6 +36,40 @@ class Bar:
     #: Still going: a sleep or wait not over yet, a run not finished.
     open: bool = False
 
+    @property
+    def right(self) -> float:
+        """From its end to the axis's: a bar drawn from its end (an attempt before a
+        gap) grows to its minimum width leftwards, never into the gap."""
+        return round(max(100 - self.left - self.width, 0.0), 3)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Part of a bar before an operator ran the run again: an earlier attempt's, in
+    the colour of how that attempt ended."""
+
+    bar: Bar
+    status: str
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The idle time between an attempt's end and an operator's rerun of the run
+    (``JobRun.reruns``): drawn empty on the axis, labelled."""
+
+    bar: Bar
+    ended_at: datetime
+    again_at: datetime
+    #: How the attempt before ended ("failed", "cancelled", "succeeded").
+    status: str
+    #: "retry" or "replay".
+    by: str
+
+    @property
+    def label(self) -> str:
+        done = "retried" if self.by == "retry" else "replayed"
+        return f"{done} by operator after {short_duration(self.again_at - self.ended_at)}"
+
 
 @dataclass(frozen=True)
 class Tick:
@@ -84,6 +118,9 @@ class StepRow:
     bar: Bar
     #: A fan-out step's child runs, in call order (empty for other steps).
     children: tuple[Child, ...] = ()
+    #: The bar's parts before an operator's rerun it spans (``bar`` is then the
+    #: part after the last one): the idle time between is drawn empty.
+    earlier: tuple[Piece, ...] = ()
     #: What the step is (``StepKind``): "atomic" steps are drawn as "run" ones.
     step_kind: str = "run"
     #: Completed, and never reached by the attempt that finished the run (renamed or
@@ -167,6 +204,10 @@ class Trace:
     ticks: tuple[Tick, ...]
     #: Steps not reached by the code that finished this run (``JobRun.unreached_steps``).
     unreached: tuple[str, ...] = ()
+    #: The idle times before an operator ran the run again, and the run's attempts
+    #: before them (``run_bar`` is then the attempt after the last).
+    gaps: tuple[Gap, ...] = ()
+    earlier_attempts: tuple[Piece, ...] = ()
 
     @property
     def attempts_text(self) -> str:
@@ -201,7 +242,9 @@ def build(
     ``children``: the child runs of each fan-out step, by step name."""
     ends = [_end(step, now) for step in steps]
     start = min([run.created_at, *(step.started_at for step in steps)])
+    reruns = _reruns(run)
     candidates = [start, *(end for end in ends if end is not None)]
+    candidates.extend(again for _, again, _, _ in reruns)
     if run.finished_at is not None:
         candidates.append(run.finished_at)
     if run.status not in FINISHED:
@@ -209,8 +252,11 @@ def build(
     axis = _Axis(start, max(candidates))
     flags = replayed_flags(steps)
     unreached = tuple(run.unreached_steps or ())
+    gaps = tuple(
+        Gap(axis.bar(ended, again), ended, again, status, by) for ended, again, status, by in reruns
+    )
     rows = tuple(
-        replace(row, unreached=row.name in unreached)
+        _split(replace(row, unreached=row.name in unreached), gaps, axis)
         for row in (
             _row(number, step, end, flags[index], axis, (children or {}).get(step.name, ()))
             for index, (number, step, end) in enumerate(
@@ -220,6 +266,12 @@ def build(
     )
     first_start = run.started_at or axis.end
     finished = run.finished_at or (now if run.started_at else None)
+    # Each attempt before a rerun ends where its gap starts; the last starts at the rerun.
+    attempts, began = [], run.started_at
+    for gap in gaps:
+        if began is not None and began <= gap.ended_at:
+            attempts.append(Piece(axis.bar(began, gap.ended_at), gap.status))
+            began = gap.again_at
     return Trace(
         run=run,
         max_attempts=max_attempts,
@@ -227,10 +279,43 @@ def build(
         start=axis.start,
         end=axis.end,
         now=now,
-        run_bar=axis.bar(run.started_at, finished, open=run.status not in FINISHED),
+        run_bar=axis.bar(began, finished, open=run.status not in FINISHED),
         queued_bar=axis.bar(run.created_at, first_start),
         ticks=axis.ticks(),
         unreached=unreached,
+        gaps=gaps,
+        earlier_attempts=tuple(attempts),
+    )
+
+
+def _reruns(run: JobRun) -> list[tuple[datetime, datetime, str, str]]:
+    """``run.reruns`` read: (ended, run again, how it had ended, by which verb), in
+    order; an entry this code cannot read is left out rather than break the page."""
+    found = []
+    for entry in run.reruns or ():
+        try:
+            ended = datetime.fromisoformat(entry["ended"])
+            again = datetime.fromisoformat(entry["again"])
+            found.append((ended, again, str(entry["status"]), str(entry["by"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(found)
+
+
+def _split(row: StepRow, gaps: Sequence[Gap], axis: _Axis) -> StepRow:
+    """``row`` with its bar cut at each gap it spans (a step an attempt was in when it
+    ended, that the rerun ran again): the part before in the colour of that end."""
+    if row.ended_at is None:
+        return row  # a failed step's marker spans nothing
+    earlier, began = [], row.started_at
+    for gap in gaps:
+        if began <= gap.ended_at and gap.again_at <= row.ended_at:
+            earlier.append(Piece(axis.bar(began, gap.ended_at), gap.status))
+            began = gap.again_at
+    if not earlier:
+        return row
+    return replace(
+        row, earlier=tuple(earlier), bar=axis.bar(began, row.ended_at, open=row.bar.open)
     )
 
 

@@ -127,6 +127,11 @@ def summary_lines(trace: Trace) -> list[str]:
         lines.append(
             "error " + error_line(run.error_type, clip(run.error, 200), code=run.error_code)
         )
+    # Each time an operator ran it again: the idle time the timeline leaves empty.
+    lines.extend(
+        f"{gap.label} ({gap.status} {stamp(gap.ended_at)}, again {stamp(gap.again_at)})"
+        for gap in trace.gaps
+    )
     return lines
 
 
@@ -160,6 +165,17 @@ def as_json(trace: Trace) -> dict[str, Any]:
         # Completed steps the attempt that finished the run never reached (a deploy
         # renamed or removed them); each also has "unreached": true among "steps".
         "unreached_steps": list(trace.unreached),
+        # Each time an operator ran the finished run again (retry, replay), oldest first:
+        # when and how the attempt before ended, and when it was run again.
+        "reruns": [
+            {
+                "ended_at": _iso(gap.ended_at),
+                "status": gap.status,
+                "again_at": _iso(gap.again_at),
+                "by": gap.by,
+            }
+            for gap in trace.gaps
+        ],
         "steps": [
             {
                 "name": row.name,

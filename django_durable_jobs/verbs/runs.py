@@ -24,6 +24,7 @@ from ..models import (
     CANCELLABLE,
     FINISHED,
     REPLAYABLE,
+    RERUNS_KEPT,
     RETRYABLE,
     WAKEABLE,
     JobRun,
@@ -85,7 +86,9 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        run = _changed_or_refuse(pk, _rows(pk).retry(now), VERBS["retry"])
+        before = _changed_or_refuse(pk, _rows(pk).hold(RETRYABLE, now), VERBS["retry"])
+        again = _rows(pk).retry(now, reruns=noted_rerun(before, now, "retry"))
+        run = _changed_or_refuse(pk, again, VERBS["retry"])
         children.release_failed(pk)
         children.fresh_windows(pk)
     return run
@@ -112,7 +115,9 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        run = _changed_or_refuse(pk, _rows(pk).replay(now), VERBS["replay"])
+        before = _changed_or_refuse(pk, _rows(pk).hold(REPLAYABLE, now), VERBS["replay"])
+        again = _rows(pk).replay(now, reruns=noted_rerun(before, now, "replay"))
+        run = _changed_or_refuse(pk, again, VERBS["replay"])
         steps = StepRecord.objects.using(using).filter(run_id=pk)
         first = steps.filter(name=step).values_list("id", flat=True).first()
         if first is None:  # raising rolls the run back too
@@ -178,6 +183,22 @@ def recent_runs(
 
 def _rows(pk: uuid.UUID) -> JobRunQuerySet:
     return JobRun.objects.using(conf.database()).filter(pk=pk)
+
+
+def noted_rerun(run: JobRun, now: datetime, verb: str) -> list[dict[str, str]]:
+    """``run.reruns`` with this rerun noted, if the run had finished: when and how its
+    last attempt ended and when ``verb`` ran it again (the timeline's idle gap)."""
+    noted = list(run.reruns or [])
+    if run.finished_at is not None:
+        noted.append(
+            {
+                "ended": run.finished_at.isoformat(),
+                "status": run.status,
+                "again": now.isoformat(),
+                "by": verb,
+            }
+        )
+    return noted[-RERUNS_KEPT:]
 
 
 def _changed_or_refuse(pk: uuid.UUID, changed: int, verb: Verb) -> JobRun:

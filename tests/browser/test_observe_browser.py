@@ -1,7 +1,9 @@
-"""The dashboard and the workers page in real headless Chromium, at 1400 px with the
-admin's sidebar open and at 800 px with it folded, light and dark: the charts are
-drawn (every line and bar has a size), the page never scrolls sideways, no list column
-is cut behind the table's scrollbar and no job name breaks inside a word.
+"""The dashboard and the workers page in real headless Chromium, at 1400 px and at
+800 px with the admin's sidebar open (its default), light and dark: the charts are
+drawn (every line and bar has a size), the page never scrolls sideways, every list
+column's header and cells end inside the table's box and the window (measured, not
+eyeballed), job names and ids stay on one line and the timeline's axis labels stand
+apart.
 
 Screenshots go to ``.tmp/artifacts/``; with ``DURABLE_JOBS_UPDATE_DOCS=1`` the light
 1400 px ones are also copied to ``docs/`` (the docs' pictures).
@@ -29,8 +31,9 @@ __all__ = ["browser"]  # the fixture
 
 JOBS = ("shop.sync_order", "shop.send_receipt", "crm.import_contacts", "billing.charge")
 CODES = ("X_JOB_TIMEOUT", "X_CHILD_FAILED", "X_NON_RETRIABLE")
-#: 1400 px with the admin's sidebar open; 800 px with it folded, as one works there.
-SIZES = ((1400, "wide", True), (800, "narrow", False))
+#: 1400 px and 800 px, with the admin's sidebar open: its default, so what an operator
+#: sees first (the list has 300 px less than with it folded).
+SIZES = ((1400, "wide", True), (800, "narrow", True))
 
 
 def busy_day(clock: FakeClock) -> None:
@@ -96,8 +99,9 @@ def no_sideways_scroll(browser: Any) -> None:
     assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
 
 
-def assert_not_cut(browser: Any) -> None:
-    """Every column of an admin list visible, none behind the table's scrollbar."""
+def assert_columns_in_view(browser: Any) -> None:
+    """Every shown column of an admin list in view: each header's and each cell's right
+    edge inside the table's scroll box and the window, none behind the scrollbar."""
     from selenium.webdriver.common.by import By
 
     results = browser.find_element(By.CSS_SELECTOR, ".results")
@@ -105,31 +109,49 @@ def assert_not_cut(browser: Any) -> None:
         "return arguments[0].scrollWidth - arguments[0].clientWidth", results
     )
     assert cut <= 0, f"the table is cut by {cut}px"
-
-
-def assert_names_whole(browser: Any, selector: str) -> None:
-    """Job names wrap after a dot only: every word of every dotted part of every name in
-    ``selector`` is on one line (``shop.`` / ``sync_order``, never ``shop.sync_o`` / ``rder``)."""
-    split = browser.execute_script(
-        r"""
-        const split = [];
-        for (const cell of document.querySelectorAll(arguments[0])) {
-            const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-            for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-                for (const word of node.textContent.matchAll(/\S+/g)) {
-                    const range = document.createRange();
-                    range.setStart(node, word.index);
-                    range.setEnd(node, word.index + word[0].length);
-                    const tops = [...range.getClientRects()].map(r => Math.round(r.top));
-                    if (new Set(tops).size > 1) split.push(word[0]);
-                }
-            }
+    outside = browser.execute_script(
+        """
+        const box = document.querySelector('.results').getBoundingClientRect();
+        const right = Math.min(box.right, document.documentElement.clientWidth);
+        const outside = [];
+        for (const cell of document.querySelectorAll('#result_list th, #result_list td')) {
+            const rect = cell.getBoundingClientRect();
+            if (rect.width === 0) continue;  // a column the narrow layout leaves out
+            if (rect.right > right + 0.5 || rect.left < box.left - 0.5)
+                outside.push([cell.className, cell.textContent.trim().slice(0, 30),
+                              Math.round(rect.left), Math.round(rect.right), Math.round(right)]);
         }
-        return split;
+        return outside;
+        """
+    )
+    assert not outside, f"cells outside the table's box: {outside}"
+
+
+def assert_one_line(browser: Any, selector: str) -> int:
+    """Every element matching ``selector`` (a job name, an id) on one line: its box is
+    one line high, all its text at one height. Returns how many there are."""
+    broken = browser.execute_script(
+        r"""
+        const broken = [];
+        const found = document.querySelectorAll(arguments[0]);
+        for (const element of found) {
+            const range = document.createRange();
+            range.selectNodeContents(element);
+            const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+            const style = getComputedStyle(element);
+            const line = style.lineHeight === 'normal'
+                ? 1.2 * parseFloat(style.fontSize) : parseFloat(style.lineHeight);
+            const height = element.getBoundingClientRect().height;
+            if (tops.size > 1 || height > line + 1)
+                broken.push([element.textContent, tops.size, height, line]);
+        }
+        return [found.length, broken];
         """,
         selector,
     )
-    assert not split, f"broken inside a word: {split}"
+    count, lines = broken
+    assert not lines, f"broken over lines: {lines}"
+    return int(count)
 
 
 def assert_timeline_readable(browser: Any, width: int) -> None:
@@ -152,13 +174,20 @@ def assert_timeline_readable(browser: Any, width: int) -> None:
             wait,
         )
         assert max(cut) <= 0, f"the wait's text is cut by {cut}px"
+    assert_axis_apart(browser)
+
+
+def assert_axis_apart(browser: Any) -> None:
+    """The axis labels shown (a narrow track shows every other one) stand apart: no
+    two consecutive labels' boxes intersect, and both ends and the middle are shown."""
     ticks = browser.execute_script(
-        "return [...document.querySelectorAll('.djdj-axis .djdj-tick')].map("
-        "t => [t.textContent, t.getBoundingClientRect().left, t.getBoundingClientRect().right])"
+        "return [...document.querySelectorAll('.djdj-axis .djdj-tick')]"
+        ".map(t => [t.textContent, t.getBoundingClientRect()])"
+        ".filter(([_, r]) => r.width > 0).map(([text, r]) => [text, r.left, r.right])"
     )
-    assert len(ticks) == 5, ticks
+    assert len(ticks) in (3, 5), ticks
     for (_, _, right), (_, left, _) in itertools.pairwise(ticks):
-        assert right <= left, f"axis labels overlap: {ticks}"
+        assert right < left, f"axis labels overlap: {ticks}"
 
 
 def show(browser: Any, url: str, width: int, theme: str, sidebar: bool) -> None:
@@ -235,8 +264,9 @@ def test_dashboard_and_workers_in_a_browser(
         [in_hand] = browser.find_elements(By.CSS_SELECTOR, "td.field-in_hand a")
         assert "/jobrun/" in (in_hand.get_attribute("href") or "")
         no_sideways_scroll(browser)
-        assert_not_cut(browser)
-        assert_names_whole(browser, "td.field-in_hand a")
+        assert_columns_in_view(browser)
+        assert assert_one_line(browser, "td.field-in_hand .djdj-job") == 1
+        assert_one_line(browser, "td.field-in_hand .djdj-id")
         save(browser, width, f"workers-{size}-{theme}.png")
     assert len(backgrounds) == 2  # the admin's theme did switch
 
@@ -300,8 +330,9 @@ def test_run_page_and_list_in_a_browser(
     for theme in ("light", "dark"):
         show(browser, f"{live_server.url}/admin/django_durable_jobs/jobrun/", width, theme, sidebar)
         no_sideways_scroll(browser)
-        assert_not_cut(browser)
-        assert_names_whole(browser, "td.field-job")
+        assert_columns_in_view(browser)
+        assert assert_one_line(browser, "td.field-job .djdj-job") == 50
+        assert assert_one_line(browser, "th.field-short_id .djdj-id") == 50
         save(browser, width, f"runs-{size}-{theme}.png")
 
         show(
@@ -315,10 +346,13 @@ def test_run_page_and_list_in_a_browser(
         rows = browser.find_elements(By.CSS_SELECTOR, "details.djdj-step")
         assert len(rows) == 201
         assert_timeline_readable(browser, width)
+        # The run's id, in the title and in the block, on one line.
+        assert assert_one_line(browser, "#content .djdj-id") == 2
         timeline = browser.find_element(By.ID, "timeline")
         fields = browser.find_element(By.CSS_SELECTOR, "dl.djdj-fields")
         assert timeline.location["y"] < fields.location["y"]  # the timeline first
-        # One aligned block: two pairs a row, the values of each column at one x.
+        # One aligned block: two pairs a row (one at 800 px), the values of each column
+        # at one x.
         starts = browser.execute_script(
             "return [...document.querySelectorAll('dl.djdj-fields > dd')].map("
             "d => [d.classList.contains('djdj-field--first'), d.getBoundingClientRect().left])"
@@ -327,7 +361,10 @@ def test_run_page_and_list_in_a_browser(
         # 20 pairs (the job's version among them) and the progress (ctx.set_progress),
         # which spans its row.
         assert len(starts) == 21 and len(lefts[True]) == 1 and len(lefts[False]) == 1, lefts
-        assert min(lefts[True]) < min(lefts[False]), lefts
+        if width > 1000:
+            assert min(lefts[True]) < min(lefts[False]), lefts
+        else:  # one pair a row: a run id is not broken in two
+            assert lefts[True] == lefts[False], lefts
         for bar in browser.find_elements(By.CSS_SELECTOR, "details.djdj-step .djdj-bar")[:5]:
             assert bar.size["width"] > 0
         save(browser, width, f"run-{size}-{theme}.png")

@@ -1,6 +1,7 @@
-"""Issue 15 leftovers in real headless Chromium: a retried step's "took" is its last
-execution, the runs list shows a waiting run's deadline, and the run page's buttons
-ask first (the operator reads what will run again, then says yes)."""
+"""In real headless Chromium: a retried step's "took" is its last execution, the runs
+list shows a waiting run's deadline, the run page's buttons ask first (the operator
+reads what will run again, then says yes), and the retried run's timeline leaves the
+idle time before the retry empty (no bar of the failed attempt across it)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,17 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 __all__ = ["browser"]  # the fixture
 
 DEADLINE = T0 + timedelta(days=7)
+FAILED_AT = T0 + timedelta(seconds=62)
 
 
 def runs_for_the_page(clock: FakeClock) -> tuple[JobRun, JobRun]:
     clock.set(T0 + timedelta(minutes=5))
     failed = JobRunFactory.create(
-        job_name="tests.ops.fragile", status=RunStatus.FAILED, error="boom", started_at=T0
+        job_name="tests.ops.fragile",
+        status=RunStatus.FAILED,
+        error="boom",
+        started_at=T0,
+        finished_at=FAILED_AT,
     )
     StepRecordFactory.create(run=failed, name="one", started_at=T0, completed_at=T0)
     # Four failed attempts over a minute, then a 1 ms fifth one.
@@ -82,8 +88,22 @@ def test_took_deadline_and_a_retry_that_asks_first(
     assert "1 step runs again" in page and "send-email" in page
     assert "2 completed steps replay from storage" in page
     assert JobRun.objects.get(pk=failed.pk).status == RunStatus.FAILED  # not yet
+    clock.advance("2h")  # the operator said yes two hours after the failure
     click_and_load(
         browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit][value='Yes, retry']")
     )
     assert "Retried the run" in browser.find_element(By.CSS_SELECTOR, ".messagelist").text
     assert JobRun.objects.get(pk=failed.pk).status == RunStatus.QUEUED
+
+    # The run page: the failed attempt's bar ends at the failure, the two idle hours
+    # are a labelled gap, and the retry's bar starts after them.
+    browser.get(f"{admin}{failed.pk}/change/")
+    row = browser.find_element(By.CSS_SELECTOR, ".djdj-run-row")
+    attempt = row.find_element(By.CSS_SELECTOR, ".djdj-bar--attempt.djdj-bar--failed").rect
+    gap = row.find_element(By.CSS_SELECTOR, ".djdj-gap")
+    again = row.find_element(By.CSS_SELECTOR, ".djdj-bar--queued").rect
+    label = "retried by operator after 2h3m"  # 2h3m58s
+    assert gap.text == label and label in row.find_element(By.CSS_SELECTOR, ".djdj-info").text
+    assert attempt["x"] + attempt["width"] <= gap.rect["x"] + 1, (attempt, gap.rect)
+    assert gap.rect["width"] > 10 * attempt["width"], (attempt, gap.rect)
+    assert again["x"] >= gap.rect["x"] + gap.rect["width"] - 1, (again, gap.rect)

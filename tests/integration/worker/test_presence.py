@@ -188,8 +188,11 @@ def test_admin_lists_workers_with_their_runs_in_hand(
     html = page.content.decode()
     assert page.status_code == 200
     run_url = reverse("admin:django_durable_jobs_jobrun_change", args=[run.id])
-    # The job name may wrap after its dot only (admin/display.dotted).
-    assert f'<a href="{run_url}">tests.<wbr>noop {str(run.id)[:8]}</a>' in html
+    # The job name and the id each on one line (admin/display.job_label, ident).
+    assert (
+        f'<a href="{run_url}"><span class="djdj-job">tests.noop</span> '
+        f'<span class="djdj-id">{str(run.id)[:8]}</span></a>'
+    ) in html
     assert html.count("djdj-badge--live") == 5
     assert "default, mail" in html
 
