@@ -7,8 +7,8 @@ from functools import cache
 from typing import Any
 
 from django.template.loader import get_template
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from ..engine.serialization import error_line
 from ..models import JobRun, RunStatus, StepStatus, WorkerStatus
