@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from django_durable_jobs.admin import times
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepStatus
 from django_durable_jobs.observe import trace
@@ -74,7 +75,7 @@ def test_took_deadline_and_a_retry_that_asks_first(
     browser.get(admin)
     row = browser.find_element(By.XPATH, f"//tr[.//a[contains(@href, '{waiting.pk}')]]")
     wakes = row.find_element(By.CSS_SELECTOR, ".field-wakes").text
-    assert wakes.startswith(f"by {trace.stamp(DEADLINE)}"), wakes
+    assert wakes.startswith(f"by {times.shown(DEADLINE)}"), wakes
 
     browser.get(f"{admin}{failed.pk}/change/")
     flaky = browser.find_element(By.CSS_SELECTOR, '[data-step="flaky"] .djdj-took')
