@@ -95,11 +95,10 @@ DRIVER_PATHS ?= tests/integration/db tests/integration/worker tests/integration/
 test:
 	@for leg in $(LEGS); do $(MAKE) test-leg LEG=$$leg; done
 
+# Lint once, on the first leg: ruff and mypy (django-stubs) read the code, not the
+# installed Django, so a second leg would check the same thing again.
 test-leg: .venv/$(LEG)/.installed
-	@echo "== $(LEG) / lint =="
-	$(CLEAN_ENV) $(BIN)/ruff check .
-	$(CLEAN_ENV) $(BIN)/ruff format --check .
-	$(CLEAN_ENV) $(BIN)/mypy django_durable_jobs tests example_project benchmarks
+	$(if $(ON_FIRST_LEG),@$(MAKE) lint LEG=$(LEG))
 	$(if $(ON_LAST_LEG),@$(MAKE) docs-leg LEG=$(LEG))
 	@echo "== $(LEG) / django checks =="
 	$(CLEAN_ENV) $(BIN)/python manage.py check --fail-level WARNING
@@ -113,11 +112,12 @@ test-leg: .venv/$(LEG)/.installed
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django migrate --noinput -v 0
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(BIN)/python manage.py check --database default --fail-level WARNING
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django check --database default --fail-level WARNING
+	@# On the first leg PostgreSQL's suite connects with Django's other options
+	@# (server-side binding and a pool; the last leg's connects plainly), then the
+	@# database's, the worker's and the verbs' tests run through psycopg2.
 	@$(MAKE) $(if $(filter 1,$(PARALLEL_DATABASES)),-j2 --output-sync=target) \
-		suite-postgresql suite-mariadb LEG=$(LEG)
-	@# Django's other ways to reach PostgreSQL: on the first leg only, side by side.
-	$(if $(ON_FIRST_LEG),@$(MAKE) $(if $(filter 1,$(PARALLEL_DATABASES)),-j2 --output-sync=target) \
-		suite-postgresql-options suite-postgresql-psycopg2 LEG=$(LEG))
+		$(if $(ON_FIRST_LEG),suite-postgresql-options,suite-postgresql) suite-mariadb LEG=$(LEG)
+	$(if $(ON_FIRST_LEG),@$(MAKE) suite-postgresql-psycopg2 LEG=$(LEG))
 
 # One suite per database server (separate test databases): PARALLEL_DATABASES=1 runs the
 # two side by side, each one's output printed whole when it ends. Their time is mostly
@@ -132,12 +132,13 @@ suite-mariadb:
 	@echo "== $(LEG) / mariadb =="
 	$(CLEAN_ENV) DATABASE_URL='$(MARIADB_URL)' $(call pytest,$(MARIADB_TIERS))
 # PostgreSQL with Django's other ways to connect, OPTIONS={"server_side_binding": True,
-# "pool": True} (tests/settings.py): the integration tests of the database, the worker
-# and the verbs (DRIVER_PATHS), on a test database of its own.
+# "pool": True} (tests/settings.py): the first leg's PostgreSQL suite, on a test
+# database of its own. (It was a third suite of DRIVER_PATHS beside a plain one on both
+# legs: CI's time, CONTRIBUTING.md "The CI budget".)
 suite-postgresql-options:
 	@echo "== $(LEG) / postgresql, server-side binding and a pool =="
 	$(CLEAN_ENV) DATABASE_URL='$(PG_OPTIONS_URL)' DURABLE_JOBS_TEST_CONNECTION_OPTIONS=1 \
-		$(call pytest,integration,$(DRIVER_PATHS))
+		$(call pytest,$(DATABASE_TIERS))
 # PostgreSQL through psycopg2, Django's other driver: psycopg 3 hidden from the tests
 # (scripts/psycopg2_only), DRIVER_PATHS on a test database of its own.
 suite-postgresql-psycopg2:
