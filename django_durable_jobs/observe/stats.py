@@ -10,7 +10,7 @@ benchmark ``benchmarks/dashboard.py`` times them at 1,000,000 runs.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,7 @@ from django.db.models import Count, Min
 from django.db.models.functions import TruncHour, TruncMinute
 
 from .. import conf
-from ..models import FINISHED, RUNNABLE, JobRun, RunStatus, Worker, WorkerStatus
+from ..models import FINISHED, RUNNABLE, JobRun, Pause, RunStatus, Worker, WorkerStatus
 
 #: Statuses a run waits or works in: the queue depth counts them.
 PENDING = (*RUNNABLE, RunStatus.RUNNING)
@@ -45,6 +45,8 @@ class Stats:
     #: (error code, failed runs in the last day), most frequent first.
     top_errors: list[tuple[str, int]]
     workers_alive: int
+    #: The queues and jobs paused: {"kind", "name", "reason", "paused_by", "paused_at"}.
+    pauses: list[dict[str, str]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         value = asdict(self)
@@ -66,7 +68,23 @@ def collect(*, now: datetime) -> Stats:
         durations=durations(now - timedelta(hours=1)),
         top_errors=top_errors(now - timedelta(days=1)),
         workers_alive=workers_alive(now),
+        pauses=pauses(),
     )
+
+
+def pauses() -> list[dict[str, str]]:
+    """The queues and jobs paused (``verbs/pauses.py``), queues first, by name."""
+    rows = Pause.objects.using(conf.database()).order_by("-kind", "name")
+    return [
+        {
+            "kind": pause.kind,
+            "name": pause.name,
+            "reason": pause.reason,
+            "paused_by": pause.paused_by,
+            "paused_at": pause.paused_at.isoformat(),
+        }
+        for pause in rows
+    ]
 
 
 def _runs() -> Any:

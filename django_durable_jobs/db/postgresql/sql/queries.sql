@@ -65,6 +65,11 @@ AND ((job_version::text || ':' || job_name) = ANY(${mine}::text[])
     OR ((job_version::text || ':' || job_name) <> ALL(${anyone}::text[])
         AND wake_at <= ${overdue}));
 
+-- claim_paused --
+-- Added to the claim's filter (and to claim_limited_due's) while queues or jobs are
+-- paused (db/paused.py): none of the queues in ${queues} nor of the jobs in ${jobs}.
+AND queue <> ALL(${queues}::text[]) AND job_name <> ALL(${jobs}::text[]);
+
 -- insert_run --
 -- One run (`enqueue`), every column, prepared once per connection: planning a
 -- 30-column INSERT and building Django's SQL for it cost more than running it.

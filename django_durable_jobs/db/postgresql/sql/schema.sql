@@ -143,7 +143,9 @@ $function$;
 -- whether runs under a throttle were seen (claimed by db/flow/limits.py instead).
 -- p_mine, p_anyone, p_overdue: NULL, or the jobs and versions this worker may take
 -- during a rolling deploy (db/executable.py, queries.sql claim_versions).
-CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time zone, p_owner text, p_lease_until timestamp with time zone, p_queues text[], p_limit integer, p_candidates integer, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[], p_mine text[], p_anyone text[], p_overdue timestamp with time zone)
+-- p_paused_queues, p_paused_jobs: NULL, or the queues and jobs paused, whose runs are
+-- left where they are (db/paused.py).
+CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time zone, p_owner text, p_lease_until timestamp with time zone, p_queues text[], p_limit integer, p_candidates integer, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[], p_mine text[], p_anyone text[], p_overdue timestamp with time zone, p_paused_queues text[], p_paused_jobs text[])
  RETURNS TABLE(recorded uuid[], throttled boolean, claimed_from text, fresh boolean, run django_durable_jobs_jobrun)
  LANGUAGE plpgsql
 AS $function$
@@ -175,6 +177,8 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
+            AND (p_paused_queues IS NULL OR r.queue <> ALL (p_paused_queues))
+            AND (p_paused_jobs IS NULL OR r.job_name <> ALL (p_paused_jobs))
         ORDER BY r.priority DESC, r.wake_at
         LIMIT p_candidates
     LOOP
@@ -204,6 +208,8 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
+            AND (p_paused_queues IS NULL OR r.queue <> ALL (p_paused_queues))
+            AND (p_paused_jobs IS NULL OR r.job_name <> ALL (p_paused_jobs))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1
@@ -217,6 +223,8 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
+            AND (p_paused_queues IS NULL OR r.queue <> ALL (p_paused_queues))
+            AND (p_paused_jobs IS NULL OR r.job_name <> ALL (p_paused_jobs))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1
