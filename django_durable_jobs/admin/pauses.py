@@ -3,7 +3,8 @@ delete), see who paused what and why.
 
 A pause is an operator's action: adding one needs the ``add_pause`` permission,
 resuming the ``delete_pause`` one (``verbs/pauses.py`` does both; every worker honours
-the change within one poll). A pause is not edited, but for its reason.
+the change within one poll; deleting a pause resumes it too). A pause is not edited,
+but for its reason.
 """
 
 from __future__ import annotations
@@ -66,11 +67,6 @@ class PauseAdmin(_ModelAdmin):
         if obj is None:
             return ("kind", "name", "reason")
         return ("kind", "name", "reason", "paused_at", "paused_by", "runs_link")
-
-    def get_actions(self, request: HttpRequest) -> Any:
-        found = super().get_actions(request)
-        found.pop("delete_selected", None)  # "Resume" says what deleting a pause does
-        return found
 
     def save_model(self, request: HttpRequest, obj: Pause, form: Any, change: bool) -> None:
         if not change:
