@@ -164,6 +164,10 @@ class Worker(StopSignals):
         elif self.options.burst:
             return False
         assert self._waker is not None
+        if self._waker.mode != "polling":
+            # Woken by a notification, the claim then finds the pauses read (at most a
+            # poll ago): no read between the notification and the claim.
+            self._pauses.current()
         self._waker.wait(poll)
         return True
 

@@ -4,7 +4,9 @@ A pause is a row (``models.Pause``); every worker reads the table before a claim
 its last read is a poll old (``POLL_INTERVAL``, ``--poll-interval``), so a pause or a
 resume is honoured by every worker within one poll, and a restarted worker reads it
 before its first claim. An idle worker polls once per poll anyway: the read is one
-more small query then; a busy worker claims many times per poll and reads once.
+more small query then; a busy worker claims many times per poll and reads once. On
+PostgreSQL an idle worker reads them before it waits (``loop.Worker._idle``), so a
+worker woken by a notification claims at once, as it did before pauses existed.
 
 While nothing is paused the claim is the usual statement (``db/paused.py``). The worker
 logs a line when it sees a pause begin and when it sees it end.
