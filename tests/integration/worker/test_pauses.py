@@ -84,7 +84,7 @@ def test_due_sleeping_and_woken_waiting_runs_stay_parked_while_paused(
     pauses.resume("queue", "default")
     assert once(worker)
     run.refresh_from_db()
-    assert (run.status, run.result["ordered"]) == (RunStatus.SUCCEEDED, True)
+    assert (run.status, (run.result or {})["ordered"]) == (RunStatus.SUCCEEDED, True)
 
 
 def test_a_wait_timing_out_while_paused_times_out_once_resumed(
@@ -102,7 +102,7 @@ def test_a_wait_timing_out_while_paused_times_out_once_resumed(
     pauses.resume("queue", "default")
     assert once(worker)
     run.refresh_from_db()
-    assert (run.status, run.result["ordered"]) == (RunStatus.SUCCEEDED, False)
+    assert (run.status, (run.result or {})["ordered"]) == (RunStatus.SUCCEEDED, False)
 
 
 def test_a_run_already_running_when_paused_finishes(clock: FakeClock) -> None:
