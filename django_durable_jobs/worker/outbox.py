@@ -128,7 +128,7 @@ class Outbox:
             runs, recorded, pendings = fused_outcome
         elif limit == 0:  # only the outcomes (``execution.execute``)
             runs, recorded = [], frozenset()
-        elif self.idle and not any_due(using, now, self.queues):
+        elif self.idle and not any_due(using, now, self.queues, self._paused()):
             runs = []  # a poll that found nothing due: no claim to build (``probe``)
         else:
             runs = claim(
