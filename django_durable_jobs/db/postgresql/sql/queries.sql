@@ -68,7 +68,8 @@ AND ((job_version::text || ':' || job_name) = ANY(${mine}::text[])
 -- claim_paused --
 -- Added to the claim's filter (and to claim_limited_due's) while queues or jobs are
 -- paused (db/paused.py): none of the queues in ${queues} nor of the jobs in ${jobs}.
-AND queue <> ALL(${queues}::text[]) AND job_name <> ALL(${jobs}::text[]);
+-- NOT (= ANY), not <> ALL: see durable_claim_concurrency in schema.sql.
+AND NOT (queue = ANY(${queues}::text[]) OR job_name = ANY(${jobs}::text[]));
 
 -- insert_run --
 -- One run (`enqueue`), every column, prepared once per connection: planning a

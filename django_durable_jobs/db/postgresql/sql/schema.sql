@@ -150,6 +150,7 @@ CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time z
  LANGUAGE plpgsql
 AS $function$
 DECLARE
+    candidates refcursor;
     cand record;
     best record;
     done text[] := '{}';
@@ -169,7 +170,11 @@ BEGIN
     IF cardinality(p_ids) > 0 THEN
         recorded_then := durable_finish_concurrency(p_now, p_status, p_result, p_finished_at, p_wake_at, p_error_code, p_error, p_error_type, p_traceback, p_ids, p_owners, p_jobs, p_keys);
     END IF;
-    FOR cand IN
+    -- The candidates: while nothing is paused, the statement as it was before pauses
+    -- (a filter on them, even one that keeps every run, made the generic plan
+    -- estimate one row, read every due run and sort them).
+    IF p_paused_queues IS NULL AND p_paused_jobs IS NULL THEN
+        OPEN candidates FOR
         SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
         FROM "django_durable_jobs_jobrun" r
         WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
@@ -177,11 +182,25 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
-            AND (p_paused_queues IS NULL OR r.queue <> ALL (p_paused_queues))
-            AND (p_paused_jobs IS NULL OR r.job_name <> ALL (p_paused_jobs))
         ORDER BY r.priority DESC, r.wake_at
-        LIMIT p_candidates
+        LIMIT p_candidates;
+    ELSE
+        OPEN candidates FOR
+        SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
+        FROM "django_durable_jobs_jobrun" r
+        WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
+            AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
+                OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
+                    AND r.wake_at <= p_overdue))
+            AND NOT (r.queue = ANY (coalesce(p_paused_queues, '{}'))
+                OR r.job_name = ANY (coalesce(p_paused_jobs, '{}')))
+        ORDER BY r.priority DESC, r.wake_at
+        LIMIT p_candidates;
+    END IF;
     LOOP
+        FETCH candidates INTO cand;
+        EXIT WHEN NOT FOUND;
         -- A run under no limit first: it is the unlimited claim's (priority order).
         EXIT WHEN cand.concurrency_limit IS NULL AND cand.throttle_limit IS NULL;
         IF cand.throttle_limit IS NOT NULL THEN
@@ -208,8 +227,8 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
-            AND (p_paused_queues IS NULL OR r.queue <> ALL (p_paused_queues))
-            AND (p_paused_jobs IS NULL OR r.job_name <> ALL (p_paused_jobs))
+            AND NOT (r.queue = ANY (coalesce(p_paused_queues, '{}'))
+                OR r.job_name = ANY (coalesce(p_paused_jobs, '{}')))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1
@@ -223,8 +242,8 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
-            AND (p_paused_queues IS NULL OR r.queue <> ALL (p_paused_queues))
-            AND (p_paused_jobs IS NULL OR r.job_name <> ALL (p_paused_jobs))
+            AND NOT (r.queue = ANY (coalesce(p_paused_queues, '{}'))
+                OR r.job_name = ANY (coalesce(p_paused_jobs, '{}')))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1
@@ -274,6 +293,7 @@ BEGIN
         chosen_fresh := chosen_fresh || (best.started_at IS NULL);
         n := n + 1;
     END LOOP;
+    CLOSE candidates;
     -- The runs chosen, taken in one statement (each is locked since it was chosen).
     RETURN QUERY
         WITH took AS (
