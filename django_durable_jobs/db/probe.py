@@ -53,10 +53,10 @@ def any_due(
 def _compile(
     using: str, queues: Sequence[str] | None, paused: Paused | None
 ) -> tuple[str, list[Any], int] | None:
-    runs = JobRun.objects.using(using).runnable(_MARK, queues)
+    runnable = JobRun.objects.using(using).runnable(_MARK, queues)
     if paused is not None:
-        runs = runs.filter(paused.q())
-    runs = runs.order_by().values_list("pk")[:1]
+        runnable = runnable.filter(paused.q())
+    runs = runnable.order_by().values_list("pk")[:1]
     sql, params = runs.query.get_compiler(using).as_sql()
     mark = _adapted(using, _MARK)
     places = [index for index, value in enumerate(params) if value == mark]
