@@ -17,6 +17,7 @@ from typing import Any
 from django_durable_jobs.db import dialect
 from django_durable_jobs.db.claims import claim, claim_unlimited
 from django_durable_jobs.db.executable import Executable
+from django_durable_jobs.db.paused import Paused
 from django_durable_jobs.db.postgresql import finished
 from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
@@ -25,6 +26,7 @@ from django_durable_jobs.observe import counters, stats
 from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
+from django_durable_jobs.worker.pauses import PauseWatch
 from django_durable_jobs.worker.recording import settle, write
 
 
@@ -36,6 +38,8 @@ def database_now() -> datetime:
 
 __all__ = [
     "Executable",
+    "PauseWatch",
+    "Paused",
     "SystemClock",
     "Worker",
     "WorkerOptions",

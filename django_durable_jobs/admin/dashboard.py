@@ -61,7 +61,7 @@ class DashboardAdmin(_ModelAdmin):
 
 
 def figures(now: datetime) -> dict[str, Any]:
-    """Everything the template draws, from 14 aggregate queries."""
+    """Everything the template draws, from 14 aggregate queries and the pauses."""
     snapshot = stats.collect(now=now)
     minutes = stats.series(now, step=timedelta(minutes=1), buckets=60)
     hours = stats.series(now, step=timedelta(hours=1), buckets=24)

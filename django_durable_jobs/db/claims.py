@@ -28,6 +28,7 @@ from .flow import holds
 from .flow import keys as flow_keys
 from .flow import limits as flow
 from .leases import BATCH, LAPSED, SEPARATOR, LeaseOwner
+from .paused import Paused
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -41,9 +42,11 @@ def claim(
     limit: int = 1,
     clock: Clock | None = None,
     only: Executable | None = None,
+    paused: Paused | None = None,
 ) -> list[JobRun]:
     """Take up to ``limit`` runnable runs for ``owner``; the best first. With ``only``,
-    runs of the jobs and versions it lets this worker take (a rolling deploy).
+    runs of the jobs and versions it lets this worker take (a rolling deploy); with
+    ``paused``, none of a paused queue or job (``worker/pauses.py``).
 
     The attempt is counted here for queued runs; a run resuming from a sleep or a
     wait keeps its attempt number. Each returned run remembers the status it was
@@ -53,11 +56,19 @@ def claim(
     limited: list[JobRun] = []
     if flow.has_limits():
         limited = flow.claim_limited(
-            owner, now=now, lease=lease, queues=queue_list, limit=limit, clock=clock, only=only
+            owner,
+            now=now,
+            lease=lease,
+            queues=queue_list,
+            limit=limit,
+            clock=clock,
+            only=only,
+            paused=paused,
         )[0]
     if len(limited) >= limit:
         return limited
-    return limited + claim_unlimited(owner, now, lease, queue_list, limit - len(limited), only)
+    left = limit - len(limited)
+    return limited + claim_unlimited(owner, now, lease, queue_list, left, only, paused)
 
 
 def claim_unlimited(
@@ -67,9 +78,10 @@ def claim_unlimited(
     queue_list: list[str] | None,
     limit: int,
     only: Executable | None = None,
+    paused: Paused | None = None,
 ) -> list[JobRun]:
     """``claim`` for runs under no limit (flow control has its own, ``flow.claim_limited``)."""
-    return dialect.of(conf.database()).claim(owner, now, lease, queue_list, limit, only)
+    return dialect.of(conf.database()).claim(owner, now, lease, queue_list, limit, only, paused)
 
 
 def renew(owner: str, run_ids: Iterable[object], *, now: datetime, lease: timedelta) -> int:

@@ -22,6 +22,7 @@ from django.db import connections, transaction
 
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
 from .executable import Executable
+from .paused import Paused
 from .postgresql.claims import Finish
 
 #: What the claim reads of each run it picks: id, status, first start.
@@ -63,9 +64,11 @@ class Dialect:
         queues: list[str] | None,
         limit: int,
         only: Executable | None = None,
+        paused: Paused | None = None,
     ) -> list[JobRun]:
         """Take up to ``limit`` runnable runs under no flow-control limit for ``owner``,
-        best first (with ``only``, of the jobs and versions it lets this worker take);
+        best first (with ``only``, of the jobs and versions it lets this worker take;
+        with ``paused``, none of a paused queue or job);
         each remembers the status it was claimed from (``claimed_from``) and whether it
         never started before (``claimed_fresh``)."""
         runs = JobRun.objects.using(self.using)
@@ -75,6 +78,8 @@ class Dialect:
         )
         if only is not None:
             candidates = candidates.filter(only.q())
+        if paused:
+            candidates = candidates.filter(paused.q())
         with self.claiming():
             picked = self.pick(candidates, limit)
             before = {run_id: status for run_id, status, _ in picked}
@@ -100,6 +105,7 @@ class Dialect:
         candidates: int,
         finishes: Sequence[Finish],
         only: Executable | None = None,
+        paused: Paused | None = None,
     ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
         """Runs under a concurrency limit claimed in one call, recording first
         ``finishes`` (outcomes of runs that held a slot): the runs, the ids of the

@@ -18,21 +18,27 @@ from typing import Any
 from django.db import connections
 
 from ..models import JobRun
+from .paused import Paused
 
 #: A time no run is due at, to find the time's place among the compiled parameters.
 _MARK = datetime(2999, 12, 31, 23, 59, 58, tzinfo=UTC)
 
-#: (database alias, queues) -> the statement, its parameters, the time's place among
-#: them; None where the time could not be told apart (then every poll claims).
-_COMPILED: dict[tuple[str, tuple[str, ...] | None], tuple[str, list[Any], int] | None] = {}
+#: (database alias, queues, pauses) -> the statement, its parameters, the time's place
+#: among them; None where the time could not be told apart (then every poll claims).
+_COMPILED: dict[
+    tuple[str, tuple[str, ...] | None, Paused | None], tuple[str, list[Any], int] | None
+] = {}
 
 
-def any_due(using: str, now: datetime, queues: Sequence[str] | None) -> bool:
+def any_due(
+    using: str, now: datetime, queues: Sequence[str] | None, paused: Paused | None = None
+) -> bool:
     """Whether ``JobRun.objects.runnable(now, queues)`` has a run: what a claim at
-    ``now`` would look at (under a limit or not)."""
-    key = (using, None if queues is None else tuple(queues))
+    ``now`` would look at (under a limit or not); with ``paused``, none of a paused
+    queue or job (their due runs would make every poll a whole claim)."""
+    key = (using, None if queues is None else tuple(queues), paused or None)
     if key not in _COMPILED:
-        _COMPILED[key] = _compile(using, queues)
+        _COMPILED[key] = _compile(using, queues, paused or None)
     compiled = _COMPILED[key]
     if compiled is None:
         return True
@@ -44,8 +50,13 @@ def any_due(using: str, now: datetime, queues: Sequence[str] | None) -> bool:
         return cursor.fetchone() is not None
 
 
-def _compile(using: str, queues: Sequence[str] | None) -> tuple[str, list[Any], int] | None:
-    runs = JobRun.objects.using(using).runnable(_MARK, queues).order_by().values_list("pk")[:1]
+def _compile(
+    using: str, queues: Sequence[str] | None, paused: Paused | None
+) -> tuple[str, list[Any], int] | None:
+    runnable = JobRun.objects.using(using).runnable(_MARK, queues)
+    if paused is not None:
+        runnable = runnable.filter(paused.q())
+    runs = runnable.order_by().values_list("pk")[:1]
     sql, params = runs.query.get_compiler(using).as_sql()
     mark = _adapted(using, _MARK)
     places = [index for index, value in enumerate(params) if value == mark]

@@ -14,6 +14,8 @@ from .operations import Schedule as Schedule
 from .operations import ScheduleQuerySet as ScheduleQuerySet
 from .operations import Worker as Worker
 from .operations import WorkerStatus as WorkerStatus
+from .pauses import Pause as Pause
+from .pauses import PauseKind as PauseKind
 from .rules import CANCELLABLE as CANCELLABLE
 from .rules import FINISHED as FINISHED
 from .rules import LIMITED as LIMITED

@@ -11,7 +11,7 @@ benchmark ``benchmarks/dashboard.py`` times them at 1,000,000 runs.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -20,7 +20,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 
 from .. import conf
 from ..engine.serialization import shown_type
-from ..models import FINISHED, RUNNABLE, JobRun, RunStatus, Worker, WorkerStatus
+from ..models import FINISHED, RUNNABLE, JobRun, Pause, RunStatus, Worker, WorkerStatus
 
 #: Statuses a run waits or works in: the queue depth counts them.
 PENDING = (*RUNNABLE, RunStatus.RUNNING)
@@ -61,6 +61,8 @@ class Stats:
     #: Failed runs of the last day by error code or exception type, most frequent first.
     top_errors: list[ErrorCount]
     workers_alive: int
+    #: The queues and jobs paused: {"kind", "name", "reason", "paused_by", "paused_at"}.
+    pauses: list[dict[str, str]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         value = asdict(self)
@@ -84,7 +86,23 @@ def collect(*, now: datetime) -> Stats:
         durations=durations(now - timedelta(hours=1)),
         top_errors=top_errors(now - timedelta(days=1)),
         workers_alive=workers_alive(now),
+        pauses=pauses(),
     )
+
+
+def pauses() -> list[dict[str, str]]:
+    """The queues and jobs paused (``verbs/pauses.py``), queues first, by name."""
+    rows = Pause.objects.using(conf.database()).order_by("-kind", "name")
+    return [
+        {
+            "kind": pause.kind,
+            "name": pause.name,
+            "reason": pause.reason,
+            "paused_by": pause.paused_by,
+            "paused_at": pause.paused_at.isoformat(),
+        }
+        for pause in rows
+    ]
 
 
 def _runs() -> Any:

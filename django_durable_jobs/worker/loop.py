@@ -47,6 +47,7 @@ from .heartbeat import Heartbeat
 from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
 from .outbox import Outbox
 from .outcome import Pending
+from .pauses import PauseWatch
 from .presence import Presence
 from .rollout import Rollout
 from .stopping import StopNow, StopSignals
@@ -84,7 +85,10 @@ class Worker(StopSignals):
         self.executed = 0
         self._in_hand: JobRun | None = None
         self._rollout = Rollout.of_this_process(self.lease)
-        self._outbox = Outbox(self.lease, options.queues, self.clock, self._rollout)
+        self._pauses = PauseWatch(options.poll_interval.total_seconds(), options.worker_id)
+        self._outbox = Outbox(
+            self.lease, options.queues, self.clock, self._rollout, pauses=self._pauses
+        )
         self._signals = 0
         self._waker: Waker | None = None
         self._next_reap = 0.0
@@ -160,6 +164,10 @@ class Worker(StopSignals):
         elif self.options.burst:
             return False
         assert self._waker is not None
+        if self._waker.mode != "polling":
+            # Woken by a notification, the claim then finds the pauses read (at most a
+            # poll ago): no read between the notification and the claim.
+            self._pauses.current()
         self._waker.wait(poll)
         return True
 

@@ -22,12 +22,14 @@ from ..db import dialect, faults
 from ..db.claims import claim, release
 from ..db.executable import Executable
 from ..db.flow import limits as flow
+from ..db.paused import Paused
 from ..db.postgresql import claims as postgres
 from ..db.postgresql import flow as postgres_flow
 from ..db.probe import any_due
 from ..engine.clock import Clock
 from ..models import JobRun
 from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of
+from .pauses import PauseWatch
 from .recording import record, record_all, record_together, refused, settle_all
 from .rollout import Rollout
 
@@ -43,6 +45,7 @@ class Outbox:
         queues: Sequence[str] | None,
         clock: Clock,
         rollout: Rollout | None = None,
+        pauses: PauseWatch | None = None,
     ) -> None:
         self.lease = lease
         self.queues = None if queues is None else list(queues)
@@ -50,6 +53,8 @@ class Outbox:
         #: The worker's view of a rolling deploy: its claim's filter, and the runs of
         #: jobs and versions it lacks, given back to others (None: no worker, no filter).
         self.rollout = rollout
+        #: The worker's view of the pauses (None: no worker, none honoured).
+        self.pauses = pauses
         self.owner = ""
         #: The outcome of the run executed last, not written yet.
         self.pending: Pending | None = None
@@ -104,6 +109,7 @@ class Outbox:
         that starts an ``on_failure`` handler on its own (``Pending.fused``)."""
         using = conf.database()
         self.settled = None
+        self._paused(limit)  # read once a poll, idle or not: its log lines say it was seen
         pendings = [*self.held, *([pending] if pending is not None else [])]
         if pendings:
             faults.hit("outcome.before", using)
@@ -122,7 +128,7 @@ class Outbox:
             runs, recorded, pendings = fused_outcome
         elif limit == 0:  # only the outcomes (``execution.execute``)
             runs, recorded = [], frozenset()
-        elif self.idle and not any_due(using, now, self.queues):
+        elif self.idle and not any_due(using, now, self.queues, self._paused()):
             runs = []  # a poll that found nothing due: no claim to build (``probe``)
         else:
             runs = claim(
@@ -133,6 +139,7 @@ class Outbox:
                 clock=self.clock,
                 limit=limit,
                 only=self._only(now),
+                paused=self._paused(),
             )
             self.idle = not runs
             recorded = frozenset()  # no outcome here: recorded on their own above
@@ -149,6 +156,11 @@ class Outbox:
     def _only(self, now: datetime) -> Executable | None:
         """The claim's filter: the jobs and versions this worker may take (``rollout``)."""
         return None if self.rollout is None else self.rollout.only(now)
+
+    def _paused(self, limit: int = 1) -> Paused | None:
+        """The claim's other filter: the queues and jobs paused (``pauses``); none for a
+        claim of no run (outcomes only)."""
+        return None if self.pauses is None or not limit else self.pauses.current()
 
     def _record_apart(self, pendings: list[Pending]) -> None:
         """Record ``pendings`` with statements of their own (not the claim's): in one
@@ -211,6 +223,7 @@ class Outbox:
                     self._finishes(pendings),
                     look_for_limited=looking,
                     only=self._only(now),
+                    paused=self._paused(limit),
                 )
             except UNSTORABLE as exc:
                 if not pendings:
@@ -265,6 +278,7 @@ class Outbox:
             clock=self.clock,
             finishes=finishes,
             only=self._only(now),
+            paused=self._paused(),
         )
 
     def flush(self) -> None:

@@ -32,6 +32,7 @@ from ...engine.clock import Clock
 from ...models import JobRun, JobRunQuerySet, RunStatus, best
 from .. import dialect
 from ..executable import Executable
+from ..paused import Paused
 from ..postgresql.claims import Finish
 from .holds import hold
 from .keys import lock, slots
@@ -55,6 +56,7 @@ def claim_limited(
     clock: Clock | None = None,
     finishes: Sequence[Finish] = (),
     only: Executable | None = None,
+    paused: Paused | None = None,
 ) -> tuple[list[JobRun], frozenset[Any]]:
     """Take up to ``limit`` runnable runs under a limit for ``owner``, best first;
     returns them and the ids of ``finishes`` recorded.
@@ -63,16 +65,20 @@ def claim_limited(
     call where the dialect claims concurrency-limited runs in one function call
     (``Dialect.claim_concurrency``, PostgreSQL through psycopg 3); throttled runs
     are then claimed here, a transaction per key, as on every other database.
-    ``only``: the jobs and versions this worker may take (``claims.claim``).
+    ``only``: the jobs and versions this worker may take; ``paused``: the queues and
+    jobs it may not (``claims.claim``).
     """
     using = conf.database()
     queue_list = None if queues is None else list(queues)
     fused = dialect.of(using).claim_concurrency(
-        owner, now, lease, queue_list, limit, max(limit, CANDIDATES), finishes, only
+        owner, now, lease, queue_list, limit, max(limit, CANDIDATES), finishes, only, paused
     )
     if fused is None:
         assert not finishes, "outcomes are held for the claim only where it records them"
-        return _claim_by_key(owner, now, lease, queue_list, limit, clock, only=only), frozenset()
+        claimed = _claim_by_key(
+            owner, now, lease, queue_list, limit, clock, only=only, paused=paused
+        )
+        return claimed, frozenset()
     claimed, recorded, throttled = fused
     if len(claimed) < limit and throttled:
         claimed += _claim_by_key(
@@ -84,6 +90,7 @@ def claim_limited(
             clock,
             throttled_only=True,
             only=only,
+            paused=paused,
         )
     return claimed, recorded
 
@@ -96,8 +103,9 @@ def _claim_by_key(
     limit: int,
     clock: Clock | None,
     *,
-    throttled_only: bool = False,
     only: Executable | None = None,
+    paused: Paused | None = None,
+    throttled_only: bool = False,
 ) -> list[JobRun]:
     """``claim_limited``'s way on every database: a transaction per key, its lock first.
 
@@ -113,6 +121,8 @@ def _claim_by_key(
     candidates = runs.runnable(now, queue_list)
     if only is not None:
         candidates = candidates.filter(only.q())
+    if paused:
+        candidates = candidates.filter(paused.q())
     claimed: list[JobRun] = []
     done: set[tuple[KeyId, ...]] = set()  # keys with nothing more to take now
     for run in best(
@@ -127,7 +137,7 @@ def _claim_by_key(
             continue
         read_now = clock.now if clock is not None else lambda: now
         # The claim takes the key's best run then, which may not be this one.
-        taken = _try(using, run, owner, lease, read_now, queue_list, only)
+        taken = _try(using, run, owner, lease, read_now, queue_list, only, paused)
         if taken is None:
             done.add(keys)
         else:
@@ -170,6 +180,7 @@ def _try(
     read_now: Callable[[], datetime],
     queues: list[str] | None,
     only: Executable | None = None,
+    paused: Paused | None = None,
 ) -> JobRun | None:
     """Lock the keys of ``run``, then take the best runnable run of those keys (the
     candidate list is stale once the lock was waited for), in one transaction."""
@@ -189,6 +200,8 @@ def _try(
         )
         if only is not None:
             best = best.filter(only.q())
+        if paused:
+            best = best.filter(paused.q())
         if connections[using].features.has_select_for_update_skip_locked:
             best = best.select_for_update(skip_locked=True)
         candidate = best.only(*_CANDIDATE_FIELDS).first()

@@ -23,6 +23,7 @@ from django.db.models.signals import post_init, pre_init
 
 from ...models import JobRun
 from ..executable import Executable
+from ..paused import Paused
 from . import sql
 from .statements import execute_again, kept_cursor, numbered_to_named, own_commit, prepare
 
@@ -51,6 +52,8 @@ OUTCOME_COLUMNS = (
 _TYPES = ["timestamptz", "int", "text", "timestamptz", "text[]"]
 #: The parameters of ``claim_versions``, after ``_TYPES`` (``Executable``).
 _VERSION_TYPES = ["text[]", "text[]", "timestamptz"]
+#: The parameters of ``claim_paused``, after those (``Paused``).
+_PAUSED_TYPES = ["text[]", "text[]"]
 
 
 def _field(name: str) -> Any:
@@ -179,20 +182,24 @@ def claim(
     finishes: Sequence[Finish] = (),
     look_for_limited: bool = False,
     only: Executable | None = None,
+    paused: Paused | None = None,
 ) -> Claimed:
     """Claim up to ``limit`` runs under no limit (and record ``finishes``, each fenced
     by its owner, in the same statement); with
     ``look_for_limited``, also tell whether runs under a limit are due (an index
     probe in the same statement, so a worker asks the flow claim only then). With
     ``only``, runs of the jobs and versions it lets this worker take: another
-    statement (``claim_versions``), so the usual one stays as it was."""
+    statement (``claim_versions``), so the usual one stays as it was; so with
+    ``paused``, the queues and jobs paused (``claim_paused``)."""
     connection = connections[using]
     name, statement, types = _statement(
-        connection, queues, bool(finishes), look_for_limited, only is not None
+        connection, queues, bool(finishes), look_for_limited, only is not None, bool(paused)
     )
     params: list[Any] = [now, limit, owner, now + lease, queues or []]
     if only is not None:
         params += [*only.keys, only.overdue]
+    if paused:
+        params += [*paused.keys]
     if finishes:
         params.append(outcome_document(finishes, connection))
     lazy = not finishes and own_commit(connection)
@@ -211,8 +218,8 @@ def finish(using: str, finishes: Sequence[Finish], now: datetime) -> frozenset[A
     return claim(using, "", now, timedelta(0), None, 0, finishes).recorded
 
 
-#: (variant, finishing, looking, filtering) -> (types, body): built once per process.
-_BODIES: dict[tuple[str, bool, bool, bool], tuple[list[str], str]] = {}
+#: (variant, finishing, looking, filtering, pausing) -> (types, body): built once per process.
+_BODIES: dict[tuple[str, bool, bool, bool, bool], tuple[list[str], str]] = {}
 
 
 def _statement(
@@ -221,6 +228,7 @@ def _statement(
     finishing: bool,
     looking: bool = False,
     filtering: bool = False,
+    pausing: bool = False,
 ) -> tuple[str | None, str, list[str]]:
     if queues is None:
         variant = "all"
@@ -228,19 +236,19 @@ def _statement(
         variant = "one"
     else:
         variant = "many"
-    key = (variant, finishing, looking, filtering)
+    key = (variant, finishing, looking, filtering, pausing)
     if key not in _BODIES:
-        _BODIES[key] = _body(connection, variant, finishing, looking, filtering)
+        _BODIES[key] = _body(connection, variant, finishing, looking, filtering, pausing)
     types, body = _BODIES[key]
     name = f"durable_claim_{variant}_{'f' if finishing else 'c'}{'_l' if looking else ''}"
-    name += "_v" if filtering else ""
+    name += ("_v" if filtering else "") + ("_p" if pausing else "")
     if prepare(connection, name, types, body):
         return name, body, types
     return None, numbered_to_named(body, types, connection), types
 
 
 def _body(
-    connection: Any, variant: str, finishing: bool, looking: bool, filtering: bool
+    connection: Any, variant: str, finishing: bool, looking: bool, filtering: bool, pausing: bool
 ) -> tuple[list[str], str]:
     table = connection.ops.quote_name(JobRun._meta.db_table)
     # An equality lets the planner walk durable_run_runnable in order; "= ANY" cannot,
@@ -258,6 +266,10 @@ def _body(
             mine=mine, anyone=anyone, overdue=overdue
         )
         types += _VERSION_TYPES
+    if pausing:  # the queues and jobs paused (Paused)
+        queues, jobs = len(types) + 1, len(types) + 2
+        queue_filter += " " + queries["claim_paused"].format(queues=queues, jobs=jobs)
+        types += _PAUSED_TYPES
     done, done_types = _outcome_sql(connection, len(types) + 1) if finishing else ("", [])
     limited = queries["claim_limited_due"] if looking else "NULL"
     body = queries["claim"].format(

@@ -16,6 +16,7 @@ from django.db.models.functions import Least
 from ...models import JobRun
 from ..executable import Executable
 from ..orm_dialect import Locking
+from ..paused import Paused
 from . import claims as postgres
 from . import flow as postgres_flow
 from . import inserts as postgres_inserts
@@ -60,9 +61,10 @@ class Psycopg(Postgres):
         candidates: int,
         finishes: Sequence[postgres.Finish],
         only: Executable | None = None,
+        paused: Paused | None = None,
     ) -> tuple[list[JobRun], frozenset[Any], bool] | None:
         return postgres_flow.claim_concurrency(
-            self.using, owner, now, lease, queues, limit, candidates, finishes, only
+            self.using, owner, now, lease, queues, limit, candidates, finishes, only, paused
         )
 
     def finish_concurrency(self, finish: postgres.Finish, now: datetime) -> bool | None:
@@ -76,8 +78,11 @@ class Psycopg(Postgres):
         queues: list[str] | None,
         limit: int,
         only: Executable | None = None,
+        paused: Paused | None = None,
     ) -> list[JobRun]:
-        return postgres.claim(self.using, owner, now, lease, queues, limit, only=only).runs
+        return postgres.claim(
+            self.using, owner, now, lease, queues, limit, only=only, paused=paused
+        ).runs
 
     def insert_run(self, run: JobRun) -> None:
         postgres_inserts.insert_run(self.using, run)

@@ -13,6 +13,7 @@ from django.db.models import DateTimeField
 
 from ...models import JobRun
 from ..executable import Executable
+from ..paused import Paused
 from .claims import FIELDS, OUTCOME_COLUMNS, Finish, outcome_arrays, run_from_row
 from .statements import kept_cursor
 
@@ -30,12 +31,14 @@ def claim_concurrency(
     candidates: int,
     finishes: Sequence[Finish],
     only: Executable | None = None,
+    paused: Paused | None = None,
 ) -> tuple[list[JobRun], frozenset[Any], bool]:
     """Claim up to ``limit`` runs under a concurrency limit (and record ``finishes``, the
     outcomes of such runs, first) with ``durable_claim_concurrency``;
     returns the runs, the ids of the outcomes recorded, and whether runnable runs
     under a throttle were seen among the candidates (``flow.claim_limited`` takes
-    those). ``only``: the jobs and versions this worker may take (a rolling deploy)."""
+    those). ``only``: the jobs and versions this worker may take (a rolling deploy);
+    ``paused``: the queues and jobs paused (NULL arrays: none)."""
     connection = connections[using]
     params = [
         now,
@@ -47,15 +50,17 @@ def claim_concurrency(
         *_finish_arrays(finishes, connection),
         *(only.keys if only is not None else (None, None)),
         only.overdue if only is not None else None,
+        *(paused.keys if paused else (None, None)),
     ]
     global _CONCURRENCY_SQL
     if _CONCURRENCY_SQL is None:
         qn = connection.ops.quote_name
         columns = ", ".join(f"(c.run).{qn(str(field.column))}" for field in FIELDS)
         heads = ("timestamptz", "text", "timestamptz", "text[]", "integer", "integer")
+        marks = _marks(*heads, *ARRAY_TYPES, *VERSION_TYPES, *PAUSED_TYPES)
         _CONCURRENCY_SQL = (
             f"SELECT c.recorded, c.throttled, {columns}, c.claimed_from, c.fresh "
-            f"FROM durable_claim_concurrency({_marks(*heads, *ARRAY_TYPES, *VERSION_TYPES)}) AS c"
+            f"FROM durable_claim_concurrency({marks}) AS c"
         )
     with kept_cursor(connection) as cursor:
         cursor.execute(_CONCURRENCY_SQL, params)
@@ -111,6 +116,8 @@ def _param_type(name: str) -> str:
 
 #: The types of the filter of a rolling deploy (``Executable``), the last parameters.
 VERSION_TYPES = ("text[]", "text[]", "timestamptz")
+#: The types of the queues and jobs paused (``Paused``), after those.
+PAUSED_TYPES = ("text[]", "text[]")
 #: The types of the outcome arrays, as the functions declare them (``_finish_arrays``'
 #: order: the outcome columns, then the ids, lease owners, job names and keys).
 ARRAY_TYPES = (

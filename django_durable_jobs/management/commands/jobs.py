@@ -27,6 +27,7 @@ from ...observe import schedule_lines, stats, trace, trace_text, versions, wakes
 from ...verbs import runs
 from ...verbs.events import publish_event
 from ...worker import presence
+from .. import pauses as pause_cli
 
 RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
 WORKER_HEADERS = ("worker", "status", "host", "pid", "queues", "started", "heartbeat", "runs")
@@ -45,6 +46,8 @@ def stats_lines(figures: stats.Stats) -> list[str]:
         f"last hour       {pairs(figures.throughput['last_hour'])}",
         f"workers alive   {figures.workers_alive}",
     ]
+    for pause in figures.pauses:
+        lines.append(f"paused {pause['kind']} {pause['name']} since {pause['paused_at']}")
     for queue, depth in figures.queue_depth.items():
         lines.append(f"queue {queue}: {pairs(depth)}")
     for job, d in figures.durations.items():
@@ -87,7 +90,7 @@ def error_cell(run: JobRun) -> str:
 class Command(BaseCommand):
     help = (
         "Inspect and operate runs: show, list, retry, cancel, wake, replay, publish, purge; "
-        "list schedules and workers; print stats."
+        "pause and resume queues and jobs; list schedules and workers; print stats."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -155,6 +158,7 @@ class Command(BaseCommand):
             choices=list(FINISHED),
             help="Repeatable. Default: every finished status (skipped too).",
         )
+        pause_cli.add_parsers(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
         actions: dict[str, Callable[[dict[str, Any]], None]] = {
@@ -167,6 +171,7 @@ class Command(BaseCommand):
             "workers": self.workers,
             "versions": self.versions,
             "stats": self.stats,
+            **pause_cli.actions(self),
         }
         # needs_tables: before `migrate`, every action says to run it (NotMigrated), not
         # a traceback ending in "no such table".

@@ -80,8 +80,8 @@ def test_dashboard_page(
     ran(clock, 3, RunStatus.FAILED)
     JobRunFactory.create(status=RunStatus.QUEUED, queue="mail", wake_at=clock.now() - MINUTE)
     admin_client.get(DASHBOARD)  # warm the session
-    # session, user, 10 figures, 2 x 2 series: the same for a million runs
-    with django_assert_num_queries(16):
+    # session, user, 10 figures, the pauses, 2 x 2 series: the same for a million runs
+    with django_assert_num_queries(17):
         page = admin_client.get(DASHBOARD)
     assert page.status_code == 200
     html = page.content.decode()

@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db import dialect, probe
+from django_durable_jobs.db.paused import Paused
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
@@ -60,6 +61,15 @@ def test_only_the_queues_a_worker_serves() -> None:
     assert not due(queues=["reports"])
 
 
+def test_a_run_of_a_paused_queue_or_job_is_not_due() -> None:
+    """A paused queue's due runs would otherwise make every idle poll a whole claim."""
+    JobRunFactory(queue="emails", job_name="tests.noop")
+    assert not probe.any_due("default", T0, None, Paused(queues=frozenset({"emails"})))
+    assert not probe.any_due("default", T0, None, Paused(jobs=frozenset({"tests.noop"})))
+    assert probe.any_due("default", T0, None, Paused(jobs=frozenset({"tests.add"})))
+    assert probe.any_due("default", T0, None, Paused())  # nothing paused: the usual probe
+
+
 def test_a_run_under_a_limit_is_due_too() -> None:
     """The flow claim looks at the same runs: a limited run due means a full claim."""
     JobRunFactory(concurrency_limit=1, concurrency_key="k", job_name="tests.noop")
@@ -69,7 +79,9 @@ def test_a_run_under_a_limit_is_due_too() -> None:
 def test_an_idle_poll_sends_one_statement_and_still_finds_new_work(
     polling: None, clock: FakeClock
 ) -> None:
-    worker = Worker(WorkerOptions(worker_id="w-probe"), clock=clock)
+    # A long poll: the pauses, read by the first claim, are not read again meanwhile.
+    options = WorkerOptions(worker_id="w-probe", poll_interval=timedelta(minutes=1))
+    worker = Worker(options, clock=clock)
     assert not worker.run_once()  # the first claim: the full claim, nothing
     with CaptureQueriesContext(connection) as polled:
         assert not worker.run_once()

@@ -65,6 +65,12 @@ AND ((job_version::text || ':' || job_name) = ANY(${mine}::text[])
     OR ((job_version::text || ':' || job_name) <> ALL(${anyone}::text[])
         AND wake_at <= ${overdue}));
 
+-- claim_paused --
+-- Added to the claim's filter (and to claim_limited_due's) while queues or jobs are
+-- paused (db/paused.py): none of the queues in ${queues} nor of the jobs in ${jobs}.
+-- NOT (= ANY), not <> ALL: see durable_claim_concurrency in schema.sql.
+AND NOT (queue = ANY(${queues}::text[]) OR job_name = ANY(${jobs}::text[]));
+
 -- insert_run --
 -- One run (`enqueue`), every column, prepared once per connection: planning a
 -- 30-column INSERT and building Django's SQL for it cost more than running it.

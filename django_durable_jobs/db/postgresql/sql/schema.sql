@@ -143,11 +143,14 @@ $function$;
 -- whether runs under a throttle were seen (claimed by db/flow/limits.py instead).
 -- p_mine, p_anyone, p_overdue: NULL, or the jobs and versions this worker may take
 -- during a rolling deploy (db/executable.py, queries.sql claim_versions).
-CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time zone, p_owner text, p_lease_until timestamp with time zone, p_queues text[], p_limit integer, p_candidates integer, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[], p_mine text[], p_anyone text[], p_overdue timestamp with time zone)
+-- p_paused_queues, p_paused_jobs: NULL, or the queues and jobs paused, whose runs are
+-- left where they are (db/paused.py).
+CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time zone, p_owner text, p_lease_until timestamp with time zone, p_queues text[], p_limit integer, p_candidates integer, p_status text[], p_result text[], p_finished_at timestamp with time zone[], p_wake_at timestamp with time zone[], p_error_code text[], p_error text[], p_error_type text[], p_traceback text[], p_ids uuid[], p_owners text[], p_jobs text[], p_keys text[], p_mine text[], p_anyone text[], p_overdue timestamp with time zone, p_paused_queues text[], p_paused_jobs text[])
  RETURNS TABLE(recorded uuid[], throttled boolean, claimed_from text, fresh boolean, run django_durable_jobs_jobrun)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
+    candidates refcursor;
     cand record;
     best record;
     done text[] := '{}';
@@ -167,7 +170,11 @@ BEGIN
     IF cardinality(p_ids) > 0 THEN
         recorded_then := durable_finish_concurrency(p_now, p_status, p_result, p_finished_at, p_wake_at, p_error_code, p_error, p_error_type, p_traceback, p_ids, p_owners, p_jobs, p_keys);
     END IF;
-    FOR cand IN
+    -- The candidates: while nothing is paused, the statement as it was before pauses
+    -- (a filter on them, even one that keeps every run, made the generic plan
+    -- estimate one row, read every due run and sort them).
+    IF p_paused_queues IS NULL AND p_paused_jobs IS NULL THEN
+        OPEN candidates FOR
         SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
         FROM "django_durable_jobs_jobrun" r
         WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
@@ -176,8 +183,24 @@ BEGIN
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
         ORDER BY r.priority DESC, r.wake_at
-        LIMIT p_candidates
+        LIMIT p_candidates;
+    ELSE
+        OPEN candidates FOR
+        SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
+        FROM "django_durable_jobs_jobrun" r
+        WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
+            AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
+                OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
+                    AND r.wake_at <= p_overdue))
+            AND NOT (r.queue = ANY (coalesce(p_paused_queues, '{}'))
+                OR r.job_name = ANY (coalesce(p_paused_jobs, '{}')))
+        ORDER BY r.priority DESC, r.wake_at
+        LIMIT p_candidates;
+    END IF;
     LOOP
+        FETCH candidates INTO cand;
+        EXIT WHEN NOT FOUND;
         -- A run under no limit first: it is the unlimited claim's (priority order).
         EXIT WHEN cand.concurrency_limit IS NULL AND cand.throttle_limit IS NULL;
         IF cand.throttle_limit IS NOT NULL THEN
@@ -204,6 +227,8 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
+            AND NOT (r.queue = ANY (coalesce(p_paused_queues, '{}'))
+                OR r.job_name = ANY (coalesce(p_paused_jobs, '{}')))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1
@@ -217,6 +242,8 @@ BEGIN
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
+            AND NOT (r.queue = ANY (coalesce(p_paused_queues, '{}'))
+                OR r.job_name = ANY (coalesce(p_paused_jobs, '{}')))
             AND r.id <> ALL (chosen)  -- locked by this call already: SKIP LOCKED keeps it
         ORDER BY r.priority DESC, r.wake_at
         LIMIT 1
@@ -266,6 +293,7 @@ BEGIN
         chosen_fresh := chosen_fresh || (best.started_at IS NULL);
         n := n + 1;
     END LOOP;
+    CLOSE candidates;
     -- The runs chosen, taken in one statement (each is locked since it was chosen).
     RETURN QUERY
         WITH took AS (
