@@ -28,7 +28,7 @@ def add_parsers(sub: Any) -> None:
         parser.add_argument("--queue", metavar="Q", help="A queue (any name).")
         parser.add_argument("--job", metavar="NAME", help="A registered job.")
         if action == "pause":
-            parser.add_argument("--reason", default="", metavar="TEXT", help="Shown with it.")
+            parser.add_argument("--reason", metavar="TEXT", help="Shown with it.")
             parser.add_argument(
                 "--by", default=None, metavar="WHO", help="Who paused it (default: $USER)."
             )
@@ -56,7 +56,7 @@ def target(options: dict[str, Any]) -> tuple[str, str]:
 def pause(command: BaseCommand, options: dict[str, Any]) -> None:
     kind, name = target(options)
     by = options["by"] if options["by"] is not None else _user()
-    done = pauses.pause(kind, name, reason=options["reason"], by=by)
+    done = pauses.pause(kind, name, reason=options["reason"] or "", by=by)
     row = done.pause
     if done.created:
         text = f"paused {kind} {name}{described(row.reason, row.paused_by)}"
