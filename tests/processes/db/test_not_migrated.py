@@ -163,6 +163,9 @@ JOBS_ACTIONS = {
     "stats": [],
     "purge": ["--older-than", "30d"],
     "versions": [],
+    "pause": ["--queue", "emails"],
+    "resume": ["--queue", "emails"],
+    "pauses": [],
 }
 
 
