@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 
@@ -62,21 +63,44 @@ def cancel(
     pk, using = _pk(run_id), conf.database()
     stopped = cancelled(now, RunCancelled.code, reason)
     with transaction.atomic(using=using):
-        # The lease of a running run stays: its worker lets go of the run at its next
-        # step (execution._settle_cancelled).
-        run = _changed_or_refuse(pk, _rows(pk).cancel(stopped), VERBS["cancel"])
-        # A waiting parent learns now, not at its next poll; children die with the run.
-        children.wake_parent(run.parent_id, now)
-        along = {**stopped, "error": f"cancelled along with run {pk}"}
-        below = children.cancel_descendants(pk, along)
-        start_handler(run, stopped, now)
-        # Each run cancelled gets its handler, those cancelled along with it too.
-        for child in JobRun.objects.using(using).filter(pk__in=below):
+        done = cancel_in_transaction(pk, stopped, now)
+        if done is None:
+            raise _refusal(pk, VERBS["cancel"])
+    send_cancelled(*done)
+    return done[0]
+
+
+def cancel_in_transaction(
+    pk: uuid.UUID, stopped: dict[str, Any], now: datetime
+) -> tuple[JobRun, list[uuid.UUID]] | None:
+    """``cancel``'s writes, inside the caller's transaction: the run (``None`` if its
+    guard refused it, having written nothing) and the runs cancelled along with it."""
+    # The lease of a running run stays: its worker lets go of the run at its next
+    # step (execution._settle_cancelled).
+    if not _rows(pk).cancel(stopped):
+        return None
+    run = get_run(pk)
+    # A waiting parent learns now, not at its next poll; children die with the run.
+    children.wake_parent(run.parent_id, now)
+    along = {**stopped, "error": f"cancelled along with run {pk}"}
+    below = children.cancel_descendants(pk, along)
+    start_handler(run, stopped, now)
+    # Each run cancelled gets its handler, those cancelled along with it too.
+    if below:
+        for child in JobRun.objects.using(conf.database()).filter(pk__in=below):
             start_handler(child, along, now)
+    return run, below
+
+
+def send_cancelled(run: JobRun, below: list[uuid.UUID]) -> None:
+    """``run_cancelled`` for a run and the runs cancelled along with it, once committed."""
     signals.run_cancelled.send(sender=JobRun, run=run)
-    for child in JobRun.objects.using(using).filter(pk__in=below, status=RunStatus.CANCELLED):
-        signals.run_cancelled.send(sender=JobRun, run=child)
-    return run
+    if below:
+        along = JobRun.objects.using(conf.database()).filter(
+            pk__in=below, status=RunStatus.CANCELLED
+        )
+        for child in along:
+            signals.run_cancelled.send(sender=JobRun, run=child)
 
 
 def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
@@ -85,10 +109,19 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        run = _changed_or_refuse(pk, _rows(pk).retry(now), VERBS["retry"])
-        children.release_failed(pk)
-        children.fresh_windows(pk)
-    return run
+        if not retry_in_transaction(pk, now):
+            raise _refusal(pk, VERBS["retry"])
+    return get_run(pk)
+
+
+def retry_in_transaction(pk: uuid.UUID, now: datetime) -> bool:
+    """``retry``'s writes, inside the caller's transaction; ``False`` if the run's
+    guard refused it (nothing written)."""
+    if not _rows(pk).retry(now):
+        return False
+    children.release_failed(pk)
+    children.fresh_windows(pk)
+    return True
 
 
 def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
@@ -112,21 +145,31 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        run = _changed_or_refuse(pk, _rows(pk).replay(now), VERBS["replay"])
-        steps = StepRecord.objects.using(using).filter(run_id=pk)
-        first = steps.filter(name=step).values_list("id", flat=True).first()
-        if first is None:  # raising rolls the run back too
-            known = list(steps.order_by("id").values_list("name", flat=True))
-            raise StepNotFound(
-                f"run {pk} has no step {step!r}; its steps are: "
-                + (", ".join(map(repr, known)) or "(none)")
-            )
-        forgotten = steps.filter(id__gte=first)
-        release_received(pk, list(forgotten.values_list("name", flat=True)))
-        forgotten.delete()
-        children.release_forgotten(pk)
-        children.fresh_windows(pk)
-    return run
+        if not replay_in_transaction(pk, step, now):
+            raise _refusal(pk, VERBS["replay"])
+    return get_run(pk)
+
+
+def replay_in_transaction(pk: uuid.UUID, step: str, now: datetime) -> bool:
+    """``replay_from``'s writes, inside the caller's transaction; ``False`` if the
+    run's guard refused it (nothing written). ``StepNotFound`` after the guarded
+    UPDATE: the caller's transaction (or savepoint) must roll back."""
+    if not _rows(pk).replay(now):
+        return False
+    steps = StepRecord.objects.using(conf.database()).filter(run_id=pk)
+    first = steps.filter(name=step).values_list("id", flat=True).first()
+    if first is None:  # raising rolls the run back too
+        known = list(steps.order_by("id").values_list("name", flat=True))
+        raise StepNotFound(
+            f"run {pk} has no step {step!r}; its steps are: "
+            + (", ".join(map(repr, known)) or "(none)")
+        )
+    forgotten = steps.filter(id__gte=first)
+    release_received(pk, list(forgotten.values_list("name", flat=True)))
+    forgotten.delete()
+    children.release_forgotten(pk)
+    children.fresh_windows(pk)
+    return True
 
 
 def purge(
@@ -182,16 +225,22 @@ def _rows(pk: uuid.UUID) -> JobRunQuerySet:
 
 def _changed_or_refuse(pk: uuid.UUID, changed: int, verb: Verb) -> JobRun:
     """The run after a guarded UPDATE, or why the UPDATE did not apply."""
+    if not changed:
+        raise _refusal(pk, verb)
+    return get_run(pk)
+
+
+def _refusal(pk: uuid.UUID, verb: Verb) -> RunStateError:
+    """Why ``verb``'s guarded UPDATE did not apply to the run (``RunNotFound`` if it
+    does not exist)."""
     run = get_run(pk)
-    if changed:
-        return run
     if run.status == RunStatus.CANCELLED and run.lease_owner:
-        raise RunStateError(
+        return RunStateError(
             f"cannot {verb.name} run {pk} yet: it was cancelled while running and its "
             f"worker ({run.lease_owner}) has not stopped it; try again in a moment (if "
             "that worker died: once its lease has expired)"
         )
-    raise RunStateError(f"cannot {verb.name} run {pk}: it is {run.status}; {verb.refusal}")
+    return RunStateError(f"cannot {verb.name} run {pk}: it is {run.status}; {verb.refusal}")
 
 
 @dataclass(frozen=True)
@@ -262,10 +311,14 @@ __all__ = [
     "StepNotFound",
     "Verb",
     "cancel",
+    "cancel_in_transaction",
     "get_run",
     "purge",
     "recent_runs",
     "replay_from",
+    "replay_in_transaction",
     "retry",
+    "retry_in_transaction",
+    "send_cancelled",
     "wake",
 ]
