@@ -22,6 +22,7 @@ from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
 from django_durable_jobs.observe import stats
+from django_durable_jobs.verbs import bulk
 from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
@@ -41,6 +42,7 @@ __all__ = [
     "WorkerOptions",
     "all_versions",
     "arun_to_stop",
+    "bulk",
     "claim",
     "claim_unlimited",
     "database_now",
