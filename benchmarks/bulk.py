@@ -119,9 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         t3 = database_now()
     finally:
         stop_worker(worker)
-    left = JobRun.objects.filter(queue="default", status="queued").count()
-    if not left:
-        raise RuntimeError("the backlog ran out: raise --backlog")
+    if not JobRun.objects.filter(queue="default", status="queued").exists():
+        say("bulk: the backlog ran out before the end (raise --backlog): rates are low")
     if done.done != args.runs:
         raise RuntimeError(f"retried {done.done} of {args.runs} runs")
     rates = [

@@ -2,9 +2,11 @@
 applied to every run of a filter (``manage.py jobs retry --job charge --status failed``)
 or of the admin's selection, in batches.
 
-A bulk verb is the per-run verb of ``runs.py`` over a set: each run goes through the
-same guarded UPDATE (``Verb.rule``), so a run a worker claims or finishes meanwhile is
-skipped and counted, never an error for the batch. The set is walked by keyset (the
+A bulk verb is the per-run verb of ``runs.py`` over a set: the same writes
+(``retry_in_transaction``...) under the same guard (``Verb.rule``), given a batch of
+runs at once, so a run a worker claims or finishes meanwhile is skipped and counted,
+never an error for the batch. (``replay`` goes run by run, each in a savepoint: a run
+without the step is left as it was.) The set is walked by keyset (the
 run id) in batches of ``batch_size`` runs, one transaction each: 100,000 runs never
 hold one long transaction, and the workers claim between batches (and, on PostgreSQL
 and MariaDB, during them: a batch locks only its own runs).
@@ -177,63 +179,64 @@ def apply(
     now = now or clock.current().now()
     outcome = Outcome(verb, matched=runs.count())
     applicable = runs.filter(VERBS[verb].rule.q(now)).order_by("pk").values_list("pk", flat=True)
-    act = _one_run(verb, step or "", now, reason, outcome)
+    act = _batch(verb, step or "", now, reason, outcome)
     last: uuid.UUID | None = None
     while True:
         ids = list((applicable if last is None else applicable.filter(pk__gt=last))[:batch_size])
         if not ids:
             return outcome
         last = ids[-1]
-        done, after_commit = [], []
         with transaction.atomic(using=conf.database()):
-            for pk in ids:
-                if (later := act(pk)) is not None:
-                    done.append(pk)
-                    after_commit.append(later)
+            done, after_commit = act(ids)
         outcome.batches += 1
         outcome.done += len(done)
         outcome.first_ids.extend(done[: max(SHOWN - len(outcome.first_ids), 0)])
-        for later in after_commit:
-            later()
+        after_commit()
         if each_batch is not None and done:
             each_batch(done)
 
 
-#: One run's share of a batch: ``None`` if skipped, else what to do once it commits.
-_Act = Callable[[uuid.UUID], Callable[[], None] | None]
+#: One batch inside its transaction: the runs acted on, and what to do once it commits.
+_Batch = Callable[[list[uuid.UUID]], tuple[list[uuid.UUID], Callable[[], None]]]
 
 
 def _nothing() -> None:
     return None
 
 
-def _one_run(verb: str, step: str, now: datetime, reason: str, outcome: Outcome) -> _Act:
-    """The per-run verb's writes inside the batch's transaction, counting refusals."""
+def _batch(verb: str, step: str, now: datetime, reason: str, outcome: Outcome) -> _Batch:
+    """The per-run verb's writes for a batch of runs, counting those it refused."""
     stopped = cancelled(now, RunCancelled.code, reason)
 
-    def retry(pk: uuid.UUID) -> Callable[[], None] | None:
-        if retry_in_transaction(pk, now):
-            return _nothing
-        outcome.changed += 1
-        return None
+    def retry(ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], Callable[[], None]]:
+        done = retry_in_transaction(ids, now)
+        outcome.changed += len(ids) - len(done)
+        return done, _nothing
 
-    def cancel(pk: uuid.UUID) -> Callable[[], None] | None:
-        if (done := cancel_in_transaction(pk, stopped, now)) is not None:
-            return lambda: send_cancelled(*done)
-        outcome.changed += 1
-        return None
+    def cancel(ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], Callable[[], None]]:
+        found = cancel_in_transaction(ids, stopped, now)
+        outcome.changed += len(ids) - len(found)
 
-    def replay(pk: uuid.UUID) -> Callable[[], None] | None:
-        try:
-            # A savepoint: a run without the step rolls back alone, not its batch.
-            with transaction.atomic(using=conf.database()):
-                if replay_in_transaction(pk, step, now):
-                    return _nothing
-        except StepNotFound:
-            outcome.without_step += 1
-            return None
-        outcome.changed += 1
-        return None
+        def signals() -> None:
+            for run, below in found:
+                send_cancelled(run, below)
+
+        return [run.pk for run, _ in found], signals
+
+    def replay(ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], Callable[[], None]]:
+        done = []
+        for pk in ids:
+            try:
+                # A savepoint: a run without the step rolls back alone, not its batch.
+                with transaction.atomic(using=conf.database()):
+                    if replay_in_transaction(pk, step, now):
+                        done.append(pk)
+                        continue
+            except StepNotFound:
+                outcome.without_step += 1
+                continue
+            outcome.changed += 1
+        return done, _nothing
 
     return {"retry": retry, "cancel": cancel, "replay": replay}[verb]
 

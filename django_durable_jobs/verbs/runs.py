@@ -4,7 +4,7 @@ and ``manage.py jobs`` call these). Starting runs is ``enqueueing.py``."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import conf, signals
+from ..db import dialect
 from ..db.run_ids import resolve as _pk
 from ..engine import clock
 from ..engine.durations import Duration, before, parse_duration
@@ -63,33 +64,44 @@ def cancel(
     pk, using = _pk(run_id), conf.database()
     stopped = cancelled(now, RunCancelled.code, reason)
     with transaction.atomic(using=using):
-        done = cancel_in_transaction(pk, stopped, now)
-        if done is None:
+        done = cancel_in_transaction([pk], stopped, now)
+        if not done:
             raise _refusal(pk, VERBS["cancel"])
-    send_cancelled(*done)
-    return done[0]
+    send_cancelled(*done[0])
+    return done[0][0]
 
 
 def cancel_in_transaction(
-    pk: uuid.UUID, stopped: dict[str, Any], now: datetime
-) -> tuple[JobRun, list[uuid.UUID]] | None:
-    """``cancel``'s writes, inside the caller's transaction: the run (``None`` if its
-    guard refused it, having written nothing) and the runs cancelled along with it."""
+    pks: Sequence[uuid.UUID], stopped: dict[str, Any], now: datetime
+) -> list[tuple[JobRun, list[uuid.UUID]]]:
+    """``cancel``'s writes for the runs ``pks``, inside the caller's transaction: each
+    run cancelled (those its guard refused are left as they were) with the runs
+    cancelled along with it."""
     # The lease of a running run stays: its worker lets go of the run at its next
     # step (execution._settle_cancelled).
-    if not _rows(pk).cancel(stopped):
-        return None
-    run = get_run(pk)
+    changed = _guarded(pks, VERBS["cancel"].rule, now, lambda rows: rows.cancel(stopped))
+    if not changed:
+        return []
+    found = list(JobRun.objects.using(conf.database()).filter(pk__in=changed))
     # A waiting parent learns now, not at its next poll; children die with the run.
-    children.wake_parent(run.parent_id, now)
-    along = {**stopped, "error": f"cancelled along with run {pk}"}
-    below = children.cancel_descendants(pk, along)
-    start_handler(run, stopped, now)
-    # Each run cancelled gets its handler, those cancelled along with it too.
-    if below:
-        for child in JobRun.objects.using(conf.database()).filter(pk__in=below):
-            start_handler(child, along, now)
-    return run, below
+    children.wake_parents([run.parent_id for run in found], now)
+    parents = set(
+        JobRun.objects.using(conf.database())
+        .filter(parent_id__in=changed)
+        .values_list("parent_id", flat=True)
+    )
+    done = []
+    for run in found:
+        start_handler(run, stopped, now)
+        below: list[uuid.UUID] = []
+        if run.pk in parents:
+            along = {**stopped, "error": f"cancelled along with run {run.pk}"}
+            below = children.cancel_descendants(run.pk, along)
+            # Each run cancelled gets its handler, those cancelled along with it too.
+            for child in JobRun.objects.using(conf.database()).filter(pk__in=below):
+                start_handler(child, along, now)
+        done.append((run, below))
+    return done
 
 
 def send_cancelled(run: JobRun, below: list[uuid.UUID]) -> None:
@@ -109,19 +121,37 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        if not retry_in_transaction(pk, now):
+        if not retry_in_transaction([pk], now):
             raise _refusal(pk, VERBS["retry"])
     return get_run(pk)
 
 
-def retry_in_transaction(pk: uuid.UUID, now: datetime) -> bool:
-    """``retry``'s writes, inside the caller's transaction; ``False`` if the run's
-    guard refused it (nothing written)."""
-    if not _rows(pk).retry(now):
-        return False
-    children.release_failed(pk)
-    children.fresh_windows(pk)
-    return True
+def retry_in_transaction(pks: Sequence[uuid.UUID], now: datetime) -> list[uuid.UUID]:
+    """``retry``'s writes for the runs ``pks``, inside the caller's transaction; returns
+    those retried (the others' guard refused them: nothing written)."""
+    changed = _guarded(pks, VERBS["retry"].rule, now, lambda rows: rows.retry(now))
+    if changed:
+        children.release_failed(changed)
+        children.fresh_windows(changed)
+    return changed
+
+
+def _guarded(
+    pks: Sequence[uuid.UUID], rule: Rule, now: datetime, transition: Callable[[JobRunQuerySet], int]
+) -> list[uuid.UUID]:
+    """The runs of ``pks`` that ``transition``, a guarded UPDATE following ``rule``,
+    changed. One run: the UPDATE's count says. Several: the runs the rule holds for
+    are locked first (on SQLite, the database's write lock), so the UPDATE changes
+    exactly those."""
+    using = conf.database()
+    if len(pks) == 1:
+        return list(pks) if transition(_rows(pks[0])) else []
+    dialect.of(using).write_first()
+    held = JobRun.objects.using(using).filter(rule.q(now), pk__in=pks).order_by("pk")
+    fitting = list(held.select_for_update().values_list("pk", flat=True))
+    if fitting:
+        transition(JobRun.objects.using(using).filter(pk__in=fitting))
+    return fitting
 
 
 def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
@@ -168,7 +198,7 @@ def replay_in_transaction(pk: uuid.UUID, step: str, now: datetime) -> bool:
     release_received(pk, list(forgotten.values_list("name", flat=True)))
     forgotten.delete()
     children.release_forgotten(pk)
-    children.fresh_windows(pk)
+    children.fresh_windows([pk])
     return True
 
 

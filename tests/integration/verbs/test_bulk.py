@@ -92,15 +92,18 @@ def test_runs_in_a_status_the_verb_does_not_apply_to_are_skipped_and_counted() -
     )
 
 
-def changed_before_the_first_update(pk: uuid.UUID) -> Callable[..., Any]:
-    """A database hook: just before the batch's first UPDATE, ``pk`` becomes succeeded,
-    as if a worker had finished it between the batch's read and its write."""
-    fired: list[bool] = []
+def changed_after_the_batch_was_read(pk: uuid.UUID) -> Callable[..., Any]:
+    """A database hook: right after the batch's ids are read (the keyset ``SELECT ...
+    LIMIT``), before its transaction writes anything, ``pk`` becomes succeeded, as if a
+    worker had finished it in between."""
+    seen: list[str] = []
 
     def hook(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-        if not fired and sql.lstrip().upper().startswith("UPDATE"):
-            fired.append(True)
+        if len(seen) == 1:
+            seen.append("fired")
             JobRun.objects.filter(pk=pk).update(status=RunStatus.SUCCEEDED)
+        elif not seen and "LIMIT" in sql.upper():
+            seen.append("read")
         return execute(sql, params, many, context)
 
     return hook
@@ -108,7 +111,7 @@ def changed_before_the_first_update(pk: uuid.UUID) -> Callable[..., Any]:
 
 def test_a_run_changed_between_the_read_and_its_batch_is_skipped_not_an_error() -> None:
     runs = sorted(failed(3), key=lambda r: r.pk)
-    with connections[conf.database()].execute_wrapper(changed_before_the_first_update(runs[2].pk)):
+    with connections[conf.database()].execute_wrapper(changed_after_the_batch_was_read(runs[2].pk)):
         done = bulk.apply("retry", JobRun.objects.all(), batch_size=10)
     assert (done.done, done.changed, done.skipped) == (2, 1, 1)
     assert statuses(runs[:2]) == {RunStatus.QUEUED} and statuses(runs[2:]) == {RunStatus.SUCCEEDED}
