@@ -101,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     failed_runs(args.runs)
     for start in range(0, args.backlog, 10_000):
         bench_noop.enqueue_many([()] * min(10_000, args.backlog - start))
+    if connection.vendor == "postgresql":
+        # As autovacuum would have: the planner knows the table holds 100,000 failed runs.
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {JobRun._meta.db_table}")
     WORK.mkdir(parents=True, exist_ok=True)
     log = WORK / "worker_bulk.log"
     worker = start_worker(["--queue", "default"], log)

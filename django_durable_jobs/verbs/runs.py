@@ -147,8 +147,14 @@ def _guarded(
     if len(pks) == 1:
         return list(pks) if transition(_rows(pks[0])) else []
     dialect.of(using).write_first()
-    held = JobRun.objects.using(using).filter(rule.q(now), pk__in=pks).order_by("pk")
-    fitting = list(held.select_for_update().values_list("pk", flat=True))
+    # Locked by primary key alone, the rule checked here: a condition on the status in
+    # the SQL can lead the planner to the status index and read every failed run.
+    held = JobRun.objects.using(using).filter(pk__in=pks).order_by("pk").select_for_update()
+    fitting = [
+        run.pk
+        for run in held.only("id", "status", "lease_owner", "wake_at")
+        if rule.holds(run, lambda: now)
+    ]
     if fitting:
         transition(JobRun.objects.using(using).filter(pk__in=fitting))
     return fitting
