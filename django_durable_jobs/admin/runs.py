@@ -10,7 +10,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -410,7 +410,7 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def _log_batch(self, request: HttpRequest, ids: list[uuid.UUID], message: str) -> None:
         """One LogEntry per run acted on, written once per batch."""
         LogEntry.objects.log_actions(
-            user_id=request.user.pk,
+            user_id=cast(int, request.user.pk),
             queryset=JobRun.objects.using(conf.database())
             .filter(pk__in=ids)
             .only("id", "job_name", "status"),

@@ -72,7 +72,7 @@ def test_select_all_retries_every_run_of_the_filter_after_confirming(
     ) == {RunStatus.QUEUED}
     refund.refresh_from_db()
     assert refund.status == RunStatus.FAILED  # outside the filter
-    assert sorted(LogEntry.objects.values_list("object_id", flat=True)) == sorted(
+    assert sorted(str(pk) for pk in LogEntry.objects.values_list("object_id", flat=True)) == sorted(
         str(r.pk) for r in charge
     )
 
