@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -29,6 +30,11 @@ def recreate_db() -> None:
     connections.close_all()
     db = settings.DATABASES["default"]
     name = db["NAME"]
+    if "sqlite" in db["ENGINE"]:
+        for path in (Path(name), Path(f"{name}-wal"), Path(f"{name}-shm")):
+            path.unlink(missing_ok=True)
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        return
     if "mysql" in db["ENGINE"]:
         driver = importlib.import_module("MySQLdb")  # mysqlclient, Django's MySQL driver
         conn = driver.connect(host=db["HOST"], port=db["PORT"], user=db["USER"])

@@ -23,6 +23,7 @@ from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
 from django_durable_jobs.observe import counters, stats
+from django_durable_jobs.verbs import bulk
 from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
@@ -45,6 +46,7 @@ __all__ = [
     "WorkerOptions",
     "all_versions",
     "arun_to_stop",
+    "bulk",
     "claim",
     "claim_unlimited",
     "counters",

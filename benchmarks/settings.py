@@ -49,6 +49,18 @@ if os.environ.get("BENCH_ENGINE") == "mysql":
             "CONN_MAX_AGE": None,
         }
     }
+# BENCH_ENGINE=sqlite: a file in .tmp/bench (BENCH_SQLITE_FILE), workers waiting for its lock.
+if os.environ.get("BENCH_ENGINE") == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get(
+                "BENCH_SQLITE_FILE",
+                os.path.join(os.path.dirname(__file__), "..", ".tmp", "bench", "bench.sqlite3"),
+            ),
+            "OPTIONS": {"timeout": 30},
+        }
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Only documented settings. An idle PostgreSQL worker is woken by LISTEN/NOTIFY; the

@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
+from ..verbs.bulk import preview
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -67,6 +68,8 @@ def action_page(
 ) -> TemplateResponse:
     """The selected runs and what the action will do to them; the form posts it again."""
     runs = list(queryset.order_by("-created_at").only("id", "job_name", "status")[:SHOWN])
+    # The count the verb's rule applies to, from the rule itself (verbs/runs.py VERBS).
+    shown = preview(verb, queryset.order_by(), shown=0)
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,
@@ -74,9 +77,12 @@ def action_page(
         "label": label,
         "action": request.POST.get("action", ""),
         "runs": runs,
-        "count": queryset.count(),
+        "count": shown.matched,
+        "applicable": shown.applicable,
+        "others": shown.matched - shown.applicable,
         "selected": request.POST.getlist("_selected_action"),
         "select_across": request.POST.get("select_across", "0"),
+        "across": request.POST.get("select_across") == "1",
         "consequence": CONSEQUENCES[verb],
         "confirmed_field": CONFIRMED,
     }

@@ -10,9 +10,10 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
@@ -25,13 +26,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from .. import conf
 from ..db.flow import holds
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
 from ..exceptions import DurableJobsError
 from ..models import JobRun
 from ..observe import progress, trace
-from ..verbs import runs
+from ..verbs import bulk, runs
 from . import confirm, details, start
 from .display import (
     ERROR_TITLE,
@@ -114,6 +116,8 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     # "12 results (34,567,890 total)" costs a second COUNT over every run.
     show_full_result_count = False
     actions = ("retry_runs", "cancel_runs", "wake_runs")
+    #: Runs per transaction of a list action over many runs (verbs/bulk.py).
+    bulk_batch_size = bulk.BATCH_SIZE
     # What the run page shows, in the order of its details block (admin/details.py).
     readonly_fields = details.FIELDS
 
@@ -408,14 +412,43 @@ class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
     def _apply_all(
         self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Action, label: str
     ) -> HttpResponse | None:
-        if not confirm.confirmed(request):  # list what it applies to, act on "yes"
+        # With "select all", ``queryset`` is every run of the list's current filter.
+        if not confirm.confirmed(request):  # say what it applies to, act on "yes"
             return confirm.action_page(self, request, queryset, verb.name, label)
-        done = 0
-        for run in queryset.only("id", "job_name", "status"):
-            done += self._apply(request, run, verb.call, verb.logged, quiet=True)
+        if verb.name not in bulk.BULK_VERBS:
+            done = 0
+            for run in queryset.only("id", "job_name", "status"):
+                done += self._apply(request, run, verb.call, verb.logged, quiet=True)
+            if done:
+                messages.success(request, f"{done} run{'s' * (done != 1)} {verb.done}.")
+            return None
+        outcome = bulk.apply(
+            verb.name,
+            queryset.order_by(),
+            batch_size=self.bulk_batch_size,
+            each_batch=lambda ids: self._log_batch(request, ids, verb.logged),
+        )
+        done, skipped = outcome.done, outcome.skipped
         if done:
             messages.success(request, f"{done} run{'s' * (done != 1)} {verb.done}.")
+        if skipped:
+            changed = f" ({outcome.changed} changed meanwhile)" if outcome.changed else ""
+            messages.warning(
+                request,
+                f"{skipped} run{'s' * (skipped != 1)} skipped{changed}: {verb.verb.refusal}.",
+            )
         return None
+
+    def _log_batch(self, request: HttpRequest, ids: list[uuid.UUID], message: str) -> None:
+        """One LogEntry per run acted on, written once per batch."""
+        LogEntry.objects.log_actions(
+            user_id=cast(int, request.user.pk),
+            queryset=JobRun.objects.using(conf.database())
+            .filter(pk__in=ids)
+            .only("id", "job_name", "status"),
+            action_flag=CHANGE,
+            change_message=message,
+        )
 
 
 __all__ = ["VERBS", "Action", "JobRunAdmin"]

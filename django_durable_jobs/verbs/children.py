@@ -10,6 +10,7 @@ must let go of the old child, or the step would attach to it and fail again at o
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..models import (
 )
 
 
-def release_failed(parent: uuid.UUID) -> int:
+def release_failed(parents: Collection[uuid.UUID]) -> int:
     """``retry``: the children that failed or were cancelled give up their keys and the
     steps that invoked them forget them, so those steps start new children (also after
     the parent was cancelled with its children). Unfinished children stay attached.
@@ -34,17 +35,17 @@ def release_failed(parent: uuid.UUID) -> int:
     A fan-out step that did not complete forgets its list of children: it starts its
     children again, and the bulk insert skips every key still held, so only the failed
     or cancelled children get a new run and the others (finished or not) keep theirs."""
-    _steps().filter(run_id=parent, kind=StepKind.FANOUT).exclude(
+    _steps().filter(run_id__in=parents, kind=StepKind.FANOUT).exclude(
         status=StepStatus.COMPLETED
     ).update(output=None)
     failed = list(
         _runs()
-        .filter(parent_id=parent, status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
+        .filter(parent_id__in=parents, status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
         .values_list("pk", flat=True)
     )
     if not failed:
         return 0
-    _steps().filter(run_id=parent, kind=StepKind.INVOKE, child__in=failed).exclude(
+    _steps().filter(run_id__in=parents, kind=StepKind.INVOKE, child__in=failed).exclude(
         status=StepStatus.COMPLETED
     ).update(child=None)
     return _runs().filter(pk__in=failed).update(idempotency_key=None)
@@ -68,7 +69,7 @@ def release_forgotten(parent: uuid.UUID) -> int:
     )
 
 
-def fresh_windows(run: uuid.UUID) -> int:
+def fresh_windows(runs: Collection[uuid.UUID]) -> int:
     """``retry`` and ``replay_from``: waits, receives, invokes and fan-outs that did not
     complete forget their deadline; the engine opens a new window (the step's timeout
     from now) when it meets them, instead of failing again at once because the old one
@@ -76,7 +77,7 @@ def fresh_windows(run: uuid.UUID) -> int:
     return (
         _steps()
         .filter(
-            run_id=run,
+            run_id__in=runs,
             kind__in=(StepKind.WAIT, StepKind.RECEIVE, StepKind.INVOKE, StepKind.FANOUT),
         )
         .exclude(status=StepStatus.COMPLETED)
@@ -84,11 +85,13 @@ def fresh_windows(run: uuid.UUID) -> int:
     )
 
 
-def wake_parent(parent: uuid.UUID | None, now: datetime) -> int:
-    """A child finished or was cancelled: its parent, waiting in ``step.invoke``, runs now."""
-    if parent is None:
+def wake_parents(parents: Collection[uuid.UUID | None], now: datetime) -> int:
+    """Children finished or were cancelled: their parents, waiting in ``step.invoke``,
+    run now."""
+    wanted = [parent for parent in parents if parent is not None]
+    if not wanted:
         return 0
-    return _runs().filter(pk=parent).wake_waiting(now)
+    return _runs().filter(pk__in=wanted).wake_waiting(now)
 
 
 def cancel_descendants(root: uuid.UUID, stopped: dict[str, Any]) -> list[uuid.UUID]:
@@ -119,5 +122,5 @@ __all__ = [
     "fresh_windows",
     "release_failed",
     "release_forgotten",
-    "wake_parent",
+    "wake_parents",
 ]

@@ -4,13 +4,15 @@ and ``manage.py jobs`` call these). Starting runs is ``enqueueing.py``."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 
 from .. import conf, signals
+from ..db import dialect
 from ..db.run_ids import resolve as _pk
 from ..engine import clock
 from ..engine.durations import Duration, before, parse_duration
@@ -63,21 +65,55 @@ def cancel(
     pk, using = _pk(run_id), conf.database()
     stopped = cancelled(now, RunCancelled.code, reason)
     with transaction.atomic(using=using):
-        # The lease of a running run stays: its worker lets go of the run at its next
-        # step (execution._settle_cancelled).
-        run = _changed_or_refuse(pk, _rows(pk).cancel(stopped), VERBS["cancel"])
-        # A waiting parent learns now, not at its next poll; children die with the run.
-        children.wake_parent(run.parent_id, now)
-        along = {**stopped, "error": f"cancelled along with run {pk}"}
-        below = children.cancel_descendants(pk, along)
+        done = cancel_in_transaction([pk], stopped, now)
+        if not done:
+            raise _refusal(pk, VERBS["cancel"])
+    send_cancelled(*done[0])
+    return done[0][0]
+
+
+def cancel_in_transaction(
+    pks: Sequence[uuid.UUID], stopped: dict[str, Any], now: datetime
+) -> list[tuple[JobRun, list[uuid.UUID]]]:
+    """``cancel``'s writes for the runs ``pks``, inside the caller's transaction: each
+    run cancelled (those its guard refused are left as they were) with the runs
+    cancelled along with it."""
+    # The lease of a running run stays: its worker lets go of the run at its next
+    # step (execution._settle_cancelled).
+    changed = _guarded(pks, VERBS["cancel"].rule, now, lambda rows: rows.cancel(stopped))
+    if not changed:
+        return []
+    found = list(JobRun.objects.using(conf.database()).filter(pk__in=changed))
+    # A waiting parent learns now, not at its next poll; children die with the run.
+    children.wake_parents([run.parent_id for run in found], now)
+    parents = set(
+        JobRun.objects.using(conf.database())
+        .filter(parent_id__in=changed)
+        .values_list("parent_id", flat=True)
+    )
+    done = []
+    for run in found:
         start_handler(run, stopped, now)
-        # Each run cancelled gets its handler, those cancelled along with it too.
-        for child in JobRun.objects.using(using).filter(pk__in=below):
-            start_handler(child, along, now)
+        below: list[uuid.UUID] = []
+        if run.pk in parents:
+            along = {**stopped, "error": f"cancelled along with run {run.pk}"}
+            below = children.cancel_descendants(run.pk, along)
+            # Each run cancelled gets its handler, those cancelled along with it too.
+            for child in JobRun.objects.using(conf.database()).filter(pk__in=below):
+                start_handler(child, along, now)
+        done.append((run, below))
+    return done
+
+
+def send_cancelled(run: JobRun, below: list[uuid.UUID]) -> None:
+    """``run_cancelled`` for a run and the runs cancelled along with it, once committed."""
     signals.run_cancelled.send(sender=JobRun, run=run)
-    for child in JobRun.objects.using(using).filter(pk__in=below, status=RunStatus.CANCELLED):
-        signals.run_cancelled.send(sender=JobRun, run=child)
-    return run
+    if below:
+        along = JobRun.objects.using(conf.database()).filter(
+            pk__in=below, status=RunStatus.CANCELLED
+        )
+        for child in along:
+            signals.run_cancelled.send(sender=JobRun, run=child)
 
 
 def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
@@ -86,12 +122,49 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        before = _changed_or_refuse(pk, _rows(pk).hold(RETRYABLE, now), VERBS["retry"])
-        again = _rows(pk).retry(now, reruns=noted_rerun(before, now, "retry"))
-        run = _changed_or_refuse(pk, again, VERBS["retry"])
-        children.release_failed(pk)
-        children.fresh_windows(pk)
-    return run
+        if not retry_in_transaction([pk], now):
+            raise _refusal(pk, VERBS["retry"])
+    return get_run(pk)
+
+
+def retry_in_transaction(pks: Sequence[uuid.UUID], now: datetime) -> list[uuid.UUID]:
+    """``retry``'s writes for the runs ``pks``, inside the caller's transaction; returns
+    those retried (the others' guard refused them: nothing written)."""
+    changed = _guarded(pks, VERBS["retry"].rule, now, lambda rows: rows.retry(now), "retry")
+    if changed:
+        children.release_failed(changed)
+        children.fresh_windows(changed)
+    return changed
+
+
+def _guarded(
+    pks: Sequence[uuid.UUID],
+    rule: Rule,
+    now: datetime,
+    transition: Callable[[JobRunQuerySet], int],
+    rerun: str | None = None,
+) -> list[uuid.UUID]:
+    """The runs of ``pks`` that ``transition``, a guarded UPDATE following ``rule``,
+    changed. The runs are locked first (on SQLite, the database's write lock), the rule
+    checked on the rows read, so the UPDATE changes exactly those. With ``rerun`` (the
+    verb that runs them again), each finished run's ``reruns`` notes it (the timeline's
+    idle gap), in one more statement for the batch."""
+    using = conf.database()
+    dialect.of(using).write_first()
+    # Locked by primary key alone, the rule checked here: a condition on the status in
+    # the SQL can lead the planner to the status index and read every failed run.
+    held = JobRun.objects.using(using).filter(pk__in=pks).order_by("pk").select_for_update()
+    columns = ("id", "status", "lease_owner", "wake_at", "finished_at", "reruns")
+    fitting = [run for run in held.only(*columns) if rule.holds(run, lambda: now)]
+    if not fitting:
+        return []
+    transition(JobRun.objects.using(using).filter(pk__in=[run.pk for run in fitting]))
+    if rerun is not None:
+        noted = [run for run in fitting if run.finished_at is not None]
+        for run in noted:
+            run.reruns = noted_rerun(run, now, rerun)
+        JobRun.objects.using(using).bulk_update(noted, ["reruns"])
+    return [run.pk for run in fitting]
 
 
 def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
@@ -115,23 +188,32 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
     now = now or clock.current().now()
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
-        before = _changed_or_refuse(pk, _rows(pk).hold(REPLAYABLE, now), VERBS["replay"])
-        again = _rows(pk).replay(now, reruns=noted_rerun(before, now, "replay"))
-        run = _changed_or_refuse(pk, again, VERBS["replay"])
-        steps = StepRecord.objects.using(using).filter(run_id=pk)
-        first = steps.filter(name=step).values_list("id", flat=True).first()
-        if first is None:  # raising rolls the run back too
-            known = list(steps.order_by("id").values_list("name", flat=True))
-            raise StepNotFound(
-                f"run {pk} has no step {step!r}; its steps are: "
-                + (", ".join(map(repr, known)) or "(none)")
-            )
-        forgotten = steps.filter(id__gte=first)
-        release_received(pk, list(forgotten.values_list("name", flat=True)))
-        forgotten.delete()
-        children.release_forgotten(pk)
-        children.fresh_windows(pk)
-    return run
+        if not replay_in_transaction(pk, step, now):
+            raise _refusal(pk, VERBS["replay"])
+    return get_run(pk)
+
+
+def replay_in_transaction(pk: uuid.UUID, step: str, now: datetime) -> bool:
+    """``replay_from``'s writes, inside the caller's transaction; ``False`` if the
+    run's guard refused it (nothing written). ``StepNotFound`` after the guarded
+    UPDATE: the caller's transaction (or savepoint) must roll back."""
+    replayed = _guarded([pk], VERBS["replay"].rule, now, lambda rows: rows.replay(now), "replay")
+    if not replayed:
+        return False
+    steps = StepRecord.objects.using(conf.database()).filter(run_id=pk)
+    first = steps.filter(name=step).values_list("id", flat=True).first()
+    if first is None:  # raising rolls the run back too
+        known = list(steps.order_by("id").values_list("name", flat=True))
+        raise StepNotFound(
+            f"run {pk} has no step {step!r}; its steps are: "
+            + (", ".join(map(repr, known)) or "(none)")
+        )
+    forgotten = steps.filter(id__gte=first)
+    release_received(pk, list(forgotten.values_list("name", flat=True)))
+    forgotten.delete()
+    children.release_forgotten(pk)
+    children.fresh_windows([pk])
+    return True
 
 
 def purge(
@@ -203,16 +285,22 @@ def noted_rerun(run: JobRun, now: datetime, verb: str) -> list[dict[str, str]]:
 
 def _changed_or_refuse(pk: uuid.UUID, changed: int, verb: Verb) -> JobRun:
     """The run after a guarded UPDATE, or why the UPDATE did not apply."""
+    if not changed:
+        raise _refusal(pk, verb)
+    return get_run(pk)
+
+
+def _refusal(pk: uuid.UUID, verb: Verb) -> RunStateError:
+    """Why ``verb``'s guarded UPDATE did not apply to the run (``RunNotFound`` if it
+    does not exist)."""
     run = get_run(pk)
-    if changed:
-        return run
     if run.status == RunStatus.CANCELLED and run.lease_owner:
-        raise RunStateError(
+        return RunStateError(
             f"cannot {verb.name} run {pk} yet: it was cancelled while running and its "
             f"worker ({run.lease_owner}) has not stopped it; try again in a moment (if "
             "that worker died: once its lease has expired)"
         )
-    raise RunStateError(f"cannot {verb.name} run {pk}: it is {run.status}; {verb.refusal}")
+    return RunStateError(f"cannot {verb.name} run {pk}: it is {run.status}; {verb.refusal}")
 
 
 @dataclass(frozen=True)
@@ -283,10 +371,14 @@ __all__ = [
     "StepNotFound",
     "Verb",
     "cancel",
+    "cancel_in_transaction",
     "get_run",
     "purge",
     "recent_runs",
     "replay_from",
+    "replay_in_transaction",
     "retry",
+    "retry_in_transaction",
+    "send_cancelled",
     "wake",
 ]

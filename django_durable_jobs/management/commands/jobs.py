@@ -24,10 +24,11 @@ from ...engine.serialization import error_line
 from ...exceptions import DurableJobsError
 from ...models import FINISHED, JobRun, RunStatus
 from ...observe import schedule_lines, stats, trace, trace_text, versions, wakes
-from ...verbs import runs
+from ...verbs import bulk, runs
 from ...verbs.events import publish_event
 from ...worker import presence
 from .. import pauses as pause_cli
+from . import _bulk as bulk_cli
 
 RUN_HEADERS = ("run", "job", "status", "attempt", "queue", "created", "wakes", "error")
 WORKER_HEADERS = ("worker", "status", "host", "pid", "queues", "started", "heartbeat", "runs")
@@ -109,14 +110,22 @@ class Command(BaseCommand):
 
         for verb in runs.VERBS.values():
             parser = sub.add_parser(verb.name, help=verb.help)
-            parser.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
-            if verb.name == "replay":
+            if verb.name not in bulk.BULK_VERBS:
+                parser.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
+            elif verb.name == "replay":
+                # RUN_ID STEP, or STEP alone with a filter.
                 parser.add_argument(
-                    "step",
-                    metavar="STEP",
-                    help="The name of the step to execute again: it and the steps "
-                    "recorded after it execute anew, those before it replay from storage.",
+                    "words",
+                    nargs="+",
+                    metavar="[RUN_ID] STEP",
+                    help="The run (left out with a filter) and the name of the step to "
+                    "execute again: it and the steps recorded after it execute anew, those "
+                    "before it replay from storage.",
                 )
+                bulk_cli.add_filter_arguments(parser, verb.name)
+            else:
+                parser.add_argument("run_id", metavar="RUN_ID", nargs="?", help=RUN_ID_HELP)
+                bulk_cli.add_filter_arguments(parser, verb.name)
 
         publish = sub.add_parser(
             "publish", help="Publish an event (wakes the runs waiting for it)."
@@ -293,7 +302,13 @@ class Command(BaseCommand):
 
     # -- operating -------------------------------------------------------------------
     def verb(self, options: dict[str, Any]) -> None:
-        action, run_id = options["action"], options["run_id"]
+        action = options["action"]
+        if action in bulk.BULK_VERBS:
+            chosen = bulk_cli.chosen(options)
+            if chosen is not None:
+                bulk_cli.act(self.stdout.write, action, chosen, options)
+                return
+        run_id = options["run_id"]
         if action == "replay":
             run = runs.replay_from(run_id, options["step"])
             done = f"replaying from step {options['step']!r}"

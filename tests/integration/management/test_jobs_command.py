@@ -181,7 +181,7 @@ def test_purge(clock: FakeClock) -> None:
         (("purge", "--older-than", "5 mins"), "invalid duration '5 mins'"),
         (("list", "--limit", "0"), "--limit must be at least 1"),
         (("list", "--status", "asleep"), "invalid choice: 'asleep'"),
-        (("replay", str(uuid.UUID(int=1))), "the following arguments are required: STEP"),
+        (("replay", str(uuid.UUID(int=1))), "replay takes RUN_ID STEP, or STEP with a filter"),
         ((), "ACTION"),
     ],
 )
