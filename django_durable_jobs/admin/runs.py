@@ -33,6 +33,7 @@ from ..models import JobRun
 from ..observe import progress, trace
 from ..verbs import runs
 from . import confirm, details
+from .databases import OnJobsDatabase
 from .display import badge, dotted, json_block, text_block, tools_beside_title
 from .family import RunFamily
 from .times import EMPTY, RunTimes, with_wait_deadlines
@@ -79,7 +80,7 @@ VERBS: dict[str, Action] = {
 }
 
 
-class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
+class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
     list_display = (
         "short_id",
         "status_cell",

@@ -25,6 +25,7 @@ from ..engine.cron import check_expr, zone
 from ..exceptions import InvalidSchedule, UnknownJob
 from ..models import Schedule
 from ..verbs import schedules
+from .databases import OnJobsDatabase
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Schedule]
@@ -85,7 +86,7 @@ def _valid(check: Any, value: Any) -> Any:
         raise ValidationError(str(exc)) from None
 
 
-class ScheduleAdmin(_ModelAdmin):
+class ScheduleAdmin(OnJobsDatabase, _ModelAdmin):
     form = ScheduleForm
     list_display = ("job_name", "cron", "timezone", "enabled", "next_run", "last_run_at", "origin")
     list_filter = ("enabled", "job_name")

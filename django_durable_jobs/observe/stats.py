@@ -70,7 +70,7 @@ def collect(*, now: datetime) -> Stats:
 
 
 def _runs() -> Any:
-    return JobRun.objects.using(conf.database()).order_by()
+    return JobRun.objects.using(conf.read_database()).order_by()
 
 
 def runs_by_status() -> dict[str, int]:
@@ -150,7 +150,7 @@ def top_errors(since: datetime, most: int = TOP_ERRORS) -> list[tuple[str, int]]
 def workers_alive(now: datetime) -> int:
     since = now - conf.required_duration("LEASE")
     return (
-        Worker.objects.using(conf.database())
+        Worker.objects.using(conf.read_database())
         .filter(status=WorkerStatus.LIVE, last_heartbeat__gte=since)
         .count()
     )
