@@ -9,6 +9,7 @@ import faulthandler
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import django
 import environ
@@ -94,21 +95,21 @@ DATABASES = {
 }
 
 
-def _beside(db: dict[str, object], suffix: str) -> dict[str, object]:
+def _beside(db: dict[str, Any], suffix: str) -> dict[str, Any]:
     """Another database of the same kind on the same server: ``<name>_<suffix>``."""
-    other = {**db, "NAME": f"{db['NAME']}_{suffix}", "TEST": dict(db.get("TEST") or {})}  # type: ignore[call-overload]
-    test_name = str(other["TEST"]["NAME"])  # type: ignore[index]
-    if other["ENGINE"] == "django.db.backends.sqlite3":
-        other["TEST"]["NAME"] = test_name.replace(".sqlite3", f"-{suffix}.sqlite3")  # type: ignore[index]
+    test = dict(db.get("TEST") or {})
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        test["NAME"] = str(test["NAME"]).replace(".sqlite3", f"-{suffix}.sqlite3")
     else:
-        other["TEST"]["NAME"] = f"{test_name}_{suffix}"  # type: ignore[index]
-    return other
+        test["NAME"] = f"{test['NAME']}_{suffix}"
+    return {**db, "NAME": f"{db['NAME']}_{suffix}", "TEST": test}
 
 
 #: The jobs on a database of their own (``DURABLE_JOBS["DATABASE"] = "jobs"``):
 #: tests/integration/db/test_jobs_database.py and a processes test. Created only for
 #: the tests that ask for it (``django_db(databases=[..., "jobs"])``).
 DATABASES["jobs"] = _beside(_default_db, "jobs")
+DATABASE_ROUTERS = ["tests.routers.JobsDatabaseRouter"]  # only this app's tables there
 if os.environ.get("DURABLE_JOBS_TEST_JOBS_DB_NAME"):  # a worker subprocess, as above
     DATABASES["jobs"]["NAME"] = os.environ["DURABLE_JOBS_TEST_JOBS_DB_NAME"]
 if _default_db["ENGINE"] == "django.db.backends.postgresql":

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from .. import conf
@@ -44,10 +44,10 @@ class OnJobsDatabase(_ModelAdmin):
         alias = conf.read_database() if reads_lagging(request) else conf.database()
         return super().get_queryset(request).using(alias)
 
-    def save_model(self, request: HttpRequest, obj: Model, form: Any, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         obj.save(using=conf.database())
 
-    def delete_model(self, request: HttpRequest, obj: Model) -> None:
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
         obj.delete(using=conf.database())
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:

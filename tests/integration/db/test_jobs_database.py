@@ -76,7 +76,12 @@ def test_an_enqueue_is_not_in_the_callers_transaction_on_default() -> None:
 
 
 def test_enqueue_on_commit_writes_the_run_when_the_callers_transaction_commits() -> None:
-    rolled_back(lambda: (jobs.noop.enqueue_on_commit(), enqueue_on_commit("tests.noop")))
+
+    def both() -> None:
+        jobs.noop.enqueue_on_commit()
+        enqueue_on_commit("tests.noop")
+
+    rolled_back(both)
     assert not JobRun.objects.using(JOBS).exists()  # rolled back: no run
 
     with transaction.atomic():
