@@ -1,6 +1,8 @@
 """The figures an operator watches (docs/how-to/operating.md): runs by status, queue depth,
 the oldest runnable run's age, throughput, duration percentiles per job, top error codes and
-live workers. ``jobs stats``, the metrics view and the dashboard read them here.
+live workers. ``jobs stats``, the metrics view and the dashboard read them here, from
+``READ_DATABASE`` when one is set: a replica's lag of seconds does not change what
+they say (docs/explanation/past-one-database.md).
 
 Each figure is one aggregate query that an index serves (see the indexes on
 ``JobRun``), so they stay fast with millions of finished runs in the table; the
