@@ -112,6 +112,10 @@ DATABASES["jobs"] = _beside(_default_db, "jobs")
 DATABASE_ROUTERS = ["tests.routers.JobsDatabaseRouter"]  # only this app's tables there
 if os.environ.get("DURABLE_JOBS_TEST_JOBS_DB_NAME"):  # a worker subprocess, as above
     DATABASES["jobs"]["NAME"] = os.environ["DURABLE_JOBS_TEST_JOBS_DB_NAME"]
+elif os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):
+    # The subprocess of a test without a jobs database: no such alias, or Django's
+    # checks at runjobs' start would connect to a database that does not exist.
+    del DATABASES["jobs"]
 if _default_db["ENGINE"] == "django.db.backends.postgresql":
     #: A streaming replica of the server, for ``DURABLE_JOBS["READ_DATABASE"]``: the
     #: ``replica`` fixture (tests/replica.py) starts it with ``pg_basebackup -R`` and
