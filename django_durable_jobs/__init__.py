@@ -65,9 +65,11 @@ __all__ = [
     "Throttle",
     "UnknownJob",
     "aenqueue",
+    "aenqueue_on_commit",
     "apublish_event",
     "asend",
     "enqueue",
+    "enqueue_on_commit",
     "job",
     "publish_event",
     "publish_on",
@@ -80,6 +82,24 @@ def enqueue(job_name: str, /, *args: Any, **kwargs: Any) -> "JobRun":
     from .verbs.enqueue import enqueue as enqueue_by_name
 
     return enqueue_by_name(job_name, *args, **kwargs)
+
+
+def enqueue_on_commit(job_name: str, /, *args: Any, **kwargs: Any) -> None:
+    """``enqueue`` once the caller's transaction on ``default`` commits (nothing if it
+    rolls back): for jobs on a database of their own (``DURABLE_JOBS["DATABASE"]``).
+
+    >>> enqueue_on_commit("onboarding", user_id=42)  # doctest: +SKIP
+    """
+    from .verbs.enqueue import enqueue_on_commit as on_commit
+
+    on_commit(job_name, *args, **kwargs)
+
+
+async def aenqueue_on_commit(job_name: str, /, *args: Any, **kwargs: Any) -> None:
+    """``enqueue_on_commit`` for async views."""
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(enqueue_on_commit, thread_sensitive=True)(job_name, *args, **kwargs)
 
 
 def publish_event(event: str, payload: Any = None, *, key: str | None = None) -> Any:

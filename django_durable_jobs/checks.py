@@ -46,6 +46,10 @@ def _database(value: Any) -> str | None:
     return None
 
 
+def _read_database(value: Any) -> str | None:
+    return None if value is None else _database(value)
+
+
 def _bool(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"expected True or False, got {value!r}"
 
@@ -77,6 +81,11 @@ _NULLABLE = {"TIMEOUT", "STEP_TIMEOUT"}
 #: key -> (check id, validator, what to write instead)
 RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
     "DATABASE": ("E002", _database, 'a DATABASES alias, e.g. "default"'),
+    "READ_DATABASE": (
+        "E032",
+        _read_database,
+        'a DATABASES alias of a replica of the jobs database, e.g. "replica", or None',
+    ),
     "RETRIES": ("E003", _non_negative_int, "an int >= 0, e.g. 3"),
     "MAX_PAYLOAD_BYTES": ("E004", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),

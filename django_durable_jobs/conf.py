@@ -14,6 +14,10 @@ from .engine.durations import parse_duration
 DEFAULTS: dict[str, Any] = {
     # The database alias that holds runs, steps and events.
     "DATABASE": "default",
+    # The database alias the operators' reads go to: the admin's lists, the dashboard,
+    # metrics and `jobs stats` (a streaming replica; None: the jobs' own DATABASE).
+    # Never the claim, the verbs, a run page or anything that writes.
+    "READ_DATABASE": None,
     # Attempts after the first, for jobs that do not say.
     "RETRIES": 3,
     # Base delay of exponential backoff with jitter, and its ceiling.
@@ -112,3 +116,9 @@ def required_duration(key: str) -> timedelta:
 
 def database() -> str:
     return str(get("DATABASE"))
+
+
+def read_database() -> str:
+    """The alias for reads that tolerate lag (``READ_DATABASE``, else ``DATABASE``)."""
+    value = get("READ_DATABASE")
+    return database() if value is None else str(value)

@@ -42,6 +42,20 @@ class Job(JobDefinition):
         """``enqueue`` for async views: ``run = await onboarding.aenqueue(user_id=42)``."""
         return await JobCall(self, JobOptions()).aenqueue(*args, **kwargs)
 
+    def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """Start a run once the caller's transaction on ``default`` commits (none if it
+        rolls back), for jobs on a database of their own (``DURABLE_JOBS["DATABASE"]``),
+        where ``enqueue`` is not part of the caller's transaction. The arguments are
+        checked now; ``job.using(on_commit_of="orders")`` waits for another alias.
+
+        >>> onboarding.enqueue_on_commit(user_id=42)  # doctest: +SKIP
+        """
+        JobCall(self, JobOptions()).enqueue_on_commit(*args, **kwargs)
+
+    async def aenqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``enqueue_on_commit`` for async views."""
+        await JobCall(self, JobOptions()).aenqueue_on_commit(*args, **kwargs)
+
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
         """Start many runs in batched INSERTs: ``job.enqueue_many([{"user_id": 1}, (2,)])``.
 
@@ -56,15 +70,22 @@ class Job(JobDefinition):
         priority: int | None = None,
         run_after: Duration | datetime | None = None,
         idempotency_key: str | None = None,
+        on_commit_of: str | None = None,
     ) -> JobCall:
         """Override options for one enqueue: ``job.using(queue="mail").enqueue(...)``.
 
         ``run_after`` is an aware datetime or a duration from the enqueue (``"5m"``).
+        ``on_commit_of`` is the database alias whose commit ``enqueue_on_commit``
+        waits for (``default`` when not given).
         """
         return JobCall(
             self,
             JobOptions(
-                queue=queue, priority=priority, run_after=run_after, idempotency_key=idempotency_key
+                queue=queue,
+                priority=priority,
+                run_after=run_after,
+                idempotency_key=idempotency_key,
+                on_commit_of=on_commit_of,
             ),
         )
 
@@ -90,6 +111,16 @@ class JobCall:
         from asgiref.sync import sync_to_async
 
         return await sync_to_async(self.enqueue, thread_sensitive=True)(*args, **kwargs)
+
+    def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        from .verbs.enqueue import enqueue_job_on_commit
+
+        enqueue_job_on_commit(self.job, args, kwargs, self.options)
+
+    async def aenqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.enqueue_on_commit, thread_sensitive=True)(*args, **kwargs)
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[JobRun]:
         from .verbs.enqueue import enqueue_many_job

@@ -9,6 +9,7 @@ import faulthandler
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import django
 import environ
@@ -93,6 +94,41 @@ DATABASES = {
     },
 }
 
+
+def _beside(db: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """Another database of the same kind on the same server: ``<name>_<suffix>``."""
+    test = dict(db.get("TEST") or {})
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        test["NAME"] = str(test["NAME"]).replace(".sqlite3", f"-{suffix}.sqlite3")
+    else:
+        test["NAME"] = f"{test['NAME']}_{suffix}"
+    return {**db, "NAME": f"{db['NAME']}_{suffix}", "TEST": test}
+
+
+#: The jobs on a database of their own (``DURABLE_JOBS["DATABASE"] = "jobs"``):
+#: tests/integration/db/test_jobs_database.py and a processes test. Created only for
+#: the tests that ask for it (``django_db(databases=[..., "jobs"])``).
+DATABASES["jobs"] = _beside(_default_db, "jobs")
+DATABASE_ROUTERS = ["tests.routers.JobsDatabaseRouter"]  # only this app's tables there
+if os.environ.get("DURABLE_JOBS_TEST_JOBS_DB_NAME"):  # a worker subprocess, as above
+    DATABASES["jobs"]["NAME"] = os.environ["DURABLE_JOBS_TEST_JOBS_DB_NAME"]
+elif os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):
+    # The subprocess of a test without a jobs database: no such alias, or Django's
+    # checks at runjobs' start would connect to a database that does not exist.
+    del DATABASES["jobs"]
+if _default_db["ENGINE"] == "django.db.backends.postgresql":
+    #: A streaming replica of the server, for ``DURABLE_JOBS["READ_DATABASE"]``: the
+    #: ``replica`` fixture (tests/replica.py) starts it with ``pg_basebackup -R`` and
+    #: sets its port; port 1 until then, so that nothing reads the primary through it.
+    #: A physical replica copies the whole cluster, test databases included: the alias
+    #: mirrors ``default``'s test database instead of having one created.
+    DATABASES["replica"] = {
+        **_default_db,
+        "PORT": "1",
+        "TEST": {"MIRROR": "default"},
+        "CONN_MAX_AGE": 0,
+    }
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 ROOT_URLCONF = "tests.urls"
@@ -154,6 +190,9 @@ DURABLE_JOBS: dict[str, object] = {}
 for _key in ("LEASE", "HEARTBEAT", "POLL_INTERVAL", "UNKNOWN_JOB_GRACE"):
     if os.environ.get(f"DURABLE_JOBS_TEST_{_key}"):
         DURABLE_JOBS[_key] = os.environ[f"DURABLE_JOBS_TEST_{_key}"]
+# The jobs on their own database (tests/processes/worker/test_jobs_database.py).
+if os.environ.get("DURABLE_JOBS_TEST_DATABASE"):
+    DURABLE_JOBS["DATABASE"] = os.environ["DURABLE_JOBS_TEST_DATABASE"]
 # The jobs one worker of a rolling deploy registers (tests/processes/worker/
 # test_rolling_deploy.py): DURABLE_JOBS_TEST_JOB_MODULES="jobs,rolling_v1".
 if os.environ.get("DURABLE_JOBS_TEST_JOB_MODULES"):

@@ -41,7 +41,8 @@ def replay_page(
     model_admin: ModelAdmin[JobRun], request: HttpRequest, run: JobRun, step: str
 ) -> TemplateResponse:
     """The steps that replay from storage, and those that are forgotten and run again."""
-    names = list(StepRecord.objects.filter(run=run).order_by("id").values_list("name", flat=True))
+    steps = StepRecord.objects.using(run._state.db).filter(run=run).order_by("id")
+    names = list(steps.values_list("name", flat=True))
     cut = names.index(step) if step in names else len(names)
     context = {
         **model_admin.admin_site.each_context(request),
@@ -108,8 +109,9 @@ def verb_page(
     """One run, one verb: for a retry, which steps replay from storage and which run
     again (and the failed child runs started again); for a cancel, the child runs
     cancelled with it."""
-    steps = list(StepRecord.objects.filter(run=run).order_by("id").values_list("name", "status"))
-    children = JobRun.objects.filter(parent=run)
+    records = StepRecord.objects.using(run._state.db).filter(run=run).order_by("id")
+    steps = list(records.values_list("name", "status"))
+    children = JobRun.objects.using(run._state.db).filter(parent=run)
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,

@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString
 from .. import conf
 from ..models import Event, StepRecord, StepStatus
 from . import start
+from .databases import OnJobsDatabase
 from .display import json_block
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
@@ -94,7 +95,7 @@ def steps_completed_by(events: Sequence[Event]) -> dict[int, list[Woken]]:
     return found
 
 
-class EventAdmin(_ModelAdmin):
+class EventAdmin(OnJobsDatabase, _ModelAdmin):
     list_display = ("id", "name", "key", "payload_short", "published_at", "woke")
     list_display_links = ("id", "name")
     list_filter = ("name",)

@@ -32,7 +32,8 @@ class RunFamily:
     def children_links(self, run: JobRun) -> SafeString | str:
         """One query, however many children (a fan-out of thousands shows the first)."""
         children = list(
-            JobRun.objects.filter(parent_id=run.pk)
+            JobRun.objects.using(run._state.db)
+            .filter(parent_id=run.pk)
             .order_by("created_at", "id")
             .values_list("id", "job_name", "status")[: CHILDREN_SHOWN + 1]
         )

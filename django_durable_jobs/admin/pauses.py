@@ -27,6 +27,7 @@ from ..engine import clock
 from ..exceptions import UnknownJob
 from ..models import RUNNABLE, JobRun, Pause, PauseKind
 from ..verbs import pauses
+from .databases import OnJobsDatabase
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Pause]
@@ -51,8 +52,12 @@ class PauseForm(_ModelForm):
         return data
 
 
-class PauseAdmin(_ModelAdmin):
+class PauseAdmin(OnJobsDatabase):
+    """The pauses, on the jobs database; its list too (not READ_DATABASE): a pause just
+    added or resumed shows at once."""
+
     form = PauseForm
+    lists_may_lag = False
     list_display = ("kind", "name", "paused_at", "paused_by", "reason", "runs_link")
     list_filter = ("kind",)
     search_fields = ("name", "reason", "paused_by")

@@ -35,6 +35,7 @@ from ..models import JobRun
 from ..observe import progress, trace
 from ..verbs import bulk, runs
 from . import confirm, details, start
+from .databases import OnJobsDatabase
 from .display import (
     ERROR_TITLE,
     badge,
@@ -90,7 +91,7 @@ VERBS: dict[str, Action] = {
 }
 
 
-class JobRunAdmin(RunTimes, RunFamily, _ModelAdmin):
+class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
     list_display = (
         "short_id",
         "status_cell",

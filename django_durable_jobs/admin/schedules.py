@@ -26,6 +26,7 @@ from ..exceptions import InvalidSchedule, UnknownJob
 from ..models import Schedule
 from ..verbs import schedules
 from . import start
+from .databases import OnJobsDatabase
 from .times import shown
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def _valid(check: Any, value: Any) -> Any:
         raise ValidationError(str(exc)) from None
 
 
-class ScheduleAdmin(_ModelAdmin):
+class ScheduleAdmin(OnJobsDatabase, _ModelAdmin):
     form = ScheduleForm
     list_display = ("job_name", "cron", "timezone", "enabled", "next_run", "last_run_at", "origin")
     list_filter = ("enabled", "job_name")

@@ -16,6 +16,7 @@ from .. import conf
 from ..engine import clock
 from ..models import Worker
 from ..worker import presence
+from .databases import OnJobsDatabase
 from .display import badge, ident, job_label
 from .times import when
 
@@ -37,7 +38,7 @@ class _WorkerList(ChangeList):
             setattr(worker, "_in_hand", held.get(worker.worker_id, []))  # noqa: B010
 
 
-class WorkerAdmin(_ModelAdmin):
+class WorkerAdmin(OnJobsDatabase, _ModelAdmin):
     list_display = (
         "worker_id",
         "status_badge",

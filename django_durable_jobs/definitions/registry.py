@@ -49,8 +49,15 @@ class JobOptions:
     priority: int | None = None
     run_after: Duration | datetime | None = None
     idempotency_key: str | None = None
+    #: ``enqueue_on_commit``: the database alias whose transaction the run waits for
+    #: (None: ``default``, as ``transaction.on_commit``'s).
+    on_commit_of: str | None = None
 
     def __post_init__(self) -> None:
+        if self.on_commit_of is not None and not isinstance(self.on_commit_of, str):
+            raise TypeError(
+                f"using(): on_commit_of is a DATABASES alias, got {self.on_commit_of!r}"
+            )
         if self.queue is not None:
             check.text(self.queue, "queue", where="using()")
         if self.priority is not None:

@@ -1,7 +1,8 @@
 """The figures an operator watches (docs/how-to/operating.md): runs by status, queue depth,
 the oldest runnable run's age, throughput, duration percentiles per job, top errors (by
 code or exception type) and live workers. ``jobs stats``, the metrics view and the
-dashboard read them here.
+dashboard read them here, from ``READ_DATABASE`` when one is set: a replica's lag of
+seconds does not change what they say (docs/explanation/past-one-database.md).
 
 Each figure is one aggregate query that an index serves (see the indexes on
 ``JobRun``), so they stay fast with millions of finished runs in the table; the
@@ -106,7 +107,7 @@ def pauses() -> list[dict[str, str]]:
 
 
 def _runs() -> Any:
-    return JobRun.objects.using(conf.database()).order_by()
+    return JobRun.objects.using(conf.read_database()).order_by()
 
 
 def runs_by_status() -> dict[str, int]:
@@ -192,7 +193,7 @@ def top_errors(since: datetime, most: int = TOP_ERRORS) -> list[ErrorCount]:
 def workers_alive(now: datetime) -> int:
     since = now - conf.required_duration("LEASE")
     return (
-        Worker.objects.using(conf.database())
+        Worker.objects.using(conf.read_database())
         .filter(status=WorkerStatus.LIVE, last_heartbeat__gte=since)
         .count()
     )

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from .. import conf, signals
@@ -93,6 +94,35 @@ def enqueue_job(
     elif outcome == "new":
         signals.run_enqueued.send(sender=JobRun, run=run)
     return run
+
+
+def enqueue_on_commit(job_name: str, /, *args: Any, **kwargs: Any) -> None:
+    """Start a run of ``job_name`` once the caller's transaction on ``default`` commits.
+
+    >>> enqueue_on_commit("onboarding", user_id=42)  # doctest: +SKIP
+    """
+    enqueue_job_on_commit(get_job(job_name), args, kwargs, JobOptions())
+
+
+def enqueue_job_on_commit(
+    job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any], options: JobOptions
+) -> None:
+    """``enqueue_job`` when the transaction on ``options.on_commit_of`` (``default``)
+    commits, at once outside one; nothing if it rolls back.
+
+    For jobs on a database of their own: there an enqueue is not in the caller's
+    transaction, and a run written before the caller's data commits could start
+    before that data is visible, or outlive it when the caller rolls back. The
+    arguments are checked now, so that a wrong call raises where it is made. A
+    process that dies between the commit and the enqueue loses the run: an
+    ``idempotency_key`` lets the caller enqueue again without a duplicate.
+    """
+    check_call(job, args, kwargs)
+    args, kwargs = tuple(args), dict(kwargs)
+    transaction.on_commit(
+        lambda: enqueue_job(job, args, kwargs, options),
+        using=options.on_commit_of or DEFAULT_DB_ALIAS,
+    )
 
 
 def check_call(job: JobDefinition, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:

@@ -169,7 +169,9 @@ def publish_on(
     ``key``, ``payload`` and ``when`` receive the signal's arguments (``instance``,
     ``created``, ...). The event is written in the sender's transaction: nothing is
     published for a transaction that rolls back. The receiver is held strongly and
-    connected once, however often this is called with the same arguments.
+    connected once, however often this is called with the same arguments. When the
+    sender's database (a model signal's ``using``) is not the jobs database, the event
+    is published when the sender's transaction commits, and not if it rolls back.
 
     >>> publish_on(post_save, sender=Order, event="order.paid",  # doctest: +SKIP
     ...            key=lambda instance, **kw: str(instance.customer_id),
@@ -187,11 +189,18 @@ def publish_on(
         if not migrated.has_tables(conf.database()):
             _not_migrated(event)
             return
-        publish_event(
-            event,
-            payload(**kwargs) if payload is not None else None,
-            key=key(**kwargs) if key is not None else None,
-        )
+        body = payload(**kwargs) if payload is not None else None
+        event_key = key(**kwargs) if key is not None else None
+        sender_db = kwargs.get("using")  # model signals say which database saved
+        if isinstance(sender_db, str) and sender_db != conf.database():
+            # The jobs on a database of their own: the event cannot be part of the
+            # sender's transaction, so it waits for that transaction's commit (at once
+            # outside one), and a rollback publishes nothing.
+            transaction.on_commit(
+                lambda: publish_event(event, body, key=event_key), using=sender_db
+            )
+            return
+        publish_event(event, body, key=event_key)
 
     uid = dispatch_uid or f"django_durable_jobs:{event}:{id(signal)}:{_label(sender)}"
     signal.connect(receiver, sender=sender, weak=False, dispatch_uid=uid)

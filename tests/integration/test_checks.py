@@ -22,7 +22,7 @@ APP = "django_durable_jobs"
 
 
 # Django >= 6.0 runs the database-aware model checks in ``check`` too.
-@pytest.mark.django_db(databases=["default", "other"])  # JSONField checks ask each
+@pytest.mark.django_db(databases=["default", "other", "jobs"])  # JSONField checks ask each
 def test_check_command_fails_on_a_bad_setting() -> None:
     with (
         override_settings(DURABLE_JOBS={"RETRIES": -1}),
@@ -31,7 +31,7 @@ def test_check_command_fails_on_a_bad_setting() -> None:
         call_command("check")
 
 
-@pytest.mark.django_db(databases=["default", "other"])  # JSONField checks ask each
+@pytest.mark.django_db(databases=["default", "other", "jobs"])  # JSONField checks ask each
 def test_check_command_passes_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with override_settings(DURABLE_JOBS={}):
         call_command("check")
@@ -40,7 +40,7 @@ def test_check_command_passes_with_defaults(capsys: pytest.CaptureFixture[str]) 
 
 # The check command asks the database's features (JSONField support on SQLite): like the
 # other call_command("check") tests it needs the database, whichever test ran first.
-@pytest.mark.django_db(databases=["default", "other"])  # JSONField checks ask each
+@pytest.mark.django_db(databases=["default", "other", "jobs"])  # JSONField checks ask each
 @pytest.mark.parametrize(
     ("lease", "heartbeat"), [("10s", "10s"), ("10s", "30s"), ("1s", 1), ("60s", "1m")]
 )
@@ -80,14 +80,14 @@ def _database_checks() -> list[CheckMessage]:
 
 # On every database of the integration tier: MariaDB (no partial indexes) is the one that
 # used to warn five times, but a model change can make any backend warn.
-@pytest.mark.django_db(databases=["default", "other"])  # JSONField checks ask each
+@pytest.mark.django_db(databases=["default", "other", "jobs"])  # JSONField checks ask each
 def test_no_database_check_warns_about_this_app() -> None:
     assert _database_checks() == []
     call_command("check", databases=["default"], fail_level="WARNING")
 
 
 @pytest.mark.mariadb(reason="only MariaDB/MySQL lack partial indexes (models.W037)")
-@pytest.mark.django_db(databases=["default", "other"])  # JSONField checks ask each
+@pytest.mark.django_db(databases=["default", "other", "jobs"])  # JSONField checks ask each
 def test_the_guard_sees_a_partial_index_declared_the_plain_django_way(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -78,6 +78,8 @@ BAD_VALUES = [
     ("DATABASE", "nope", "E002"),
     ("DATABASE", 0, "E002"),
     ("DATABASE", None, "E002"),
+    ("READ_DATABASE", "replica-nope", "E032"),
+    ("READ_DATABASE", 1, "E032"),
     ("RETRIES", -1, "E003"),
     ("RETRIES", "3", "E003"),
     ("RETRIES", True, "E003"),
@@ -131,6 +133,7 @@ def test_bad_value_gets_the_keys_own_id(key: str, value: Any, check_id: str) -> 
 
 HINT_EXAMPLES = {
     "DATABASE": '"default"',
+    "READ_DATABASE": '"replica"',
     "RETRIES": "3",
     "MAX_PAYLOAD_BYTES": "1_000_000",
     "MAX_OUTPUT_BYTES": "1_000_000",
@@ -167,6 +170,8 @@ def test_required_durations_hint_does_not_offer_none() -> None:
 
 GOOD_VALUES = [
     ("DATABASE", "default"),
+    ("READ_DATABASE", None),
+    ("READ_DATABASE", "default"),
     ("RETRIES", 0),
     ("RETRIES", 10),
     ("MAX_PAYLOAD_BYTES", 1),

@@ -15,6 +15,7 @@ from django_durable_jobs.db.postgresql import sql
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.django_db(databases=["default", "jobs", "other"])  # each alias's history
 def test_the_models_need_no_new_migration() -> None:
     call_command("makemigrations", "django_durable_jobs", "--check", "--dry-run", verbosity=0)
 

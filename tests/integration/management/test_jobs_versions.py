@@ -75,7 +75,7 @@ def test_versions_lists_each_version_with_its_unfinished_runs(clock: FakeClock) 
     ) in text
 
 
-@pytest.mark.django_db(databases=["default", "other"])  # Django's checks ask each
+@pytest.mark.django_db(databases=["default", "other", "jobs"])  # Django's checks ask each
 def test_unfinished_runs_of_a_version_this_deploy_lacks_are_a_warning(clock: FakeClock) -> None:
     unfinished(clock)
     JobRunFactory.create(job_name="tests.gone", job_version=3, status=RunStatus.FAILED)
