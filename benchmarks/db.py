@@ -1,6 +1,6 @@
 """The benchmark's database: recreated at the start, emptied between workloads.
 
-One ``recreate_db`` and one ``truncate`` for PostgreSQL and MariaDB alike (the vendor
+One ``recreate_db`` and one ``truncate`` for PostgreSQL, MariaDB and SQLite alike (the vendor
 decides), so a workload written once runs on both (benchmarks/mariadb.py reuses ours).
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -29,6 +30,10 @@ def recreate_db() -> None:
     connections.close_all()
     db = settings.DATABASES["default"]
     name = db["NAME"]
+    if "sqlite" in db["ENGINE"]:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{name}{suffix}").unlink(missing_ok=True)
+        return
     if "mysql" in db["ENGINE"]:
         driver = importlib.import_module("MySQLdb")  # mysqlclient, Django's MySQL driver
         conn = driver.connect(host=db["HOST"], port=db["PORT"], user=db["USER"])
@@ -57,6 +62,10 @@ def truncate() -> None:
         if connection.vendor == "postgresql":
             tables = ", ".join(m._meta.db_table for m in models)
             cursor.execute(f"TRUNCATE {tables} CASCADE")
+            return
+        if connection.vendor == "sqlite":
+            for model in models:
+                cursor.execute(f"DELETE FROM {connection.ops.quote_name(model._meta.db_table)}")
             return
         cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
         for model in models:

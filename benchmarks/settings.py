@@ -49,6 +49,19 @@ if os.environ.get("BENCH_ENGINE") == "mysql":
             "CONN_MAX_AGE": None,
         }
     }
+# BENCH_ENGINE=sqlite: a SQLite file (BENCH_SQLITE_PATH, default .tmp/bench/bench.sqlite3),
+# for the wake-up latency on SQLite (benchmarks/wakeup.py --engine sqlite).
+if os.environ.get("BENCH_ENGINE") == "sqlite":
+    _work = os.environ.get(
+        "BENCH_WORK_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".tmp", "bench")
+    )
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("BENCH_SQLITE_PATH", os.path.join(_work, "bench.sqlite3")),
+            "CONN_MAX_AGE": None,
+        }
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Only documented settings. An idle PostgreSQL worker is woken by LISTEN/NOTIFY; the

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import conf
+from ..db import doorbell
 from ..engine.vocabulary import StepKind
 from ..models import (
     FINISHED,
@@ -88,7 +89,10 @@ def wake_parent(parent: uuid.UUID | None, now: datetime) -> int:
     """A child finished or was cancelled: its parent, waiting in ``step.invoke``, runs now."""
     if parent is None:
         return 0
-    return _runs().filter(pk=parent).wake_waiting(now)
+    woken = _runs().filter(pk=parent).wake_waiting(now)
+    if woken:
+        doorbell.ring(conf.database())
+    return woken
 
 
 def cancel_descendants(root: uuid.UUID, stopped: dict[str, Any]) -> list[uuid.UUID]:

@@ -11,6 +11,7 @@ from datetime import datetime
 from django.db import transaction
 
 from .. import conf, signals
+from ..db import doorbell
 from ..db.run_ids import resolve as _pk
 from ..engine import clock
 from ..engine.durations import Duration, before, parse_duration
@@ -86,6 +87,7 @@ def retry(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
         run = _changed_or_refuse(pk, _rows(pk).retry(now), VERBS["retry"])
+        doorbell.ring(using)
         children.release_failed(pk)
         children.fresh_windows(pk)
     return run
@@ -101,6 +103,7 @@ def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
         run = _changed_or_refuse(pk, _rows(pk).wake(now), VERBS["wake"])
+        doorbell.ring(using)
         StepRecord.objects.using(using).filter(run_id=pk).wake(now)
     return run
 
@@ -113,6 +116,7 @@ def replay_from(run_id: RunId, step: str, *, now: datetime | None = None) -> Job
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
         run = _changed_or_refuse(pk, _rows(pk).replay(now), VERBS["replay"])
+        doorbell.ring(using)
         steps = StepRecord.objects.using(using).filter(run_id=pk)
         first = steps.filter(name=step).values_list("id", flat=True).first()
         if first is None:  # raising rolls the run back too

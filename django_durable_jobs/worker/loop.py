@@ -39,6 +39,7 @@ from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..models import JobRun
+from ..verbs.events import wake_late
 from ..verbs.schedules import Ticker, sync
 from .batching import Batching
 from .connections import close_broken_connections, fit_to_pool, keep_healthy
@@ -50,7 +51,7 @@ from .outcome import Pending
 from .presence import Presence
 from .rollout import Rollout
 from .stopping import StopNow, StopSignals
-from .wakeup import Waker, make_waker
+from .wakeup import Waker, make_waker, take_events
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -161,6 +162,10 @@ class Worker(StopSignals):
             return False
         assert self._waker is not None
         self._waker.wait(poll)
+        if heard := take_events(self._waker):
+            # Runs that parked while these events' publishers were open (LISTEN: the
+            # publishers leave this pass to the workers that hear of their events).
+            wake_late(heard, self.clock.now())
         return True
 
     def run_once(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import transaction
 
@@ -36,3 +38,33 @@ def test_every_waiting_run_gets_its_own_event(workers: Workers) -> None:  # noqa
     )
     results = dict(JobRun.objects.values_list("id", "result"))
     assert all(results[run.pk] == {"key": key} for key, run in runs.items())
+
+
+def test_an_idle_worker_is_woken_by_an_enqueue_and_a_publish_not_by_its_poll(
+    workers: Workers,  # noqa: F811
+) -> None:
+    """With a 30 s poll, a run enqueued to an idle worker starts and a publish resumes
+    it within seconds: LISTEN on PostgreSQL, the doorbell on MariaDB, ``PRAGMA
+    data_version`` on SQLite. The deadlines are a behaviour check (woken, not polled),
+    not a speed measure."""
+    worker = workers.start("idle", "--poll-interval", "30s")
+    workers.wait_started(worker)
+    wait_until(lambda: " wake=" in worker.log(), timeout=10, what="the banner", workers=[worker])
+    time.sleep(0.5)  # its first, empty claim is behind it: it waits now
+    run = waiter.enqueue("k")
+    wait_until(
+        lambda: JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING,
+        timeout=10,
+        what="the enqueued run to start and wait",
+        workers=[worker],
+    )
+    time.sleep(0.5)  # the worker is idle again
+    with transaction.atomic():
+        publish_event("keyed", {"key": "k"}, key="k")
+    wait_until(
+        lambda: JobRun.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED,
+        timeout=10,
+        what="the published event to resume the run",
+        workers=[worker],
+    )
+    assert JobRun.objects.get(pk=run.pk).result == {"key": "k"}
