@@ -35,7 +35,7 @@ def ring(using: str) -> None:
         return
     connection, ringer = connections[using], _ringer(using)
     # One ring per transaction: a batch of enqueues in one atomic() rings once.
-    if connection.in_atomic_block and any(f is ringer for _, f, _ in connection.run_on_commit):
+    if connection.in_atomic_block and any(e[1] is ringer for e in connection.run_on_commit):
         return
     transaction.on_commit(ringer, using=using)
 

@@ -141,17 +141,21 @@ def wake_late(event_ids: Iterable[int], now: datetime) -> int:
     (they parked while the publisher's transaction was open, or another transaction
     held them). The runs the publisher woke are runnable already and left alone, so
     several workers hearing of one event write nothing twice. Returns how many runs
-    it woke; a conflict with another transaction leaves the rest to the next pass or
-    to their re-check (``EVENT_POLL``)."""
-    using = conf.database()
-    woken = 0
-    for event in Event.objects.using(using).filter(pk__in=list(event_ids)).order_by("id"):
-        try:
+    it woke. It does not raise (an idle worker calls it between claims): after a
+    database error the runs it did not wake find their event at their next re-check
+    (``EVENT_POLL``)."""
+    using, ids, woken = conf.database(), sorted(event_ids), 0
+    try:
+        for event in Event.objects.using(using).filter(pk__in=ids).order_by("id"):
             woken += wake_waiters(event, unwoken_since=now)
-        except DatabaseError as exc:
-            if not conflicts.is_conflict(exc):
-                raise
-            log.info("event %s: a late wake-up met %s", event.pk, conflicts.describe(exc))
+    except DatabaseError as exc:
+        log.warning(
+            "the runs waiting for events %s were not all woken after their commit (%s); "
+            "they find them at their next re-check (EVENT_POLL %s)",
+            ids,
+            conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
+            conf.get("EVENT_POLL"),
+        )
     return woken
 
 

@@ -8,10 +8,10 @@ import pytest
 from django.db import connections, transaction
 
 from django_durable_jobs import InvalidPayload, publish_event
-from django_durable_jobs.engine.clock import FakeClock
-from django_durable_jobs.models import Event, JobRun, RunStatus
 from django_durable_jobs.db import dialect
 from django_durable_jobs.db.postgresql.listen import Listener
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.models import Event, JobRun, RunStatus
 from django_durable_jobs.verbs.events import wake_late, wake_waiters
 from tests.conftest import Driver
 from tests.testapp import jobs
