@@ -88,3 +88,14 @@ def test_no_doorbell_where_workers_hear_otherwise() -> None:
     before = rung()
     waiter.enqueue("a")
     assert rung() == before
+
+
+@pytest.mark.mariadb(reason="the doorbell is MariaDB's and MySQL's")
+def test_the_doorbell_is_a_memory_table_whose_ring_is_not_flushed_to_disk() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT engine FROM information_schema.tables "
+            "WHERE table_schema = DATABASE() AND table_name = %s",
+            [Doorbell._meta.db_table],
+        )
+        assert cursor.fetchone()[0].upper() == "MEMORY"
