@@ -70,15 +70,19 @@ class CounterWaker(PollingWaker):
         self._using = using
         self._sql = sql
         self._connection: Any = None
+        self._cursor: Any = None
         self._last = self._read()
 
     def _read(self) -> Any:
         try:
             if self._connection is None:
                 self._connection = connections.create_connection(self._using)
-            with self._connection.cursor() as cursor:
-                cursor.execute(self._sql)
-                row = cursor.fetchone()
+                self._connection.ensure_connection()
+                # The driver's own cursor, kept: Django's wrapper costs more than the read.
+                self._cursor = self._connection.connection.cursor()
+            with self._connection.wrap_database_errors:
+                self._cursor.execute(self._sql)
+                row = self._cursor.fetchone()
             return row[0] if row else None
         except DatabaseError as exc:
             log.warning("the worker's wake-up read failed (%s); reconnecting", exc)
@@ -98,7 +102,7 @@ class CounterWaker(PollingWaker):
         return False
 
     def close(self) -> None:
-        connection, self._connection = self._connection, None
+        connection, self._connection, self._cursor = self._connection, None, None
         if connection is not None:
             with contextlib.suppress(DatabaseError):
                 connection.close()
