@@ -161,11 +161,13 @@ class Worker(StopSignals):
         elif self.options.burst:
             return False
         assert self._waker is not None
-        self._waker.wait(poll)
         if heard := take_events(self._waker):
             # Runs that parked while these events' publishers were open (LISTEN: the
             # publishers leave this pass to the workers that hear of their events).
+            # Heard in the last wait, looked at now: the claim the events woke went
+            # first. A run this wakes notifies, and the wait below returns at once.
             wake_late(heard, self.clock.now())
+        self._waker.wait(poll)
         return True
 
     def run_once(self) -> bool:
