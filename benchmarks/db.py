@@ -1,6 +1,6 @@
 """The benchmark's database: recreated at the start, emptied between workloads.
 
-One ``recreate_db`` and one ``truncate`` for PostgreSQL and MariaDB alike (the vendor
+One ``recreate_db`` and one ``truncate`` for PostgreSQL, MariaDB and SQLite alike (the vendor
 decides), so a workload written once runs on both (benchmarks/mariadb.py reuses ours).
 """
 
@@ -63,6 +63,10 @@ def truncate() -> None:
         if connection.vendor == "postgresql":
             tables = ", ".join(m._meta.db_table for m in models)
             cursor.execute(f"TRUNCATE {tables} CASCADE")
+            return
+        if connection.vendor == "sqlite":
+            for model in models:
+                cursor.execute(f"DELETE FROM {connection.ops.quote_name(model._meta.db_table)}")
             return
         cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
         for model in models:

@@ -49,15 +49,17 @@ if os.environ.get("BENCH_ENGINE") == "mysql":
             "CONN_MAX_AGE": None,
         }
     }
-# BENCH_ENGINE=sqlite: a file in .tmp/bench (BENCH_SQLITE_FILE), workers waiting for its lock.
+# BENCH_ENGINE=sqlite: a SQLite file (BENCH_SQLITE_PATH, default .tmp/bench/bench.sqlite3),
+# workers waiting for its lock (benchmarks/bulk.py, benchmarks/wakeup.py --engine sqlite).
 if os.environ.get("BENCH_ENGINE") == "sqlite":
+    _work = os.environ.get(
+        "BENCH_WORK_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".tmp", "bench")
+    )
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": os.environ.get(
-                "BENCH_SQLITE_FILE",
-                os.path.join(os.path.dirname(__file__), "..", ".tmp", "bench", "bench.sqlite3"),
-            ),
+            "NAME": os.environ.get("BENCH_SQLITE_PATH", os.path.join(_work, "bench.sqlite3")),
+            "CONN_MAX_AGE": None,
             "OPTIONS": {"timeout": 30},
         }
     }

@@ -4,17 +4,34 @@ next step, on an idle worker. Ours only; benchmarks/mariadb.py measures it there
 Each event goes to one run parked in ``step.wait_for_event`` (``bench.wake``), at a
 random phase of the worker's wait, one at a time: the figure is the reaction of an idle
 system, not a throughput.
+
+Alone, on any of the three databases, a few rounds (the database is recreated: on
+PostgreSQL ``BENCH_DB``, on MariaDB ``BENCH_MYSQL_DB``, on SQLite a file in
+``.tmp/bench``)::
+
+    .venv/py312-dj61/bin/python benchmarks/wakeup.py --engine sqlite [--rounds 3]
+        [--events 100] [--idle-seconds 30]
+
+Each round prints the p50 and p99 of commit -> next step, the p50 of commit ->
+``atomic()`` returned (what ``publish_event`` adds to the publisher's commit), and the
+CPU time an idle worker spent over ``--idle-seconds`` (``/proc/<pid>/stat``: user +
+system, as a share of one core).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+if __name__ == "__main__":  # run as a script: this checkout first on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.db import truncate
 from benchmarks.harness import (
@@ -138,3 +155,71 @@ def wakeup_report(w: Wakeup) -> list[str]:
         "time.time) recorded in the worker (same machine)",
     ]
     return out
+
+
+def idle_cpu(seconds: float) -> float:
+    """The CPU time (user + system, ``/proc/<pid>/stat``) an idle ``runjobs`` spends
+    over ``seconds``, as a percentage of one core."""
+    say(f"ours: an idle worker's CPU over {seconds:g} s")
+    truncate()
+    proc = start_idle_worker(WORK / "worker_idle.log", "idle")
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        before, started = _cpu_ticks(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        after, ended = _cpu_ticks(proc.pid), time.monotonic()
+    finally:
+        stop_worker(proc)
+    return (after - before) / ticks / (ended - started) * 100
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--engine", choices=("postgresql", "mysql", "sqlite"), required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--events", type=int, default=100)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    os.environ["BENCH_ENGINE"] = args.engine  # before Django reads benchmarks.settings
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    import django
+
+    from benchmarks.db import recreate_db
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    recreate_db()
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    print(
+        f"{args.engine}: {args.events} events a round; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        "round | wake | commit->next step p50 | p99 | of it: wait step done p50 "
+        "| publish adds p50 | idle CPU"
+    )
+    for round_ in range(1, args.rounds + 1):
+        woken = measure_wakeup(args.events)
+        cpu = idle_cpu(args.idle_seconds) if args.idle_seconds > 0 else float("nan")
+        print(
+            f"{round_:5d} | {woken.mode} | {pct(woken.latency_ms, 50):8.2f} ms "
+            f"| {pct(woken.latency_ms, 99):8.2f} ms | {pct(woken.claimed_ms, 50):8.2f} ms "
+            f"| {pct(woken.publish_ms, 50):6.2f} ms "
+            f"| {cpu:5.2f} %",
+            flush=True,
+        )
+        for problem in woken.problems[:5]:
+            print(f"      worker: {problem}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

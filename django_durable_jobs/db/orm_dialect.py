@@ -43,6 +43,20 @@ class Dialect:
     fused: ClassVar[bool] = False
     #: Idle workers are woken by LISTEN/NOTIFY rather than by polling.
     listens: ClassVar[bool] = False
+    #: How an idle worker hears of new work (``worker/wakeup.py``): ``"listen"``
+    #: (LISTEN/NOTIFY), ``"data_version"`` (SQLite: a short poll of ``PRAGMA
+    #: data_version``, which changes when another connection commits), ``"doorbell"``
+    #: (a short poll of the one ``Doorbell`` row that enqueuers and publishers bump
+    #: after their commit: ``db/doorbell.py``), or ``"poll"`` (the claim itself, every
+    #: ``POLL_INTERVAL``).
+    wake_by: ClassVar[str] = "poll"
+    #: Who looks, after a publisher's commit, for the runs waiting for its event that
+    #: its transaction could not wake (they parked while it was open, or another
+    #: transaction held them): ``"publisher"`` (a statement after its commit),
+    #: ``"listener"`` (the idle worker that hears of the event: ``events.wake_late``),
+    #: or ``"nobody"`` (SQLite: one writer at a time, so no run can park while the
+    #: publisher's transaction is open, and no row is locked).
+    late_wake: ClassVar[str] = "publisher"
     #: The database's clock, read (``dbclock``); None: an unknown backend, whose
     #: processes trust their own clocks.
     now_sql: ClassVar[str | None] = None
@@ -199,6 +213,8 @@ class Dialect:
 
 
 class SQLite(Dialect):
+    wake_by = "data_version"
+    late_wake = "nobody"
     now_sql = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
     clock_resolution = timedelta(milliseconds=1)
 
@@ -227,6 +243,7 @@ class Locking(Dialect):
 
 
 class MySQL(Locking):
+    wake_by = "doorbell"
     now_sql = "SELECT UTC_TIMESTAMP(6)"
 
     def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:

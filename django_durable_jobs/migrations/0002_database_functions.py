@@ -12,7 +12,11 @@ priority descending and wake time, so the claim of runs under no limit reads its
 part in order and stops after the runs it wants (``models.best``); runs held back by a
 saturated key (no wake time: MariaDB sorts NULL first) stay out of its way. Not in
 ``JobRun.Meta.indexes``: PostgreSQL's and SQLite's partial indexes serve the claim in
-its order already, and an index declared there would be built on them too.
+its order already, and an index declared there would be built on them too. And the
+doorbell (``db/doorbell.py``) in a MEMORY table: a ring is an UPDATE in a statement of
+its own after each enqueue's commit, which InnoDB makes durable (a log flush, 2.5 ms
+here) and a MEMORY table does not (0.04 ms); after a restart the next ring makes the
+row again.
 """
 
 from typing import Any
@@ -34,11 +38,17 @@ def _table(apps: Any, schema_editor: Any) -> str:
     )
 
 
+def _doorbell(apps: Any, schema_editor: Any) -> str:
+    model = apps.get_model("django_durable_jobs", "Doorbell")
+    return str(schema_editor.quote_name(model._meta.db_table))
+
+
 def forwards(apps: Any, schema_editor: Any) -> None:
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
         sql.create_schema(schema_editor)
     elif vendor == "mysql":
+        schema_editor.execute(f"ALTER TABLE {_doorbell(apps, schema_editor)} ENGINE=MEMORY")
         for name, fields in MYSQL_INDEXES.items():
             columns = ", ".join(
                 schema_editor.quote_name(field.lstrip("-"))
@@ -56,6 +66,7 @@ def backwards(apps: Any, schema_editor: Any) -> None:
     if vendor == "postgresql":
         sql.drop_schema(schema_editor)
     elif vendor == "mysql":
+        schema_editor.execute(f"ALTER TABLE {_doorbell(apps, schema_editor)} ENGINE=InnoDB")
         for name in MYSQL_INDEXES:
             schema_editor.execute(
                 f"DROP INDEX {schema_editor.quote_name(name)} ON {_table(apps, schema_editor)}"

@@ -9,6 +9,7 @@ from .events import EventPosition as EventPosition
 from .events import EventQuerySet as EventQuerySet
 from .messages import Message as Message
 from .messages import MessageQuerySet as MessageQuerySet
+from .operations import Doorbell as Doorbell
 from .operations import RunTally as RunTally
 from .operations import Schedule as Schedule
 from .operations import ScheduleQuerySet as ScheduleQuerySet

@@ -93,6 +93,22 @@ class Worker(models.Model):
         return f"{self.worker_id} ({self.status})"
 
 
+class Doorbell(models.Model):
+    """One row: a counter bumped after each commit that enqueued runs or made runs
+    runnable, where idle workers cannot be notified (MariaDB/MySQL: no LISTEN/NOTIFY).
+    An idle worker reads it every few milliseconds (``worker/wakeup.py``) instead of
+    asking the runs table for work."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    rung = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "doorbell"
+
+    def __str__(self) -> str:
+        return f"doorbell rung {self.rung} times"
+
+
 class RunTally(models.Model):
     """The runs finished since counting began, by job and status, with their durations
     in buckets: the Prometheus counters and histogram (``observe/counters.py``). A scrape

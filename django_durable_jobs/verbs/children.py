@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import conf
+from ..db import doorbell
 from ..engine.vocabulary import StepKind
 from ..models import (
     FINISHED,
@@ -91,7 +92,10 @@ def wake_parents(parents: Collection[uuid.UUID | None], now: datetime) -> int:
     wanted = [parent for parent in parents if parent is not None]
     if not wanted:
         return 0
-    return _runs().filter(pk__in=wanted).wake_waiting(now)
+    woken = _runs().filter(pk__in=wanted).wake_waiting(now)
+    if woken:
+        doorbell.ring(conf.database())
+    return woken
 
 
 def cancel_descendants(root: uuid.UUID, stopped: dict[str, Any]) -> list[uuid.UUID]:

@@ -16,7 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from .. import conf, signals
-from ..db import dialect
+from ..db import dialect, doorbell
 from ..db.flow import gates, holds
 from ..db.flow import keys as flow_keys
 from ..db.migrated import needs_tables
@@ -89,6 +89,8 @@ def enqueue_job(
         holds.let_go_after_commit(db, job.name, held, run.concurrency_limit or 0)
     if outcome == "new" and job.cancel_on:
         gates.add_cancel_keys(run, job, clean_args, clean_kwargs, db)
+    if outcome != "existing":
+        doorbell.ring(db)  # MariaDB/MySQL: idle workers hear of it after the commit
     if outcome == "skipped":
         signals.run_skipped.send(sender=JobRun, run=run)
     elif outcome == "new":
@@ -198,6 +200,8 @@ def enqueue_many_job(
         created = JobRun.objects.using(using).bulk_create(runs, batch_size=batch_size)
         limit = job.concurrency.limit if job.concurrency is not None else 0
         holds.let_go_after_commit(using, job.name, held, limit)
+    if created:
+        doorbell.ring(using)  # MariaDB/MySQL: idle workers hear of them after the commit
     for run in created:
         signals.run_enqueued.send(sender=JobRun, run=run)
     return created

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 
 from .. import conf, signals
-from ..db import conflicts, dialect, migrated
+from ..db import conflicts, dialect, doorbell, migrated
 from ..db.event_log import OrmEventLog
 from ..db.migrated import needs_tables
 from ..db.store import child_run_outcome
@@ -88,8 +88,16 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
         # The pass after the commit looks at the runs with a later wake time only.
         woken_at = clock.current().now()
         wake_waiters(row, now=dialect.of(using).wake_time(woken_at), skip_locked=True)
+    if woken_at is not None and dialect.of(using).late_wake != "publisher":
+        # Nothing after the commit: an idle worker that hears of the event does the
+        # pass (``wake_late``), or no run can have parked meanwhile (SQLite).
+        woken_at = _NO_LATE_PASS
     transaction.on_commit(lambda: _committed(row, woken_at), using=using)
     return row
+
+
+#: ``_committed`` skips the pass after the commit (``Dialect.late_wake``).
+_NO_LATE_PASS = datetime.max
 
 
 def cancel_on_event(event: Event, using: str) -> list[JobRun]:
@@ -121,8 +129,34 @@ def _committed(event: Event, woken_at: datetime | None) -> None:
     # After the commit, the runs the publisher's transaction did not wake: those that
     # parked meanwhile (each either is seen here or sees the event when it re-checks
     # after parking), and those another transaction held locked.
-    _wake_after_commit(event, woken_at)
+    if woken_at is not _NO_LATE_PASS:
+        _wake_after_commit(event, woken_at)
     signals.event_published.send(sender=Event, event=event)
+
+
+def wake_late(event_ids: Iterable[int], now: datetime) -> int:
+    """The pass after the commit of these events' publishers, done by an idle worker
+    that heard of them (LISTEN: ``durable_jobs_published``) instead of by each
+    publisher: the runs waiting for one of them whose wake time is still to come
+    (they parked while the publisher's transaction was open, or another transaction
+    held them). The runs the publisher woke are runnable already and left alone, so
+    several workers hearing of one event write nothing twice. Returns how many runs
+    it woke. It does not raise (an idle worker calls it between claims): after a
+    database error the runs it did not wake find their event at their next re-check
+    (``EVENT_POLL``)."""
+    using, ids, woken = conf.database(), sorted(event_ids), 0
+    try:
+        for event in Event.objects.using(using).filter(pk__in=ids).order_by("id"):
+            woken += wake_waiters(event, unwoken_since=now)
+    except DatabaseError as exc:
+        log.warning(
+            "the runs waiting for events %s were not all woken after their commit (%s); "
+            "they find them at their next re-check (EVENT_POLL %s)",
+            ids,
+            conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
+            conf.get("EVENT_POLL"),
+        )
+    return woken
 
 
 #: Conflicts with concurrent transactions the pass after the commit is retried across.
@@ -287,8 +321,12 @@ def wake_waiters(
         if not ids:
             return 0
         runs = JobRun.objects.using(using).filter(id__in=ids)
-    # Idle workers are told by the row trigger durable_jobs_woken (PostgreSQL).
-    return runs.wake_waiting(now)
+    # Idle workers are told by the row trigger durable_jobs_woken (PostgreSQL), or by
+    # the doorbell (MariaDB/MySQL).
+    woken = runs.wake_waiting(now)
+    if woken:
+        doorbell.ring(using)
+    return woken
 
 
 def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None:
@@ -310,10 +348,11 @@ def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None
         )
     elif record.child:  # step.invoke
         arrived = child_run_outcome(conf.database(), record.child) is not None
-    if arrived:
-        JobRun.objects.using(conf.database()).filter(pk=run_id).wake_waiting(now)
+    if arrived and JobRun.objects.using(conf.database()).filter(pk=run_id).wake_waiting(now):
+        doorbell.ring(conf.database())
 
 
 def wake_parent(parent_id: Any, now: datetime) -> None:
     """A child run finished: its parent, waiting in ``step.invoke``, runs now."""
-    JobRun.objects.using(conf.database()).filter(pk=parent_id).wake_waiting(now)
+    if JobRun.objects.using(conf.database()).filter(pk=parent_id).wake_waiting(now):
+        doorbell.ring(conf.database())

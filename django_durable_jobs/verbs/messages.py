@@ -12,7 +12,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import Exists, Func, OuterRef
 
 from .. import conf
-from ..db import conflicts, dialect
+from ..db import conflicts, dialect, doorbell
 from ..db.migrated import needs_tables
 from ..db.run_ids import resolve
 from ..engine import clock
@@ -95,8 +95,12 @@ def wake_receiver(
         if not locked:
             return 0
         runs = JobRun.objects.using(using).filter(id__in=locked)
-    # Idle workers are told by the row trigger durable_jobs_woken (PostgreSQL).
-    return runs.wake_waiting(now or clock.current().now())
+    # Idle workers are told by the row trigger durable_jobs_woken (PostgreSQL), or by
+    # the doorbell (MariaDB/MySQL).
+    woken = runs.wake_waiting(now or clock.current().now())
+    if woken:
+        doorbell.ring(using)
+    return woken
 
 
 def has_unreceived(run_id: Any, topic: str) -> bool:

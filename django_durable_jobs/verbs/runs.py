@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import conf, signals
-from ..db import dialect
+from ..db import dialect, doorbell
 from ..db.run_ids import resolve as _pk
 from ..engine import clock
 from ..engine.durations import Duration, before, parse_duration
@@ -132,6 +132,7 @@ def retry_in_transaction(pks: Sequence[uuid.UUID], now: datetime) -> list[uuid.U
     those retried (the others' guard refused them: nothing written)."""
     changed = _guarded(pks, VERBS["retry"].rule, now, lambda rows: rows.retry(now), "retry")
     if changed:
+        doorbell.ring(conf.database())
         children.release_failed(changed)
         children.fresh_windows(changed)
     return changed
@@ -177,6 +178,7 @@ def wake(run_id: RunId, *, now: datetime | None = None) -> JobRun:
     pk, using = _pk(run_id), conf.database()
     with transaction.atomic(using=using):
         run = _changed_or_refuse(pk, _rows(pk).wake(now), VERBS["wake"])
+        doorbell.ring(using)
         StepRecord.objects.using(using).filter(run_id=pk).wake(now)
     return run
 
@@ -200,6 +202,7 @@ def replay_in_transaction(pk: uuid.UUID, step: str, now: datetime) -> bool:
     replayed = _guarded([pk], VERBS["replay"].rule, now, lambda rows: rows.replay(now), "replay")
     if not replayed:
         return False
+    doorbell.ring(conf.database())
     steps = StepRecord.objects.using(conf.database()).filter(run_id=pk)
     first = steps.filter(name=step).values_list("id", flat=True).first()
     if first is None:  # raising rolls the run back too

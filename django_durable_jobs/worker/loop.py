@@ -39,6 +39,7 @@ from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..models import JobRun
+from ..verbs.events import wake_late
 from ..verbs.schedules import Ticker, sync
 from .batching import Batching
 from .connections import close_broken_connections, fit_to_pool, keep_healthy
@@ -51,7 +52,7 @@ from .pauses import PauseWatch
 from .presence import Presence
 from .rollout import Rollout
 from .stopping import StopNow, StopSignals
-from .wakeup import Waker, make_waker
+from .wakeup import Waker, make_waker, take_events
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -168,6 +169,12 @@ class Worker(StopSignals):
             # Woken by a notification, the claim then finds the pauses read (at most a
             # poll ago): no read between the notification and the claim.
             self._pauses.current()
+        if heard := take_events(self._waker):
+            # Runs that parked while these events' publishers were open (LISTEN: the
+            # publishers leave this pass to the workers that hear of their events).
+            # Heard in the last wait, looked at now: the claim the events woke went
+            # first. A run this wakes notifies, and the wait below returns at once.
+            wake_late(heard, self.clock.now())
         self._waker.wait(poll)
         return True
 

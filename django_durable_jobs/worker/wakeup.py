@@ -1,15 +1,28 @@
-"""How an idle worker learns there is work: LISTEN/NOTIFY on PostgreSQL, polling elsewhere."""
+"""How an idle worker learns there is work: LISTEN/NOTIFY on PostgreSQL; elsewhere a
+short poll of something tiny that changes when there may be work (SQLite's ``PRAGMA
+data_version``, MariaDB's doorbell row), never of the runs table; the claim itself
+every ``POLL_INTERVAL`` on any other database. The dialect chooses
+(``Dialect.wake_by``)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Protocol
+import threading
+import time
+from typing import Any, Protocol
+
+from django.db import DatabaseError, connections
 
 from .. import conf
-from ..db import dialect
+from ..db import dialect, doorbell
 from ..db.postgresql.listen import Listener
 
 log = logging.getLogger("django_durable_jobs.worker")
+
+#: How often a short-polling worker looks (seconds): the wake-up waits half of it on
+#: average. Each look is one read of a counter on a connection of its own.
+TICK = 0.02
 
 
 class Waker(Protocol):
@@ -26,8 +39,6 @@ class PollingWaker:
     mode = "polling"
 
     def __init__(self) -> None:
-        import threading
-
         self._event = threading.Event()
 
     def wait(self, timeout: float) -> bool:
@@ -42,7 +53,74 @@ class PollingWaker:
         return None
 
 
+class CounterWaker(PollingWaker):
+    """Looks every ``TICK`` at a counter that changes when there may be work: SQLite's
+    ``PRAGMA data_version`` (it changes whenever another connection commits: a false
+    alarm costs one empty claim) or the doorbell row (``db/doorbell.py``). The value
+    is compared with the last one read, never re-read at the start of a wait: a change
+    between the worker's last claim and its wait still wakes it.
+
+    A connection of its own, in autocommit (each read sees the latest commit; on
+    SQLite the counter counts the commits of other connections). After a database
+    error it reconnects on the next look; meanwhile it waits as ``PollingWaker``."""
+
+    def __init__(self, using: str, sql: str, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+        self._using = using
+        self._sql = sql
+        self._connection: Any = None
+        self._cursor: Any = None
+        self._last = self._read()
+
+    def _read(self) -> Any:
+        try:
+            if self._connection is None:
+                self._connection = connections.create_connection(self._using)
+                self._connection.ensure_connection()
+                # The driver's own cursor, kept: Django's wrapper costs more than the read.
+                self._cursor = self._connection.connection.cursor()
+            with self._connection.wrap_database_errors:
+                self._cursor.execute(self._sql)
+                row = self._cursor.fetchone()
+            return row[0] if row else None
+        except DatabaseError as exc:
+            log.warning("the worker's wake-up read failed (%s); reconnecting", exc)
+            self.close()
+            return None
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if self._event.wait(min(TICK, left)):
+                self._event.clear()
+                return True
+            value = self._read()
+            if value is not None and value != self._last:
+                self._last = value
+                return True
+        return False
+
+    def close(self) -> None:
+        connection, self._connection, self._cursor = self._connection, None, None
+        if connection is not None:
+            with contextlib.suppress(DatabaseError):
+                connection.close()
+
+
 def make_waker() -> Waker:
-    if dialect.of(conf.database()).listens:  # psycopg 3: notifies(timeout=...)
-        return Listener(conf.database())
+    using = conf.database()
+    wake_by = dialect.of(using).wake_by
+    if wake_by == "listen":  # psycopg 3: notifies(timeout=...)
+        return Listener(using)
+    if wake_by == "data_version":
+        return CounterWaker(using, "PRAGMA data_version", "data_version")
+    if wake_by == "doorbell":
+        return CounterWaker(using, doorbell.read_sql(using), "doorbell")
     return PollingWaker()
+
+
+def take_events(waker: Waker) -> list[int]:
+    """The ids of the events the waker heard of since it was last asked (LISTEN)."""
+    take = getattr(waker, "take_events", None)
+    return list(take()) if take is not None else []

@@ -50,6 +50,8 @@ class Postgres(Locking):
 class Psycopg(Postgres):
     fused = True
     listens = True
+    wake_by = "listen"
+    late_wake = "listener"
 
     def claim_concurrency(
         self,

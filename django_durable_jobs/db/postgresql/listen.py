@@ -31,6 +31,8 @@ class Listener:
         self._psycopg = psycopg
         self._conn: Any = None
         self._told = False
+        #: The ids of the events heard of ("event <id>", ``durable_jobs_published``).
+        self._events: set[int] = set()
 
     def _connect(self) -> Any:
         if self._conn is None or self._conn.closed:
@@ -48,16 +50,26 @@ class Listener:
     def wait(self, timeout: float) -> bool:
         try:
             conn = self._connect()
-            for _ in conn.notifies(timeout=timeout, stop_after=1):
-                # Drain whatever else arrived; one wake-up is enough.
-                return True
-            return False
+            heard = [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
+            if heard:
+                # Drain whatever else has arrived: one wake-up is enough.
+                heard += [n.payload for n in conn.notifies(timeout=0.0)]
+            for payload in heard:
+                if payload.startswith("event "):
+                    self._events.add(int(payload.removeprefix("event ")))
+            return bool(heard)
         except self._psycopg.Error as exc:
             log.warning("LISTEN connection lost (%s); reconnecting", exc)
             self.close()
 
             time.sleep(min(timeout, 1.0))
             return False
+
+    def take_events(self) -> set[int]:
+        """The events heard of since the last call (their runs are woken by
+        ``events.wake_late``)."""
+        events, self._events = self._events, set()
+        return events
 
     def close(self) -> None:
         if self._conn is not None:

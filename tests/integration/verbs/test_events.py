@@ -8,9 +8,11 @@ import pytest
 from django.db import connections, transaction
 
 from django_durable_jobs import InvalidPayload, publish_event
+from django_durable_jobs.db import dialect
+from django_durable_jobs.db.postgresql.listen import Listener
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
-from django_durable_jobs.verbs.events import wake_waiters
+from django_durable_jobs.verbs.events import wake_late, wake_waiters
 from tests.conftest import Driver
 from tests.testapp import jobs
 
@@ -109,6 +111,15 @@ def test_a_publish_in_a_transaction_wakes_its_waiters_before_its_commit(
     assert run.status == RunStatus.SUCCEEDED
 
 
+def late_pass(event: Event, clock: FakeClock) -> None:
+    """Where the publisher leaves the pass after its commit to the idle workers that
+    hear of the event (PostgreSQL's LISTEN), what such a worker does."""
+    if dialect.of("default").late_wake == "listener":
+        assert wake_late([event.pk], clock.now()) >= 0
+
+
+@pytest.mark.postgres
+@pytest.mark.mariadb(reason="SQLite has one writer: no run parks while a publisher is open")
 @pytest.mark.django_db(transaction=True)
 def test_a_run_that_parks_before_the_publish_commits_is_woken_after_it(
     driver: Driver, clock: FakeClock
@@ -118,11 +129,39 @@ def test_a_run_that_parks_before_the_publish_commits_is_woken_after_it(
     with transaction.atomic():
         # Not waiting when the publisher's transaction looks (still being parked)...
         JobRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
-        publish_event("order.paid", {"order_id": 1}, key="42")
+        event = publish_event("order.paid", {"order_id": 1}, key="42")
         assert JobRun.objects.get(pk=run.pk).wake_at == parked_until
         # ... and parked before it commits: the pass after the commit wakes it.
         JobRun.objects.filter(pk=run.pk).update(status=RunStatus.WAITING)
+    late_pass(event, clock)
     assert JobRun.objects.get(pk=run.pk).wake_at == clock.now()
+
+
+@pytest.mark.postgres(reason="the publisher leaves the pass after its commit to LISTEN")
+@pytest.mark.django_db(transaction=True)
+def test_a_listening_worker_hears_of_each_event_and_wakes_what_the_publisher_could_not(
+    driver: Driver, clock: FakeClock
+) -> None:
+    run = park_onboarding(driver, clock, 42)
+    parked_until = run.wake_at
+    listener = Listener("default")
+    try:
+        listener.wait(0.01)  # connected and listening before the publish
+        with transaction.atomic():
+            JobRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+            event = publish_event("order.paid", {"order_id": 1}, key="42")
+            JobRun.objects.filter(pk=run.pk).update(status=RunStatus.WAITING)
+        # The publisher wrote nothing after its commit...
+        assert JobRun.objects.get(pk=run.pk).wake_at == parked_until
+        # ... the worker hears of the event and does the pass.
+        assert listener.wait(10)
+        assert listener.take_events() == {event.pk}
+        assert listener.take_events() == set()
+    finally:
+        listener.close()
+    assert wake_late([event.pk], clock.now()) == 1
+    assert JobRun.objects.get(pk=run.pk).wake_at == clock.now()
+    assert wake_late([event.pk], clock.now()) == 0  # a second worker's pass: nothing left
 
 
 @pytest.mark.postgres(reason="SQLite has one writer; the race needs row locks")
@@ -156,6 +195,7 @@ def test_a_publish_does_not_wait_for_a_waiter_another_transaction_holds(
     finally:
         release.set()
         holder.join(timeout=30)
+    late_pass(Event.objects.get(), clock)
     assert JobRun.objects.get(pk=run.pk).wake_at == clock.now()
 
 

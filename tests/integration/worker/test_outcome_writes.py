@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.db.backends.signals import connection_created
 
 from django_durable_jobs.engine.clock import FakeClock
@@ -194,7 +194,9 @@ def test_with_conn_max_age_0_the_worker_keeps_its_connection_between_runs(
     opened: list[str] = []
 
     def created(sender: Any, connection: Any, **kwargs: Any) -> None:
-        if threading.get_ident() == main:
+        # Not the idle worker's wake-up connection (worker/wakeup.py), which is its own
+        # for the worker's life, outside Django's per-thread connections.
+        if threading.get_ident() == main and connection is connections[connection.alias]:
             opened.append(connection.alias)
 
     connection_created.connect(created)

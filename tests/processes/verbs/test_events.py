@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 
 from django_durable_jobs import publish_event
 from django_durable_jobs.models import JobRun, RunStatus
@@ -36,3 +39,75 @@ def test_every_waiting_run_gets_its_own_event(workers: Workers) -> None:  # noqa
     )
     results = dict(JobRun.objects.values_list("id", "result"))
     assert all(results[run.pk] == {"key": key} for key, run in runs.items())
+
+
+def test_an_idle_worker_is_woken_by_an_enqueue_and_a_publish_not_by_its_poll(
+    workers: Workers,  # noqa: F811
+) -> None:
+    """With a 30 s poll, a run enqueued to an idle worker starts and a publish resumes
+    it within seconds: LISTEN on PostgreSQL, the doorbell on MariaDB, ``PRAGMA
+    data_version`` on SQLite. The deadlines are a behaviour check (woken, not polled),
+    not a speed measure."""
+    worker = workers.start("idle", "--poll-interval", "30s")
+    workers.wait_started(worker)
+    wait_until(lambda: " wake=" in worker.log(), timeout=10, what="the banner", workers=[worker])
+    time.sleep(0.5)  # its first, empty claim is behind it: it waits now
+    run = waiter.enqueue("k")
+    wait_until(
+        lambda: JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING,
+        timeout=10,
+        what="the enqueued run to start and wait",
+        workers=[worker],
+    )
+    time.sleep(0.5)  # the worker is idle again
+    with transaction.atomic():
+        publish_event("keyed", {"key": "k"}, key="k")
+    wait_until(
+        lambda: JobRun.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED,
+        timeout=10,
+        what="the published event to resume the run",
+        workers=[worker],
+    )
+    assert JobRun.objects.get(pk=run.pk).result == {"key": "k"}
+
+
+@pytest.mark.postgres(reason="the publisher leaves the pass after its commit to LISTEN")
+def test_a_run_that_parks_while_the_publisher_is_open_is_woken_by_the_listening_worker(
+    workers: Workers,  # noqa: F811
+) -> None:
+    """The publisher's transaction wakes no one (the run is not waiting yet); the run
+    parks, and re-checks, before the event commits. The worker that hears of the event
+    wakes it, well before its 30 s poll and the run's 30 s re-check."""
+    worker = workers.start("idle", "--poll-interval", "30s")
+    workers.wait_started(worker)
+    published, commit = threading.Event(), threading.Event()
+
+    def publisher() -> None:
+        try:
+            with transaction.atomic():
+                publish_event("keyed", {"key": "k"}, key="k")
+                published.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    try:
+        assert published.wait(30)
+        run = waiter.enqueue("k")
+        wait_until(
+            lambda: JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING,
+            timeout=10,
+            what="the run to park while the publisher is open",
+            workers=[worker],
+        )
+    finally:
+        commit.set()
+        thread.join(30)
+    wait_until(
+        lambda: JobRun.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED,
+        timeout=10,
+        what="the listening worker to wake the run",
+        workers=[worker],
+    )

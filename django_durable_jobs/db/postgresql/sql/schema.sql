@@ -46,6 +46,21 @@ BEGIN
 END
 $function$;
 
+-- durable_jobs_notify_published --
+-- An idle worker learns that an event was published: "event <id>" on the channel
+-- durable_jobs, sent on commit. The worker wakes the runs that parked while the
+-- publisher's transaction was open (verbs/events.py, wake_late), so the publisher
+-- pays no statement after its commit.
+CREATE OR REPLACE FUNCTION durable_jobs_notify_published()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_notify('durable_jobs', 'event ' || NEW.id::text);
+    RETURN NULL;
+END
+$function$;
+
 -- durable_flow_lock_id --
 -- The number of a flow-control key's advisory lock: (job, kind, key) hashed.
 CREATE OR REPLACE FUNCTION durable_flow_lock_id(p_job text, p_kind text, p_key text)
@@ -329,6 +344,11 @@ CREATE TRIGGER durable_jobs_enqueued AFTER INSERT ON django_durable_jobs_jobrun
 CREATE TRIGGER durable_jobs_woken AFTER UPDATE OF wake_at, status ON django_durable_jobs_jobrun
     FOR EACH ROW WHEN (NEW.status IN ('queued', 'sleeping', 'waiting') AND NEW.wake_at <= now())
     EXECUTE FUNCTION durable_jobs_notify_woken();
+
+-- durable_jobs_published --
+-- Every published event, in the publisher's transaction.
+CREATE TRIGGER durable_jobs_published AFTER INSERT ON django_durable_jobs_event
+    FOR EACH ROW EXECUTE FUNCTION durable_jobs_notify_published();
 
 -- durable_jobs_finished --
 -- A run that became finished (succeeded, failed, cancelled, skipped) in this write.
