@@ -138,6 +138,7 @@ def test_a_run_that_parks_before_the_publish_commits_is_woken_after_it(
 
 
 @pytest.mark.postgres(reason="the publisher leaves the pass after its commit to LISTEN")
+@pytest.mark.psycopg3(reason="LISTEN is psycopg 3's: through psycopg2 an idle worker polls")
 @pytest.mark.django_db(transaction=True)
 def test_a_listening_worker_hears_of_each_event_and_wakes_what_the_publisher_could_not(
     driver: Driver, clock: FakeClock

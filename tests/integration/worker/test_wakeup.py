@@ -35,11 +35,13 @@ def rung() -> int:
     return Doorbell.objects.filter(pk=1).values_list("rung", flat=True).first() or 0
 
 
+@pytest.mark.psycopg3(reason="LISTEN is psycopg 3's: through psycopg2 an idle worker polls")
 def test_each_database_wakes_its_idle_workers_its_own_way(waker: Waker) -> None:
     wanted = {"postgresql": "listen/notify", "mysql": "doorbell", "sqlite": "data_version"}
     assert waker.mode == wanted[connection.vendor]
 
 
+@pytest.mark.psycopg3(reason="LISTEN is psycopg 3's: through psycopg2 an idle worker polls")
 def test_an_enqueue_wakes_an_idle_worker_and_silence_does_not(waker: Waker) -> None:
     assert not waker.wait(0.1)
     waiter.enqueue("k")
