@@ -22,59 +22,22 @@ from ..engine.fanout import key_prefix
 from ..engine.serialization import error_line, shown_type
 from ..engine.vocabulary import StepKind
 from ..models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
+from . import reruns
+from .axis import Axis, Bar, Tick
 from .formatting import JSON_LIMIT, clip, pretty_json, short_duration, stamp
+from .reruns import Gap, Piece
 
-__all__ = ["JSON_LIMIT", "clip", "pretty_json", "short_duration", "stamp"]
-
-
-@dataclass(frozen=True)
-class Bar:
-    """A span on the axis, in percent of its length."""
-
-    left: float
-    width: float
-    #: Still going: a sleep or wait not over yet, a run not finished.
-    open: bool = False
-
-    @property
-    def right(self) -> float:
-        """From its end to the axis's: a bar drawn from its end (an attempt before a
-        gap) grows to its minimum width leftwards, never into the gap."""
-        return round(max(100 - self.left - self.width, 0.0), 3)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Part of a bar before an operator ran the run again: an earlier attempt's, in
-    the colour of how that attempt ended."""
-
-    bar: Bar
-    status: str
-
-
-@dataclass(frozen=True)
-class Gap:
-    """The idle time between an attempt's end and an operator's rerun of the run
-    (``JobRun.reruns``): drawn empty on the axis, labelled."""
-
-    bar: Bar
-    ended_at: datetime
-    again_at: datetime
-    #: How the attempt before ended ("failed", "cancelled", "succeeded").
-    status: str
-    #: "retry" or "replay".
-    by: str
-
-    @property
-    def label(self) -> str:
-        done = "retried" if self.by == "retry" else "replayed"
-        return f"{done} by operator after {short_duration(self.again_at - self.ended_at)}"
-
-
-@dataclass(frozen=True)
-class Tick:
-    left: float
-    label: str
+__all__ = [
+    "JSON_LIMIT",
+    "Bar",
+    "Gap",
+    "Piece",
+    "Tick",
+    "clip",
+    "pretty_json",
+    "short_duration",
+    "stamp",
+]
 
 
 @dataclass(frozen=True)
@@ -242,19 +205,16 @@ def build(
     ``children``: the child runs of each fan-out step, by step name."""
     ends = [_end(step, now) for step in steps]
     start = min([run.created_at, *(step.started_at for step in steps)])
-    reruns = _reruns(run)
     candidates = [start, *(end for end in ends if end is not None)]
-    candidates.extend(again for _, again, _, _ in reruns)
+    candidates.extend(again for _, again, _, _ in reruns.instants(run))
     if run.finished_at is not None:
         candidates.append(run.finished_at)
     if run.status not in FINISHED:
         candidates.extend(when for when in (now, run.wake_at) if when is not None)
-    axis = _Axis(start, max(candidates))
+    axis = Axis(start, max(candidates))
     flags = replayed_flags(steps)
     unreached = tuple(run.unreached_steps or ())
-    gaps = tuple(
-        Gap(axis.bar(ended, again), ended, again, status, by) for ended, again, status, by in reruns
-    )
+    gaps = reruns.read(run, axis)
     rows = tuple(
         _split(replace(row, unreached=row.name in unreached), gaps, axis)
         for row in (
@@ -267,11 +227,10 @@ def build(
     first_start = run.started_at or axis.end
     finished = run.finished_at or (now if run.started_at else None)
     # Each attempt before a rerun ends where its gap starts; the last starts at the rerun.
-    attempts, began = [], run.started_at
-    for gap in gaps:
-        if began is not None and began <= gap.ended_at:
-            attempts.append(Piece(axis.bar(began, gap.ended_at), gap.status))
-            began = gap.again_at
+    attempts: tuple[Piece, ...] = ()
+    began = run.started_at
+    if began is not None:
+        attempts, began = reruns.cut(began, None, gaps, axis)
     return Trace(
         run=run,
         max_attempts=max_attempts,
@@ -284,39 +243,19 @@ def build(
         ticks=axis.ticks(),
         unreached=unreached,
         gaps=gaps,
-        earlier_attempts=tuple(attempts),
+        earlier_attempts=attempts,
     )
 
 
-def _reruns(run: JobRun) -> list[tuple[datetime, datetime, str, str]]:
-    """``run.reruns`` read: (ended, run again, how it had ended, by which verb), in
-    order; an entry this code cannot read is left out rather than break the page."""
-    found = []
-    for entry in run.reruns or ():
-        try:
-            ended = datetime.fromisoformat(entry["ended"])
-            again = datetime.fromisoformat(entry["again"])
-            found.append((ended, again, str(entry["status"]), str(entry["by"])))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return sorted(found)
-
-
-def _split(row: StepRow, gaps: Sequence[Gap], axis: _Axis) -> StepRow:
+def _split(row: StepRow, gaps: Sequence[Gap], axis: Axis) -> StepRow:
     """``row`` with its bar cut at each gap it spans (a step an attempt was in when it
     ended, that the rerun ran again): the part before in the colour of that end."""
     if row.ended_at is None:
         return row  # a failed step's marker spans nothing
-    earlier, began = [], row.started_at
-    for gap in gaps:
-        if began <= gap.ended_at and gap.again_at <= row.ended_at:
-            earlier.append(Piece(axis.bar(began, gap.ended_at), gap.status))
-            began = gap.again_at
+    earlier, began = reruns.cut(row.started_at, row.ended_at, gaps, axis)
     if not earlier:
         return row
-    return replace(
-        row, earlier=tuple(earlier), bar=axis.bar(began, row.ended_at, open=row.bar.open)
-    )
+    return replace(row, earlier=earlier, bar=axis.bar(began, row.ended_at, open=row.bar.open))
 
 
 def load(run: JobRun, *, now: datetime | None = None) -> Trace:
@@ -429,7 +368,7 @@ def _row(
     step: StepRecord,
     end: datetime | None,
     replayed: bool,
-    axis: _Axis,
+    axis: Axis,
     children: tuple[Child, ...] = (),
 ) -> StepRow:
     # The latest execution's duration, not the time since a first, failed attempt.
@@ -459,27 +398,3 @@ def _row(
         bar=axis.bar(step.started_at, end, open=still),
         children=children,
     )
-
-
-class _Axis:
-    def __init__(self, start: datetime, end: datetime) -> None:
-        self.start, self.end = start, end
-        # A zero-length axis (everything in one instant) still draws: the CSS gives
-        # every bar a minimum width.
-        self.seconds = max((end - start).total_seconds(), 0.001)
-
-    def at(self, when: datetime) -> float:
-        return round(100 * (when - self.start).total_seconds() / self.seconds, 3)
-
-    def bar(self, start: datetime | None, end: datetime | None, *, open: bool = False) -> Bar:
-        if start is None:
-            return Bar(0.0, 0.0)
-        left = self.at(start)
-        width = max(self.at(end) - left, 0.0) if end is not None else 0.0
-        return Bar(left, round(width, 3), open)
-
-    def ticks(self, count: int = 4) -> tuple[Tick, ...]:
-        span = timedelta(seconds=self.seconds)
-        return tuple(
-            Tick(100 * i / count, "+" + short_duration(span * i / count)) for i in range(count + 1)
-        )
