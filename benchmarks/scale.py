@@ -81,8 +81,9 @@ def measure(size: int, args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.wakeup import measure_wakeup
 
     started = time.perf_counter()
-    if not use_database(size, args.reuse):
-        call_command("migrate", verbosity=0)
+    filled = use_database(size, args.reuse)
+    call_command("migrate", verbosity=0)  # a reused database gets the newer migrations
+    if not filled:
         fill(size, args.parked, args.backlog)
         run_sql("CREATE TABLE bench_scale_filled AS SELECT true AS filled")
     out: dict[str, Any] = {"size": size, "parked": args.parked, "backlog": args.backlog}
