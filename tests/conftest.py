@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from django_durable_jobs.engine.clock import FakeClock, use
 from django_durable_jobs.engine.timeouts import TimeGuard
 from django_durable_jobs.models import JobRun
 from django_durable_jobs.worker.execution import execute
+from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.outcome import Executed
 from tests.testapp import jobs
 
@@ -108,6 +110,17 @@ def calls() -> Iterator[object]:
     yield jobs.CALLS
     jobs.CALLS.clear()
     jobs.FAIL_ONCE.clear()
+
+
+@pytest.fixture(autouse=True)
+def _heartbeats_stopped() -> Iterator[None]:
+    """A test that drives a ``Worker`` one ``run_once`` at a time never reaches the end
+    of its loop, which stops the heartbeat thread: stop those left beating, so that
+    none holds a connection when the test database is dropped."""
+    yield
+    for thread in threading.enumerate():
+        if isinstance(thread, Heartbeat):
+            thread.stop()
 
 
 class Driver:

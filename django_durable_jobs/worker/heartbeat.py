@@ -33,6 +33,10 @@ log = logging.getLogger("django_durable_jobs.worker")
 #: that, with the others that began meanwhile, in one statement.
 RECORD_STARTS_AFTER = 0.02
 
+#: Seconds ``Heartbeat.stop`` waits for a beat in progress to end (a database that does
+#: not answer is given up on: the thread is a daemon).
+STOP_WAIT = 5.0
+
 
 class Heartbeat(threading.Thread):
     """One per worker process, on its own connection: renews the leases of the runs in
@@ -233,6 +237,10 @@ class Heartbeat(threading.Thread):
                 if self._held.get(run_id) == owner:
                     self._renewed[run_id] = time.monotonic()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = STOP_WAIT) -> None:
+        """Stop beating and wait up to ``wait`` seconds for the thread to end, which
+        closes its connection: a worker that stops leaves no session behind it."""
         self._done.set()
         self._starts.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(wait)
