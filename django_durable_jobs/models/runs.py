@@ -218,11 +218,21 @@ class JobRun(models.Model):
     #: (``claims.requeue_expired``). ``leases.LAPSED``: the run's last lease lapsed.
     attempt_started_by = ExactCharField(max_length=200, blank=True, default="")
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        db_index=False,  # durable_run_parent: the runs that have one
     )
     #: The schedule that started this run, and the slot it was for (``ctx.scheduled_at``).
     schedule = models.ForeignKey(
-        "Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+        "Schedule",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+        db_index=False,  # durable_run_schedule: the runs that have one
     )
     scheduled_at = InstantField(null=True, blank=True)
     #: The OpenTelemetry context of the code that enqueued the run (``engine/otel.py``).
@@ -289,6 +299,20 @@ class JobRun(models.Model):
                 name="durable_run_lease",
             ),
             models.Index(fields=("status", "finished_at"), name="durable_run_finished"),
+            # A child's parent and a scheduled run's schedule: most runs have neither,
+            # and an index of all of them would hold one NULL entry per run.
+            PartialIndex(
+                fields=("parent",),
+                where=Q(parent__isnull=False),
+                elsewhere=("parent",),
+                name="durable_run_parent",
+            ),
+            PartialIndex(
+                fields=("schedule",),
+                where=Q(schedule__isnull=False),
+                elsewhere=("schedule",),
+                name="durable_run_schedule",
+            ),
             models.Index(fields=("job_name", "created_at"), name="durable_run_job"),
             models.Index(fields=("created_at",), name="durable_run_created"),
             # Runs started per minute and per hour (stats, dashboard, metrics).

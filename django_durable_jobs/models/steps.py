@@ -30,7 +30,9 @@ class StepRecordQuerySet(models.QuerySet["StepRecord"]):
 class StepRecord(models.Model):
     """One step of one run: its status, memoized output, timing and error."""
 
-    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="steps")
+    #: Found by ``durable_step_run_name`` (run, name), whose first column it is: an
+    #: index of its own would be a second copy of it.
+    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="steps", db_index=False)
     name = ExactCharField(max_length=200)
     status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in StepStatus])
     output = models.JSONField(null=True, blank=True)
