@@ -85,8 +85,6 @@ def test_a_fold_behind_another_shows_the_other_ones_rollup(clock: FakeClock) -> 
     finish(clock, RunStatus.FAILED, minutes_ago=15)  # 10:15
     clock.advance(HOUR)
     first = day(clock)  # another page folds 10:00 first
-    moved = RunTally.objects.filter(pk=stale.pk, folded_until=stale.folded_until).update(
-        tallies={}
-    )
+    moved = RunTally.objects.filter(pk=stale.pk, folded_until=stale.folded_until).update(tallies={})
     assert moved == 0  # the stale page's write would change nothing
     assert day(clock)["failed"] == first["failed"] and first["failed"][-2] == 1

@@ -220,14 +220,18 @@ def test_counts_above_the_exact_limit_are_labelled_estimates_on_postgresql(
         assert figures.runs_by_status["succeeded"] == 12
         assert figures.queue_depth["mail"]["queued"] == 3
         return
-    assert set(figures.estimates) == set(listed) == {
-        "runs_by_status.succeeded",
-        "runs_by_status.failed",
-        "runs_by_status.queued",
-        # every queue with runnable runs, for the estimated runnable statuses
-        "queue_depth.default.queued",
-        "queue_depth.mail.queued",
-    }
+    assert (
+        set(figures.estimates)
+        == set(listed)
+        == {
+            "runs_by_status.succeeded",
+            "runs_by_status.failed",
+            "runs_by_status.queued",
+            # every queue with runnable runs, for the estimated runnable statuses
+            "queue_depth.default.queued",
+            "queue_depth.mail.queued",
+        }
+    )
     assert figures.runs_by_status["succeeded"] >= 3  # never below the runs seen
     # exact at or under the limit: a count, not an estimate
     assert (figures.runs_by_status["running"], figures.runs_by_status["sleeping"]) == (1, 1)
