@@ -212,9 +212,12 @@ def test_counts_above_the_exact_limit_are_labelled_estimates_on_postgresql(
 ) -> None:
     monkeypatch.setattr(counts, "EXACT_UP_TO", 2)  # 12 succeeded, 3 queued in mail
     figures = stats.collect(now=clock.now())
-    out = StringIO()
+    out, text = StringIO(), StringIO()
     call_command("jobs", "stats", "--json", stdout=out)
+    call_command("jobs", "stats", stdout=text)
     listed = json.loads(out.getvalue())["estimates"]
+    assert ("succeeded ~" in text.getvalue()) == estimating()
+    assert "running 1 " in text.getvalue()  # a count stays plain
     if not estimating():  # MariaDB, MySQL, SQLite count exactly at every size
         assert figures.estimates == listed == []
         assert figures.runs_by_status["succeeded"] == 12
