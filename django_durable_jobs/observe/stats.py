@@ -19,12 +19,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.db.models.functions import TruncHour, TruncMinute
 
 from .. import conf
+from ..db import dialect
 from ..engine.serialization import shown_type
-from ..models import FINISHED, RUNNABLE, JobRun, Pause, RunStatus, Worker, WorkerStatus
+from ..models import FINISHED, JobRun, Pause, RunStatus, Worker, WorkerStatus
 from . import hours
 from .counts import EXACT_UP_TO, PENDING, by_status, depth
 
@@ -138,7 +139,7 @@ def queue_depth() -> dict[str, dict[str, int]]:
 
 def oldest_runnable_age(now: datetime) -> float | None:
     """Seconds since the longest-waiting runnable run became runnable; None if none is."""
-    oldest = _runs().filter(status__in=RUNNABLE, wake_at__lte=now).aggregate(w=Min("wake_at"))["w"]
+    oldest = dialect.of(conf.read_database()).oldest_due(_runs(), now)
     return None if oldest is None else max((now - oldest).total_seconds(), 0.0)
 
 

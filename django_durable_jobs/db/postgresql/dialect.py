@@ -18,9 +18,9 @@ from ..executable import Executable
 from ..orm_dialect import Locking
 from ..paused import Paused
 from . import claims as postgres
-from . import estimates, statements
 from . import flow as postgres_flow
 from . import inserts as postgres_inserts
+from . import operators, statements
 
 #: The start of the current transaction (``now()``).
 TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())
@@ -48,7 +48,10 @@ class Postgres(Locking):
             cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
     def estimate(self, rows: QuerySet[Any, Any]) -> int:
-        return estimates.planned_rows(self.using, rows)
+        return operators.planned_rows(self.using, rows)
+
+    def oldest_due(self, rows: QuerySet[Any, Any], now: datetime) -> datetime | None:
+        return operators.oldest_due(rows, now)
 
 
 class Psycopg(Postgres):

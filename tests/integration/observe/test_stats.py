@@ -64,7 +64,8 @@ def history(clock: FakeClock) -> None:
 @pytest.mark.usefixtures("history")
 def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
     # 10 figures and the pauses; PostgreSQL counts each status on its own, bounded
-    with django_assert_num_queries(11 + (7 if connection.vendor == "postgresql" else 0)):
+    # (+7), and finds the oldest due run per priority (one in use here: +2)
+    with django_assert_num_queries(11 + (9 if connection.vendor == "postgresql" else 0)):
         figures = stats.collect(now=clock.now())
     assert figures.runs_by_status == {
         "queued": 3,
@@ -267,3 +268,13 @@ def test_the_page_marks_estimates(
     assert ("succeeded ≈" in text) == estimating()
     assert ("queued ≈" in text) == estimating()  # the queue depth's bar
     assert "running 1<" in text  # exact stays plain
+
+
+def test_the_oldest_runnable_run_is_found_across_priorities(clock: FakeClock) -> None:
+    now = clock.now()
+    JobRunFactory(status=RunStatus.SLEEPING, priority=9, wake_at=now + timedelta(days=1))
+    JobRunFactory(status=RunStatus.QUEUED, priority=5, wake_at=now - timedelta(seconds=40))
+    JobRunFactory(status=RunStatus.WAITING, priority=-3, wake_at=now - timedelta(seconds=70))
+    JobRunFactory(status=RunStatus.QUEUED, priority=-3, wake_at=now - timedelta(seconds=10))
+    JobRunFactory(status=RunStatus.RUNNING, priority=0, wake_at=now - timedelta(hours=1))
+    assert stats.oldest_runnable_age(now) == 70.0  # not the running run, not the sleeper
