@@ -77,9 +77,10 @@ def by_status(using: str) -> tuple[dict[str, int], list[str]]:
 def depth(using: str, estimated: Collection[str]) -> tuple[dict[str, dict[str, int]], list[str]]:
     """queue -> {status: runs} of the unfinished runs, queues by name; and the
     ``queue.status`` pairs estimated. ``estimated`` names the statuses whose totals
-    were (``by_status``): their runs are estimated per queue, for the queues that hold
-    runnable runs (found one index descent each, ``MOST_QUEUES`` at most); the others
-    are counted in one grouped query, of at most ``EXACT_UP_TO`` runs per status."""
+    were (``by_status``); the others are counted in one grouped query, of at most
+    ``EXACT_UP_TO`` runs per status. For the estimated ones, each queue that holds
+    runnable runs (found one index descent each, ``MOST_QUEUES`` at most) is counted
+    exactly when it holds at most ``EXACT_UP_TO`` runnable runs, else estimated."""
     runs = JobRun.objects.using(using).order_by()
     found: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(PENDING, 0))
     big = [s for s in PENDING if s in estimated and s in RUNNABLE]
@@ -87,12 +88,17 @@ def depth(using: str, estimated: Collection[str]) -> tuple[dict[str, dict[str, i
     rows = runs.filter(status__in=exact).values_list("queue", "status").annotate(n=Count("*"))
     for queue, status, n in rows:
         found[queue][status] = n
-    pairs = []
+    pairs, planner = [], dialect.of(using)
     for queue in _runnable_queues(runs) if big else []:
+        # Index-only, in the claim's partial index: the queue's runnable runs, bounded.
+        runnable = runs.filter(queue=queue, status__in=RUNNABLE)
+        if runnable.values("queue")[: EXACT_UP_TO + 1].count() <= EXACT_UP_TO:
+            small = runnable.filter(status__in=big).values_list("status").annotate(n=Count("*"))
+            for status, n in small:
+                found[queue][status] = n
+            continue
         for status in big:
-            found[queue][status] = dialect.of(using).estimate(
-                runs.filter(queue=queue, status=status)
-            )
+            found[queue][status] = planner.estimate(runs.filter(queue=queue, status=status))
             pairs.append(f"{queue}.{status}")
     return dict(sorted(found.items())), pairs
 

@@ -231,8 +231,7 @@ def test_counts_above_the_exact_limit_are_labelled_estimates_on_postgresql(
             "runs_by_status.succeeded",
             "runs_by_status.failed",
             "runs_by_status.queued",
-            # every queue with runnable runs, for the estimated runnable statuses
-            "queue_depth.default.queued",
+            # a queue of more runnable runs than the limit, for the estimated statuses
             "queue_depth.mail.queued",
         }
     )
@@ -240,6 +239,7 @@ def test_counts_above_the_exact_limit_are_labelled_estimates_on_postgresql(
     # exact at or under the limit: a count, not an estimate
     assert (figures.runs_by_status["running"], figures.runs_by_status["sleeping"]) == (1, 1)
     assert figures.queue_depth["default"]["sleeping"] == 1
+    assert figures.queue_depth["default"]["queued"] == 0  # a small queue: counted
 
 
 @pytest.mark.usefixtures("history")
