@@ -22,7 +22,7 @@ from django_durable_jobs.db.postgresql import finished
 from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
-from django_durable_jobs.observe import counters, stats
+from django_durable_jobs.observe import counters, hours, stats
 from django_durable_jobs.verbs import bulk
 from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
@@ -53,6 +53,7 @@ __all__ = [
     "database_now",
     "enqueue",
     "execute",
+    "hours",
     "inline",
     "settle",
     "stats",

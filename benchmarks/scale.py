@@ -9,11 +9,12 @@ unless ``--reuse`` finds it filled), filled in SQL (benchmarks/scale_fill.py) wi
 waiting runs and a ``--backlog`` of queued runs on a queue of its own; then, with real
 ``runjobs`` processes where a worker is measured (benchmarks/scale_probes.py): the
 claim's latency, no-op runs/s with 1 and 4 worker processes, 10-step steps/s, enqueue
-rates, the event wake-up, the dashboard's queries and ``jobs stats --json``, table and
-index sizes, ``--pass`` no-op runs through 4 workers and the dead tuples they leave,
-and last the purge of the oldest ``--purge`` finished runs with the claim's latency
-during it. ``--json`` prints one object per size, one a line. benchmarks/README.md
-has the figures and what each means.
+rates, the event wake-up, the first dashboard page's fold of the day into its rollup,
+the dashboard's queries and ``jobs stats --json``, table and index sizes, ``--pass``
+no-op runs through 4 workers and the dead tuples they leave, and last the purge of
+the oldest ``--purge`` finished runs with the claim's latency during it. ``--json``
+prints one object per size, one a line. benchmarks/README.md has the figures and what
+each means.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def measure(size: int, args: argparse.Namespace) -> dict[str, Any]:
     out["enqueue_per_s"], out["enqueue_bulk_per_s"] = round(one), round(bulk)
     wake = measure_wakeup(args.events, empty=False, worker_args=["--queue", "default"])
     out["wake_p50_ms"], out["wake_p99_ms"] = probe.percentiles(wake.latency_ms)
+    out["dashboard_fold_ms"] = round(probe.fold_ms(), 1)
     out["dashboard_ms"], out["stats_ms"] = (round(ms, 1) for ms in probe.page_ms())
     out["tables"] = probe.table_sizes()
     if args.pass_runs:

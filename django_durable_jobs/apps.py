@@ -29,6 +29,22 @@ def _sync_schedules(sender: Any, using: str = "default", **kwargs: Any) -> None:
         schedules.sync(clock.current().now())
 
 
+def _gather_statistics(sender: Any, using: str = "default", **kwargs: Any) -> None:
+    """After ``migrate`` on PostgreSQL: the planner's statistics that the operators'
+    estimates read (``db/postgresql/sql.py``, ``ensure_statistics``), on a database
+    migrated before they existed too."""
+    from . import conf
+    from .db import dialect, migrated
+    from .db.postgresql import sql
+
+    if (
+        using == conf.database()
+        and dialect.of(using).estimates
+        and not migrated.unapplied_migrations(using)
+    ):
+        sql.ensure_statistics(using)
+
+
 class DurableJobsConfig(AppConfig):
     name = "django_durable_jobs"
     verbose_name = "Durable jobs"
@@ -49,6 +65,9 @@ class DurableJobsConfig(AppConfig):
         clock.install(DatabaseClock())
         connection_created.connect(_tune_connection, dispatch_uid="django_durable_jobs.sqlite")
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="django_durable_jobs.cron")
+        post_migrate.connect(
+            _gather_statistics, sender=self, dispatch_uid="django_durable_jobs.statistics"
+        )
         if conf.get("AUTODISCOVER"):
             discovery.autodiscover()
         retention.install()  # DURABLE_JOBS["RETENTION"]: an hourly purge schedule

@@ -61,14 +61,23 @@ class DashboardAdmin(_ModelAdmin):
 
 
 def figures(now: datetime) -> dict[str, Any]:
-    """Everything the template draws, from 14 aggregate queries and the pauses."""
+    """Everything the template draws: the figures of ``stats.collect`` and the series."""
     snapshot = stats.collect(now=now)
     minutes = stats.series(now, step=timedelta(minutes=1), buckets=60)
     hours = stats.series(now, step=timedelta(hours=1), buckets=24)
     slowest = max((d["p99"] for d in snapshot.durations.values()), default=0.0)
     age = snapshot.oldest_runnable_age_seconds
+    paths = [path.split(".", 1) for path in snapshot.estimates]
+    estimated_pairs = set()
+    for kind, rest in paths:
+        if kind == "queue_depth":
+            queue, status = rest.rsplit(".", 1)  # a queue's name may hold dots
+            estimated_pairs.add((queue, status))
     return {
         "stats": snapshot,
+        # Counts above ``stats.EXACT_UP_TO`` are PostgreSQL's estimates (observe/counts.py).
+        "estimated_statuses": [rest for kind, rest in paths if kind == "runs_by_status"],
+        "exact_up_to": f"{stats.EXACT_UP_TO:,}",
         # The card counts the per-minute chart's 60 buckets, not the rolling hour of
         # ``stats.throughput``: a run 59m30s ago must not be in one and not the other.
         "hour_totals": {key: sum(counts) for key, counts in minutes.counts.items()},
@@ -76,7 +85,7 @@ def figures(now: datetime) -> dict[str, Any]:
         "day_since": _labels(hours.starts[:1])[0],
         "last_hour": charts.line_chart(minutes.counts, _labels(minutes.starts), tick_every=10),
         "last_day": charts.line_chart(hours.counts, _labels(hours.starts), tick_every=4),
-        "queues": charts.stacked_bars(snapshot.queue_depth),
+        "queues": charts.stacked_bars(snapshot.queue_depth, estimated_pairs),
         "durations": [
             {
                 "job": job,

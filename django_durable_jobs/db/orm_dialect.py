@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.db import connections, transaction
+from django.db.models import Min, QuerySet
 
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
 from .executable import Executable
@@ -62,6 +63,8 @@ class Dialect:
     now_sql: ClassVar[str | None] = None
     #: The finest step of the database's clock.
     clock_resolution: ClassVar[timedelta] = timedelta(microseconds=1)
+    #: ``estimate`` gives the planner's row counts (``observe/counts.py``).
+    estimates: ClassVar[bool] = False
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -210,6 +213,21 @@ class Dialect:
     def cut_connection(self) -> None:
         """End this process's session from the server side (fault injection); where
         that cannot be done the caller raises alone."""
+
+    # -- operators' reads ----------------------------------------------------------
+
+    def estimate(self, rows: QuerySet[Any, Any]) -> int:
+        """How many rows ``rows`` has by the planner's statistics, read without
+        touching a row (``observe/counts.py``), where ``estimates``; elsewhere exact."""
+        return rows.count()
+
+    def oldest_due(self, rows: QuerySet[Any, Any], now: datetime) -> datetime | None:
+        """The earliest wake time at or before ``now`` of the runnable ``rows`` (the
+        oldest runnable run's): one aggregate, a range of MariaDB's and MySQL's index
+        on status then wake time; SQLite's tables are expected to stay small."""
+        runnable = rows.filter(status__in=RUNNABLE, wake_at__lte=now).order_by()
+        oldest: datetime | None = runnable.aggregate(w=Min("wake_at"))["w"]
+        return oldest
 
 
 class SQLite(Dialect):

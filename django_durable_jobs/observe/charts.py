@@ -6,7 +6,7 @@ Coordinates are in the SVG's own units (``viewBox``), so a chart scales to its b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 #: The plot area inside a line chart's viewBox (room left for the axis labels).
@@ -79,6 +79,8 @@ class Segment:
     x: float
     width: float
     value: int
+    #: The value is an estimate, not a count.
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,11 @@ class Bar:
     segments: list[Segment]
 
 
-def stacked_bars(rows: Mapping[str, Mapping[str, int]]) -> list[Bar]:
-    """One bar per row, its parts side by side, scaled so that the longest bar is 100."""
+def stacked_bars(
+    rows: Mapping[str, Mapping[str, int]], estimated: Collection[tuple[str, str]] = ()
+) -> list[Bar]:
+    """One bar per row, its parts side by side, scaled so that the longest bar is 100;
+    the parts ``(row, key)`` in ``estimated`` are marked as estimates."""
     longest = max((sum(parts.values()) for parts in rows.values()), default=0) or 1
     bars = []
     for label, parts in rows.items():
@@ -97,7 +102,8 @@ def stacked_bars(rows: Mapping[str, Mapping[str, int]]) -> list[Bar]:
         for key, value in parts.items():
             if value:
                 width = 100 * value / longest
-                segments.append(Segment(key, round(left, 2), round(width, 2), value))
+                guess = (label, key) in estimated
+                segments.append(Segment(key, round(left, 2), round(width, 2), value, guess))
                 left += width
         bars.append(Bar(label, sum(parts.values()), segments))
     return bars

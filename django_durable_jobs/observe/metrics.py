@@ -40,6 +40,10 @@ except ImportError as exc:  # without the extra (tests/unit/test_optional_extras
     ) from exc
 
 PREFIX = "durable_jobs"
+_ESTIMATED = (
+    f" Exact up to {stats.EXACT_UP_TO}; above it PostgreSQL's planner estimate "
+    "(docs/how-to/operating.md, counts and estimates)."
+)
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
@@ -59,11 +63,13 @@ class StatsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         f = self.figures
-        runs = _gauge("runs", "Runs in the table, by status.", ["status"])
+        runs = _gauge("runs", f"Runs in the table, by status.{_ESTIMATED}", ["status"])
         for status, n in f.runs_by_status.items():
             runs.add_metric([status], n)
         yield runs
-        depth = _gauge("queue_depth", "Unfinished runs, by queue and status.", ["queue", "status"])
+        depth = _gauge(
+            "queue_depth", f"Unfinished runs, by queue and status.{_ESTIMATED}", ["queue", "status"]
+        )
         for queue, counts in f.queue_depth.items():
             for status, n in counts.items():
                 depth.add_metric([queue, status], n)

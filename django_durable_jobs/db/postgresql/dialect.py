@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import DateTimeField, Func, Value
+from django.db.models import DateTimeField, Func, QuerySet, Value
 from django.db.models.functions import Least
 
 from ...models import JobRun
@@ -20,7 +20,7 @@ from ..paused import Paused
 from . import claims as postgres
 from . import flow as postgres_flow
 from . import inserts as postgres_inserts
-from . import statements
+from . import operators, statements
 
 #: The start of the current transaction (``now()``).
 TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())
@@ -31,6 +31,7 @@ class Postgres(Locking):
 
     # now() is the transaction's start; clock_timestamp() is the real time.
     now_sql = "SELECT clock_timestamp()"
+    estimates = True
 
     def lock_key(self, job_name: str, kind: str, key: str) -> None:
         # A transaction-level advisory lock (``durable_flow_lock``), the lock the flow
@@ -45,6 +46,12 @@ class Postgres(Locking):
     def cut_connection(self) -> None:
         with connections[self.using].cursor() as cursor:  # raises: the server ends it
             cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    def estimate(self, rows: QuerySet[Any, Any]) -> int:
+        return operators.planned_rows(self.using, rows)
+
+    def oldest_due(self, rows: QuerySet[Any, Any], now: datetime) -> datetime | None:
+        return operators.oldest_due(rows, now)
 
 
 class Psycopg(Postgres):

@@ -35,12 +35,16 @@ WORKER_HEADERS = ("worker", "status", "host", "pid", "queues", "started", "heart
 
 
 def stats_lines(figures: stats.Stats) -> list[str]:
-    def pairs(counts: dict[str, int]) -> str:
-        return "  ".join(f"{key} {n}" for key, n in counts.items())
+    estimated = set(figures.estimates)
+
+    def pairs(counts: dict[str, int], path: str = "") -> str:
+        return "  ".join(
+            f"{key} {'~' if f'{path}.{key}' in estimated else ''}{n}" for key, n in counts.items()
+        )
 
     age = figures.oldest_runnable_age_seconds
     lines = [
-        f"runs            {pairs(figures.runs_by_status)}",
+        f"runs            {pairs(figures.runs_by_status, 'runs_by_status')}",
         "oldest runnable "
         + ("none" if age is None else trace.short_duration(timedelta(seconds=age))),
         f"last minute     {pairs(figures.throughput['last_minute'])}",
@@ -50,7 +54,7 @@ def stats_lines(figures: stats.Stats) -> list[str]:
     for pause in figures.pauses:
         lines.append(f"paused {pause['kind']} {pause['name']} since {pause['paused_at']}")
     for queue, depth in figures.queue_depth.items():
-        lines.append(f"queue {queue}: {pairs(depth)}")
+        lines.append(f"queue {queue}: {pairs(depth, f'queue_depth.{queue}')}")
     for job, d in figures.durations.items():
         took = "  ".join(
             f"p{p} {trace.short_duration(timedelta(seconds=d[f'p{p}']))}" for p in stats.PERCENTILES
@@ -58,6 +62,8 @@ def stats_lines(figures: stats.Stats) -> list[str]:
         lines.append(f"job {job}: {d['count']:g} succeeded in the last hour  {took}")
     for e in figures.top_errors:
         lines.append(f"error {e.error}: {e.runs} failed runs in the last day")
+    if estimated:
+        lines.append(f"~ an estimate: counts above {stats.EXACT_UP_TO:,} on PostgreSQL")
     return lines
 
 

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
-from django_durable_jobs.observe import stats
+from django_durable_jobs.observe import counts, stats
 from django_durable_jobs.worker import presence
 from tests.factories import JobRunFactory
 
@@ -62,7 +63,9 @@ def history(clock: FakeClock) -> None:
 
 @pytest.mark.usefixtures("history")
 def test_collect(clock: FakeClock, django_assert_num_queries: Any) -> None:
-    with django_assert_num_queries(11):  # 10 figures and the pauses
+    # 10 figures and the pauses; PostgreSQL counts each status on its own, bounded
+    # (+7), and finds the oldest due run per priority (one in use here: +2)
+    with django_assert_num_queries(11 + (9 if connection.vendor == "postgresql" else 0)):
         figures = stats.collect(now=clock.now())
     assert figures.runs_by_status == {
         "queued": 3,
@@ -198,3 +201,80 @@ def test_metrics_count_failures_by_exception_type(clock: FakeClock) -> None:
     }
     assert failed[(("error", "ValueError"), ("error_code", ""))] == 3
     assert failed[(("error", "shop.errors.CardExpired"), ("error_code", ""))] == 1
+
+
+def estimating() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.mark.usefixtures("history")
+def test_counts_above_the_exact_limit_are_labelled_estimates_on_postgresql(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(counts, "EXACT_UP_TO", 2)  # 12 succeeded, 3 queued in mail
+    figures = stats.collect(now=clock.now())
+    out, text = StringIO(), StringIO()
+    call_command("jobs", "stats", "--json", stdout=out)
+    call_command("jobs", "stats", stdout=text)
+    listed = json.loads(out.getvalue())["estimates"]
+    assert ("succeeded ~" in text.getvalue()) == estimating()
+    assert "running 1 " in text.getvalue()  # a count stays plain
+    if not estimating():  # MariaDB, MySQL, SQLite count exactly at every size
+        assert figures.estimates == listed == []
+        assert figures.runs_by_status["succeeded"] == 12
+        assert figures.queue_depth["mail"]["queued"] == 3
+        return
+    assert (
+        set(figures.estimates)
+        == set(listed)
+        == {
+            "runs_by_status.succeeded",
+            "runs_by_status.failed",
+            "runs_by_status.queued",
+            # a queue of more runnable runs than the limit, for the estimated statuses
+            "queue_depth.mail.queued",
+        }
+    )
+    assert figures.runs_by_status["succeeded"] >= 3  # never below the runs seen
+    # exact at or under the limit: a count, not an estimate
+    assert (figures.runs_by_status["running"], figures.runs_by_status["sleeping"]) == (1, 1)
+    assert figures.queue_depth["default"]["sleeping"] == 1
+    assert figures.queue_depth["default"]["queued"] == 0  # a small queue: counted
+
+
+@pytest.mark.usefixtures("history")
+def test_an_estimate_follows_the_tables_statistics(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not estimating():
+        pytest.skip("PostgreSQL estimates; the others count")
+    monkeypatch.setattr(counts, "EXACT_UP_TO", 2)
+    with connection.cursor() as cursor:  # what autovacuum does as the table grows
+        cursor.execute(f"ANALYZE {JobRun._meta.db_table}")
+    figures = stats.collect(now=clock.now())
+    # ANALYZE read every row of this small table: the planner knows them all
+    assert (figures.runs_by_status["succeeded"], figures.runs_by_status["failed"]) == (12, 5)
+    assert figures.queue_depth["mail"]["queued"] == 3
+
+
+@pytest.mark.usefixtures("history")
+def test_the_page_marks_estimates(
+    admin_client: Client, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(counts, "EXACT_UP_TO", 2)
+    html = admin_client.get(reverse("admin:django_durable_jobs_dashboard_changelist")).content
+    text = html.decode()
+    assert ("≈ an estimate" in text) == estimating()
+    assert ("succeeded ≈" in text) == estimating()
+    assert ("queued ≈" in text) == estimating()  # the queue depth's bar
+    assert "running 1<" in text  # exact stays plain
+
+
+def test_the_oldest_runnable_run_is_found_across_priorities(clock: FakeClock) -> None:
+    now = clock.now()
+    JobRunFactory(status=RunStatus.SLEEPING, priority=9, wake_at=now + timedelta(days=1))
+    JobRunFactory(status=RunStatus.QUEUED, priority=5, wake_at=now - timedelta(seconds=40))
+    JobRunFactory(status=RunStatus.WAITING, priority=-3, wake_at=now - timedelta(seconds=70))
+    JobRunFactory(status=RunStatus.QUEUED, priority=-3, wake_at=now - timedelta(seconds=10))
+    JobRunFactory(status=RunStatus.RUNNING, priority=0, wake_at=now - timedelta(hours=1))
+    assert stats.oldest_runnable_age(now) == 70.0  # not the running run, not the sleeper
