@@ -188,7 +188,8 @@ def enqueue_many_job(
         flow_keys.stamp(run, job, arguments.args, arguments.kwargs)
         runs.append(run)
     using = conf.database()
-    # The unnest INSERT writes the columns every run has; limits need bulk_create.
+    # The dialect's insert writes the columns every run has (PostgreSQL: one JSON array
+    # a batch); limits need bulk_create.
     if runs and not job.limits:
         dialect.of(using).insert_runs(runs, batch_size, checked)
         created = runs
