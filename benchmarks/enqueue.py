@@ -12,7 +12,8 @@ With ``--pgqueuer`` (PostgreSQL), then pgqueuer's, as /work/shared/bench/bench_p
 measures it: ``N`` ``Queries.enqueue`` one by one (asyncpg, each its own transaction), and
 lists of 1000 (each its own transaction), in its virtualenv ($PEERBENCH_DIR/pgq, made by
 shared/bench/setup.sh pgq). Prints each round and the medians; the database is
-``BENCH_DB`` (recreated), pgqueuer's ``peer_pgq``.
+``BENCH_DB`` (recreated), pgqueuer's ``pgq_<BENCH_DB>`` (recreated: not ``peer_pgq``,
+which ``make bench`` may be using meanwhile).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from benchmarks.db import recreate_db, truncate  # noqa: E402 - needs the path a
 from benchmarks.harness import say  # noqa: E402
 from benchmarks.peers import PEER_DIR, PEER_SCRIPTS  # noqa: E402
 
+#: pgqueuer's database, beside ours.
+PGQ_DB = "pgq_" + os.environ.get("BENCH_DB", "bench_durable_jobs")
 #: pgqueuer's enqueue, the lines of bench_pgqueuer.py's ``_enqueue`` (that script runs
 #: its whole workload on import), printing one-by-one and bulk rates as JSON.
 PGQUEUER = """
@@ -44,7 +47,7 @@ from pgqueuer import Queries
 from pgqueuer.db import AsyncpgDriver
 
 async def _enqueue(n, bulk):
-    conn = await asyncpg.connect(common.dsn("peer_pgq"))
+    conn = await asyncpg.connect(common.dsn({db!r}))
     q = Queries(AsyncpgDriver(conn))
     t = time.perf_counter()
     if bulk:
@@ -59,9 +62,9 @@ async def _enqueue(n, bulk):
     return rate
 
 one = asyncio.run(_enqueue({n}, False))
-common.psql("peer_pgq", "truncate pgqueuer, pgqueuer_log, pgqueuer_statistics")
+common.psql({db!r}, "truncate pgqueuer, pgqueuer_log, pgqueuer_statistics")
 bulk = asyncio.run(_enqueue({n}, True))
-common.psql("peer_pgq", "truncate pgqueuer, pgqueuer_log, pgqueuer_statistics")
+common.psql({db!r}, "truncate pgqueuer, pgqueuer_log, pgqueuer_statistics")
 print(json.dumps([one, bulk]))
 """
 
@@ -72,17 +75,17 @@ def pgqueuer_install() -> Path:
         raise SystemExit(f"no {python}: run {PEER_SCRIPTS / 'setup.sh'} pgq")
     code = (
         f"import sys; sys.path.insert(0, {str(PEER_SCRIPTS)!r}); import common; "
-        "common.recreate_db('peer_pgq')"
+        f"common.recreate_db({PGQ_DB!r})"
     )
     subprocess.run([str(python), "-c", code], check=True, cwd=PEER_SCRIPTS)
     pgq = python.parent / "pgq"
-    dsn = "postgresql://postgres@127.0.0.1:5432/peer_pgq"
+    dsn = f"postgresql://postgres@127.0.0.1:5432/{PGQ_DB}"
     subprocess.run([str(pgq), "--pg-dsn", dsn, "install"], check=True, capture_output=True)
     return python
 
 
 def pgqueuer_round(python: Path, n: int) -> tuple[float, float]:
-    code = PGQUEUER.format(scripts=str(PEER_SCRIPTS), n=n)
+    code = PGQUEUER.format(scripts=str(PEER_SCRIPTS), n=n, db=PGQ_DB)
     out = subprocess.run(
         [str(python), "-c", code], check=True, capture_output=True, text=True, cwd=PEER_SCRIPTS
     )
