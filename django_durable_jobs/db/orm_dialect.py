@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from django.db import connections, transaction
 from django.db.models import Min, QuerySet
 
+from ..engine.serialization import Arguments
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
 from .executable import Executable
 from .paused import Paused
@@ -167,12 +168,15 @@ class Dialect:
         return list(candidates.values_list(*PICKED)[:limit])
 
     # -- writes ------------------------------------------------------------------
-    def insert_run(self, run: JobRun) -> None:
-        """Insert one new run (``enqueue``)."""
+    def insert_run(self, run: JobRun, arguments: Arguments | None = None) -> None:
+        """Insert one new run (``enqueue``); ``arguments``, when given, are its
+        arguments as checked, with their JSON text (a dialect may send that text)."""
         run.save(using=self.using, force_insert=True)
 
-    def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
-        """Insert new runs (``enqueue_many``)."""
+    def insert_runs(
+        self, runs: list[JobRun], batch_size: int, arguments: Sequence[Arguments] | None = None
+    ) -> None:
+        """Insert new runs (``enqueue_many``); ``arguments`` as ``insert_run``'s, one a run."""
         JobRun.objects.using(self.using).bulk_create(runs, batch_size=batch_size)
 
     def insert_steps(

@@ -320,6 +320,15 @@ def check_arguments(
     """Refuse arguments the job's function cannot be called with, at enqueue rather than
     on every attempt in the worker: ``InvalidPayload`` naming the job, the parameter and
     the signature."""
+    # Whether a call binds depends only on its shape: how many positional arguments and
+    # which keyword names. A shape that bound once binds again (``Signature.bind`` was
+    # a tenth of an ``enqueue_many``'s Python).
+    shape: tuple[Any, int, tuple[str, ...]] | None = (definition.fn, len(args), tuple(kwargs))
+    try:
+        if shape in _FITS:
+            return
+    except TypeError:  # an unhashable callable: bound every time
+        shape = None
     try:
         signature = signature_of(definition.fn)
     except (TypeError, ValueError):  # a callable without a readable signature
@@ -348,6 +357,15 @@ def check_arguments(
         raise InvalidPayload(
             f"job {definition.name!r}: {where}{exc}; the job is {shown}{bare}{hint}"
         ) from None
+    if shape is not None:
+        if len(_FITS) >= 4096:  # shapes are few; this only bounds a pathological caller
+            _FITS.clear()
+        _FITS.add(shape)
+
+
+#: The shapes of calls that bound (``check_arguments``): (function, positional count,
+#: keyword names in order).
+_FITS: set[tuple[Any, int, tuple[str, ...]]] = set()
 
 
 #: The names a job function's first parameter, the run's context, usually has.

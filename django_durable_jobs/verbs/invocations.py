@@ -126,7 +126,8 @@ def refuse_gated(job: JobDefinition, what: str) -> None:
 def _child(call: Call, key: str, parent_run_id: str, now: datetime) -> JobRun:
     job = latest(call.job) if isinstance(call.job, JobDefinition) else get_job(str(call.job))
     refuse_gated(job, f"child {key}: a fan-out")
-    args, kwargs = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
+    checked = checked_arguments(job, call.args, call.kwargs, where=f"child {key}: ")
+    args, kwargs = checked.args, checked.kwargs
     run = JobRun.new(
         job_name=job.name,
         job_version=job.version,

@@ -1,4 +1,4 @@
-"""``JobRun.new``: the run ``enqueue`` builds, positionally, equal to ``JobRun(**values)``."""
+"""``JobRun.new``: the run ``enqueue`` builds, equal to ``JobRun(**values)``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db.models.signals import post_init
+from django.db.models.signals import post_init, pre_init
 
 from django_durable_jobs.models import JobRun, RunStatus
 
@@ -51,3 +51,25 @@ def test_a_new_run_sends_post_init_as_the_model_does() -> None:
     finally:
         post_init.disconnect(receiver, sender=JobRun)
     assert seen == [run]
+
+
+def test_a_new_run_sends_pre_init_when_a_receiver_listens_and_equals_the_quiet_build() -> None:
+    """Without a receiver ``new`` skips ``Model.__init__`` (and its signals); with one
+    it goes through it. Both build the same run."""
+    now = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+    given = {"job_name": "a", "args": [1], "created_at": now, "parent_id": "p", "id": "i"}
+    quiet = JobRun.new(**given)
+    seen: list[Any] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        seen.append(sender)
+
+    pre_init.connect(receiver, sender=JobRun)
+    try:
+        heard = JobRun.new(**given)
+    finally:
+        pre_init.disconnect(receiver, sender=JobRun)
+    assert seen == [JobRun]
+    assert values(quiet) == values(heard) and quiet.id == heard.id == "i"
+    assert vars(quiet).keys() == vars(heard).keys()
+    assert quiet._state.adding and quiet._state.db is None

@@ -13,6 +13,7 @@ from django.db import connections
 from django.db.models import DateTimeField, Func, QuerySet, Value
 from django.db.models.functions import Least
 
+from ...engine.serialization import Arguments
 from ...models import JobRun
 from ..executable import Executable
 from ..orm_dialect import Locking
@@ -93,11 +94,13 @@ class Psycopg(Postgres):
             self.using, owner, now, lease, queues, limit, only=only, paused=paused
         ).runs
 
-    def insert_run(self, run: JobRun) -> None:
-        postgres_inserts.insert_run(self.using, run)
+    def insert_run(self, run: JobRun, arguments: Arguments | None = None) -> None:
+        postgres_inserts.insert_run(self.using, run, arguments)
 
-    def insert_runs(self, runs: list[JobRun], batch_size: int) -> None:
-        postgres_inserts.insert_runs(self.using, runs, batch_size)
+    def insert_runs(
+        self, runs: list[JobRun], batch_size: int, arguments: Sequence[Arguments] | None = None
+    ) -> None:
+        postgres_inserts.insert_runs(self.using, runs, batch_size, arguments)
 
     def insert_steps(
         self, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]

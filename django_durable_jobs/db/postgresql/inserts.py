@@ -7,30 +7,38 @@ from __future__ import annotations
 import json
 import uuid
 import weakref
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connections
 from django.db.models import CharField, DateTimeField, JSONField, TextField, UUIDField
 
+from ...engine.serialization import Arguments
 from ...models import JobRun, StepRecord
 from . import sql
 from .claims import FIELDS, array_type, cast_back, json_text
 from .statements import run_statement
 
 
-def insert_run(using: str, run: JobRun) -> None:
+def insert_run(using: str, run: JobRun, arguments: Arguments | None = None) -> None:
     """``run.save(force_insert=True)`` in one prepared statement: planning a 30-column
     INSERT and building Django's SQL for it cost more than running it (1.2-1.6 ms
     against 0.9-1.0 ms a run on the benchmark machine). Like ``bulk_create``, it sends
-    no ``pre_save``/``post_save``; ``run_enqueued`` is the signal of a new run."""
+    no ``pre_save``/``post_save``; ``run_enqueued`` is the signal of a new run.
+    ``arguments``: the run's arguments as checked, whose JSON text is sent as it is
+    (the ``jsonb`` parameter reads it) instead of being encoded a second time."""
     connection = connections[using]
     statement, types = _run_insert(connection)
     tz = settings.USE_TZ
+    texts = (
+        {} if arguments is None else {"args": arguments.args_json, "kwargs": arguments.kwargs_json}
+    )
     params = [
-        _param(field, kinds, getattr(run, field.attname), connection, tz)
+        texts[field.attname]
+        if field.attname in texts
+        else _param(field, kinds, getattr(run, field.attname), connection, tz)
         for field, kinds in _as_is()
     ]
     connection.ensure_connection()
@@ -133,56 +141,93 @@ def _run_insert(connection: Any) -> tuple[str, list[str]]:
     return _RUN_INSERTS[connection.alias]
 
 
-#: What differs between the runs of one ``enqueue_many`` call (one array each); every
-#: other column is the same for the whole call and is sent once, from its first run.
+#: What differs between the runs of one ``enqueue_many`` call, sent in one JSON array
+#: of ``[id, args, kwargs, wake_at]``, the wake time in microseconds after the batch's
+#: first run's; every other column is the same for the whole call and is sent once.
 PER_RUN = ("id", "args", "kwargs", "wake_at")
+#: How the SELECT reads each of ``PER_RUN`` from the array's element ``r.call``; the
+#: first run's wake time is a parameter.
+_FROM_CALL = {
+    "id": "(r.call->>0)::uuid",
+    "args": "r.call->1",
+    "kwargs": "r.call->2",
+    "wake_at": "%s::timestamptz + (r.call->>3)::bigint * interval '1 microsecond'",
+}
+#: At most about this many characters of JSON a statement (at most 4 bytes each: under
+#: the 256 MB that PostgreSQL's ``jsonb`` holds):
+#: a batch of large arguments is cut before ``batch_size`` runs.
+BATCH_BYTES = 64 * 1024 * 1024
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def insert_many_sql(connection: Any) -> tuple[str, list[Any]]:
-    """The ``unnest`` INSERT of ``insert_runs`` and the fields its parameters are
-    for, in order: every concrete field of ``JobRun``, from ``_meta``, so a new column
-    takes no edit here (its value is the first run's, usually the field's default)."""
+    """The INSERT of ``insert_runs`` and the fields whose values are its parameters, in
+    order (the wake time's is the batch's first run's), before the JSON array: every
+    concrete field of ``JobRun``, from ``_meta``, so a new column takes no edit here
+    (its value is the first run's, usually the field's default)."""
     qn = connection.ops.quote_name
-    shared = [field for field in FIELDS if field.attname not in PER_RUN]
-    per_run: list[Any] = [JobRun._meta.get_field(name) for name in PER_RUN]
-    values = {field.column: f"%s::{field.db_type(connection)}" for field in shared}
-    values.update({field.column: f"r.{qn(field.column)}{cast_back(field)}" for field in per_run})
-    arrays = ", ".join(f"%s::{array_type(field, connection)}" for field in per_run)
-    aliases = ", ".join(qn(field.column) for field in per_run)
-    columns = [field.column for field in FIELDS]
+    values = [_FROM_CALL.get(field.attname, f"%s::{field.db_type(connection)}") for field in FIELDS]
     statement = sql.sections("queries")["insert_runs"].format(
         table=qn(JobRun._meta.db_table),
-        columns=", ".join(qn(c) for c in columns),
-        values=", ".join(values[c] for c in columns),
-        arrays=arrays,
-        aliases=aliases,
+        columns=", ".join(qn(field.column) for field in FIELDS),
+        values=", ".join(values),
     )
-    return statement, [*shared, *per_run]
+    return statement, [field for field in FIELDS if field.attname not in PER_RUN[:3]]
 
 
-def insert_runs(using: str, runs: list[JobRun], batch_size: int) -> None:
-    """``bulk_create`` for queued runs of one job in ``unnest`` arrays: the rows cost
-    the database little, and building Django's per-row SQL cost most of the time."""
+def insert_runs(
+    using: str, runs: list[JobRun], batch_size: int, arguments: Sequence[Arguments] | None = None
+) -> None:
+    """``bulk_create`` for queued runs of one job: what differs between them in one
+    JSON array the server reads (``jsonb_array_elements``), every other column once.
+    Building Django's per-row SQL, then psycopg's arrays of ids, texts and datetimes,
+    cost most of the time; the rows cost the database little. ``arguments``: each
+    run's arguments as checked, whose JSON text is sent as it is. The runs' wake times
+    are all set or all None."""
     connection = connections[using]
     statement, fields = insert_many_sql(connection)
-    shared = fields[: len(fields) - len(PER_RUN)]
     with connection.cursor() as cursor:
-        for start in range(0, len(runs), batch_size):
-            batch = runs[start : start + batch_size]
+        for start, calls in _batches(runs, batch_size, arguments):
+            first = runs[start]
             # One enqueue_many call has one caller, hence one trace context.
             params = [
-                field.get_db_prep_save(getattr(batch[0], field.attname), connection)
-                for field in shared
+                field.get_db_prep_save(getattr(first, field.attname), connection)
+                for field in fields
             ]
-            for field in fields[len(shared) :]:
-                column = [getattr(run, field.attname) for run in batch]
-                if isinstance(field, JSONField):
-                    column = [json.dumps(value, ensure_ascii=False) for value in column]
-                params.append(column)
+            params.append(calls)
             cursor.execute(statement, params)
     for run in runs:
         run._state.adding = False
         run._state.db = using
+
+
+def _batches(
+    runs: list[JobRun], batch_size: int, arguments: Sequence[Arguments] | None
+) -> Iterator[tuple[int, str]]:
+    """(the index of its first run, the JSON array) of each batch of ``runs``: at most
+    ``batch_size`` runs and about ``BATCH_BYTES`` of JSON each."""
+    start, size, calls = 0, 0, []
+    for index, run in enumerate(runs):
+        if arguments is None:
+            args, kwargs = (
+                json.dumps(run.args, ensure_ascii=False),
+                json.dumps(run.kwargs, ensure_ascii=False),
+            )
+        else:
+            args, kwargs = arguments[index].args_json, arguments[index].kwargs_json
+        base, wake_at = runs[start].wake_at, run.wake_at
+        if wake_at is None:
+            later: object = "null"
+        elif base is None:
+            raise ValueError("insert_runs: the runs' wake times must be all set or all None")
+        else:
+            later = (wake_at - base) // _MICROSECOND
+        call = f'["{run.id}",{args},{kwargs},{later}]'
+        calls.append(call)
+        size += len(call)
+        if len(calls) >= batch_size or size >= BATCH_BYTES or index == len(runs) - 1:
+            yield start, "[" + ",".join(calls) + "]"
+            start, size, calls = index + 1, 0, []
 
 
 #: (database alias, the columns written) -> the batched fenced step INSERT: built once.

@@ -77,11 +77,12 @@ AND NOT (queue = ANY(${queues}::text[]) OR job_name = ANY(${jobs}::text[]));
 INSERT INTO {table} ({columns}) VALUES ({marks});
 
 -- insert_runs --
--- The runs of one `enqueue_many` call: the columns that differ between them (id,
--- arguments, wake time) in one array each, every other column sent once.
+-- The runs of one `enqueue_many` call: what differs between them in one JSON array of
+-- [id, args, kwargs, microseconds after the first run's wake time], read by the server
+-- in one go; every other column sent once.
 INSERT INTO {table} ({columns})
 SELECT {values}
-FROM unnest({arrays}) AS r({aliases});
+FROM jsonb_array_elements(%s::jsonb) AS r(call);
 
 -- insert_steps --
 -- Step records of a batch of async runs, each written only while its owner holds its
