@@ -53,9 +53,10 @@ class Dialect:
     #: Who looks, after a publisher's commit, for the runs waiting for its event that
     #: its transaction could not wake (they parked while it was open, or another
     #: transaction held them): ``"publisher"`` (a statement after its commit),
-    #: ``"listener"`` (the idle worker that hears of the event: ``events.wake_late``),
-    #: or ``"nobody"`` (SQLite: one writer at a time, so no run can park while the
-    #: publisher's transaction is open, and no row is locked).
+    #: ``"worker"`` (the idle worker that hears of the event, by LISTEN or the
+    #: doorbell: ``events.wake_late``), or ``"nobody"`` (SQLite: one writer at a time,
+    #: so no run can park while the publisher's transaction is open, and no row is
+    #: locked).
     late_wake: ClassVar[str] = "publisher"
     #: The database's clock, read (``dbclock``); None: an unknown backend, whose
     #: processes trust their own clocks.
@@ -244,6 +245,7 @@ class Locking(Dialect):
 
 class MySQL(Locking):
     wake_by = "doorbell"
+    late_wake = "worker"
     now_sql = "SELECT UTC_TIMESTAMP(6)"
 
     def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
