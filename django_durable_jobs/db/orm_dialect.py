@@ -13,8 +13,8 @@ database alias.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -226,11 +226,45 @@ class SQLite(Dialect):
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA busy_timeout=30000")
 
+    def claiming(self) -> Any:
+        return _lazy_commit(self.using)
+
     def write_first(self) -> None:
         # SQLite cannot turn a read transaction into a write one while another process
         # writes ("database is locked" at once, not after the busy timeout): a write
         # that changes nothing takes the write lock before the transaction reads.
         Schedule.objects.using(self.using).filter(pk=-1).update(note="")
+
+
+@contextmanager
+def _lazy_commit(using: str) -> Iterator[None]:
+    """A claim that is a transaction of its own commits without waiting for the disk,
+    as on PostgreSQL (``synchronous_commit`` off): ``synchronous=NORMAL`` for its
+    statements, then the connection's own level again. In WAL mode its commit is
+    appended to the log without an fsync, and the next commit that waits (an outcome,
+    a step's record, of any connection) syncs the log, the claim with it. A power loss
+    before that can lose the claim, not more: the run is queued as it was, the worker's
+    next write for it, fenced by its lease, is refused, and it is claimed again. A
+    connection set to ``NORMAL`` or ``OFF`` already is left as it is."""
+    connection = connections[using]
+    if connection.in_atomic_block:
+        yield
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    level = raw.execute("PRAGMA synchronous").fetchone()[0]
+    if level < _FULL:
+        yield
+        return
+    raw.execute("PRAGMA synchronous=NORMAL")
+    try:
+        yield
+    finally:
+        raw.execute(f"PRAGMA synchronous={int(level)}")
+
+
+#: SQLite's ``synchronous`` levels: OFF 0, NORMAL 1, FULL 2 (its default), EXTRA 3.
+_FULL = 2
 
 
 class Locking(Dialect):

@@ -114,14 +114,22 @@ class CounterWaker(PollingWaker):
 class DoorbellWaker(CounterWaker):
     """MariaDB/MySQL: the doorbell, which a publisher rings after its commit, and the
     events committed since the worker last looked (``EventWatch``), asked for after a
-    ring, on the worker's own connection (``take_events``, between claims)."""
+    ring on the worker's main connection (``take_events``, between claims)."""
 
     def __init__(self, using: str) -> None:
         # The watch before the counter: an event committed in between is found by the
         # first look, which comes at the first idle whatever the counter says.
-        self._watch = EventWatch(using, time.monotonic())
+        self._watch = self._start_watch(using)
         self._rung = True
         super().__init__(using, doorbell.read_sql(using), "doorbell")
+
+    @staticmethod
+    def _start_watch(using: str) -> EventWatch | None:
+        try:
+            return EventWatch(using, time.monotonic())
+        except DatabaseError as exc:  # the worker starts anyway, and looks when idle
+            log.warning("the worker's watch of new events did not start (%s)", exc)
+            return None
 
     def wait(self, timeout: float) -> bool:
         woken = super().wait(timeout)
@@ -135,6 +143,8 @@ class DoorbellWaker(CounterWaker):
         if not self._rung:
             return []
         try:
+            if self._watch is None:  # from the newest event now: none heard of yet
+                self._watch = EventWatch(self._using, time.monotonic())
             events = self._watch.look(time.monotonic())
         except DatabaseError as exc:
             log.warning("the worker's look for new events failed (%s); again when idle", exc)
