@@ -251,16 +251,19 @@ def _lazy_commit(using: str) -> Iterator[None]:
         yield
         return
     connection.ensure_connection()
-    raw = connection.connection
-    level = raw.execute("PRAGMA synchronous").fetchone()[0]
+    raw = connection.connection  # the driver's: Django's cursor costs more than these
+    with connection.wrap_database_errors:
+        level = int(raw.execute("PRAGMA synchronous").fetchone()[0])
+        if level >= _FULL:
+            raw.execute("PRAGMA synchronous=NORMAL")
     if level < _FULL:
         yield
         return
-    raw.execute("PRAGMA synchronous=NORMAL")
     try:
         yield
     finally:
-        raw.execute(f"PRAGMA synchronous={int(level)}")
+        with connection.wrap_database_errors:
+            raw.execute(f"PRAGMA synchronous={level}")
 
 
 #: SQLite's ``synchronous`` levels: OFF 0, NORMAL 1, FULL 2 (its default), EXTRA 3.
