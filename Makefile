@@ -226,6 +226,13 @@ BENCH_ARGS ?=
 bench:
 	$(CLEAN_ENV) .venv/py312-dj61/bin/python benchmarks/run.py $(BENCH_ARGS)
 
+# SQLite, the embedded default, beside its file's commit floor (benchmarks/sqlite.py; a
+# file in .tmp/bench): SQLITE_BENCH_ARGS="--rounds 1" for one round.
+SQLITE_BENCH_ARGS ?=
+.PHONY: bench-sqlite
+bench-sqlite:
+	$(CLEAN_ENV) .venv/py312-dj61/bin/python benchmarks/sqlite.py $(SQLITE_BENCH_ARGS)
+
 # The example project (example_project/; docs/tutorial/example-project.md), in its
 # own light virtualenv (Django, django-environ, psycopg): nothing to compile. Both targets
 # use the SQLite file example.sqlite3, or the database DATABASE_URL names.

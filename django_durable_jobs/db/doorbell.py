@@ -1,10 +1,12 @@
 """The doorbell: how an idle worker hears of new work where the database cannot notify
 it (MariaDB/MySQL have no LISTEN/NOTIFY).
 
-A transaction that enqueued runs or made runs runnable now rings it once, after its
-commit: one UPDATE of the one ``Doorbell`` row, in autocommit. An idle worker reads
-that row every few milliseconds (``worker/wakeup.py``) and claims when it changed,
-instead of asking the runs table for work. Ringing after the commit, not in the
+A transaction that enqueued runs, made runs runnable now or published an event (the
+worker that hears it looks for the runs that parked while the publisher was open:
+``event_watch.py``) rings it once, after its commit: one UPDATE of the one
+``Doorbell`` row, in autocommit. An idle worker reads that row every few
+milliseconds (``worker/wakeup.py``) and claims when it changed, instead of asking the
+runs table for work. Ringing after the commit, not in the
 transaction: a ring inside would hold the row's lock until the caller's commit and
 queue every other enqueuer behind it; a worker woken before the commit would find
 nothing and go back to waiting.

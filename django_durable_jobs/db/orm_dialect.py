@@ -13,8 +13,8 @@ database alias.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -55,9 +55,10 @@ class Dialect:
     #: Who looks, after a publisher's commit, for the runs waiting for its event that
     #: its transaction could not wake (they parked while it was open, or another
     #: transaction held them): ``"publisher"`` (a statement after its commit),
-    #: ``"listener"`` (the idle worker that hears of the event: ``events.wake_late``),
-    #: or ``"nobody"`` (SQLite: one writer at a time, so no run can park while the
-    #: publisher's transaction is open, and no row is locked).
+    #: ``"worker"`` (the idle worker that hears of the event, by LISTEN or the
+    #: doorbell: ``events.wake_late``), or ``"nobody"`` (SQLite: one writer at a time,
+    #: so no run can park while the publisher's transaction is open, and no row is
+    #: locked).
     late_wake: ClassVar[str] = "publisher"
     #: The database's clock, read (``dbclock``); None: an unknown backend, whose
     #: processes trust their own clocks.
@@ -247,11 +248,48 @@ class SQLite(Dialect):
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA busy_timeout=30000")
 
+    def claiming(self) -> Any:
+        return _lazy_commit(self.using)
+
     def write_first(self) -> None:
         # SQLite cannot turn a read transaction into a write one while another process
         # writes ("database is locked" at once, not after the busy timeout): a write
         # that changes nothing takes the write lock before the transaction reads.
         Schedule.objects.using(self.using).filter(pk=-1).update(note="")
+
+
+@contextmanager
+def _lazy_commit(using: str) -> Iterator[None]:
+    """A claim that is a transaction of its own commits without waiting for the disk,
+    as on PostgreSQL (``synchronous_commit`` off): ``synchronous=NORMAL`` for its
+    statements, then the connection's own level again. In WAL mode its commit is
+    appended to the log without an fsync, and the next commit that waits (an outcome,
+    a step's record, of any connection) syncs the log, the claim with it. A power loss
+    before that can lose the claim, not more: the run is queued as it was, the worker's
+    next write for it, fenced by its lease, is refused, and it is claimed again. A
+    connection set to ``NORMAL`` or ``OFF`` already is left as it is."""
+    connection = connections[using]
+    if connection.in_atomic_block:
+        yield
+        return
+    connection.ensure_connection()
+    raw = connection.connection  # the driver's: Django's cursor costs more than these
+    with connection.wrap_database_errors:
+        level = int(raw.execute("PRAGMA synchronous").fetchone()[0])
+        if level >= _FULL:
+            raw.execute("PRAGMA synchronous=NORMAL")
+    if level < _FULL:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with connection.wrap_database_errors:
+            raw.execute(f"PRAGMA synchronous={level}")
+
+
+#: SQLite's ``synchronous`` levels: OFF 0, NORMAL 1, FULL 2 (its default), EXTRA 3.
+_FULL = 2
 
 
 class Locking(Dialect):
@@ -266,6 +304,7 @@ class Locking(Dialect):
 
 class MySQL(Locking):
     wake_by = "doorbell"
+    late_wake = "worker"
     now_sql = "SELECT UTC_TIMESTAMP(6)"
 
     def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +33,15 @@ from ..engine.records import RecordedStep
 from ..engine.serialization import check_payload, unstorable
 from ..engine.vocabulary import StepKind
 from ..exceptions import InvalidName, RunStateError
-from ..models import CANCELLABLE, CancelKey, Event, JobRun, RunStatus, StepRecord
+from ..models import (
+    CANCELLABLE,
+    CancelKey,
+    Event,
+    JobRun,
+    JobRunQuerySet,
+    RunStatus,
+    StepRecord,
+)
 from .enqueue import enqueue_job
 from .messages import has_unreceived
 from .runs import cancel
@@ -47,8 +56,6 @@ class EventLog(OrmEventLog):
 
 
 log = logging.getLogger("django_durable_jobs.events")
-
-#: PostgreSQL's ``now()``: the time the transaction started (``Now()`` is the statement's).
 
 
 @needs_tables
@@ -89,9 +96,12 @@ def publish_event(event: str, payload: Any = None, *, key: str | None = None) ->
         woken_at = clock.current().now()
         wake_waiters(row, now=dialect.of(using).wake_time(woken_at), skip_locked=True)
     if woken_at is not None and dialect.of(using).late_wake != "publisher":
-        # Nothing after the commit: an idle worker that hears of the event does the
-        # pass (``wake_late``), or no run can have parked meanwhile (SQLite).
+        # No pass after the commit: an idle worker that hears of the event does it
+        # (``wake_late``), or no run can have parked meanwhile (SQLite). It hears of it
+        # by the NOTIFY of its INSERT (PostgreSQL) or by the doorbell (MariaDB/MySQL:
+        # one UPDATE of a MEMORY row after the commit, where the pass took several).
         woken_at = _NO_LATE_PASS
+        doorbell.ring(using)
     transaction.on_commit(lambda: _committed(row, woken_at), using=using)
     return row
 
@@ -136,27 +146,48 @@ def _committed(event: Event, woken_at: datetime | None) -> None:
 
 def wake_late(event_ids: Iterable[int], now: datetime) -> int:
     """The pass after the commit of these events' publishers, done by an idle worker
-    that heard of them (LISTEN: ``durable_jobs_published``) instead of by each
-    publisher: the runs waiting for one of them whose wake time is still to come
-    (they parked while the publisher's transaction was open, or another transaction
-    held them). The runs the publisher woke are runnable already and left alone, so
-    several workers hearing of one event write nothing twice. Returns how many runs
-    it woke. It does not raise (an idle worker calls it between claims): after a
-    database error the runs it did not wake find their event at their next re-check
-    (``EVENT_POLL``)."""
+    that heard of them (LISTEN: ``durable_jobs_published``; the doorbell and
+    ``db/event_watch.py`` on MariaDB/MySQL) instead of by each publisher: the runs
+    waiting for one of them whose wake time is still to come (they parked while the
+    publisher's transaction was open, or another transaction held them). The runs the
+    publisher woke are runnable already and left alone, so several workers hearing of
+    one event write nothing twice; each event is first read for such runs, without a
+    lock, and written only if there are some. Returns how many runs it woke. It does
+    not raise (an idle worker calls it between claims): after a database error the
+    runs it did not wake find their event at their next re-check (``EVENT_POLL``)."""
     using, ids, woken = conf.database(), sorted(event_ids), 0
-    try:
-        for event in Event.objects.using(using).filter(pk__in=ids).order_by("id"):
-            woken += wake_waiters(event, unwoken_since=now)
-    except DatabaseError as exc:
-        log.warning(
-            "the runs waiting for events %s were not all woken after their commit (%s); "
-            "they find them at their next re-check (EVENT_POLL %s)",
-            ids,
-            conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
-            conf.get("EVENT_POLL"),
-        )
+    for start in range(0, len(ids), _LATE_BATCH):
+        batch = ids[start : start + _LATE_BATCH]
+        try:
+            events = list(Event.objects.using(using).filter(pk__in=batch).order_by("id"))
+        except DatabaseError as exc:
+            _not_all_woken(batch, exc)
+            continue
+        for event in events:
+            woken += _retried(functools.partial(_wake_unwoken, event, now), event)
     return woken
+
+
+#: Events read at once by ``wake_late``.
+_LATE_BATCH = 500
+
+
+def _wake_unwoken(event: Event, now: datetime) -> int:
+    """The runs waiting for ``event`` not woken at or since ``now``, read first: most
+    passes find none and then write (and lock) nothing."""
+    if not waiters(event).filter(status=RunStatus.WAITING, wake_at__gt=now).exists():
+        return 0
+    return wake_waiters(event, unwoken_since=now)
+
+
+def _not_all_woken(ids: list[int], exc: DatabaseError) -> None:
+    log.warning(
+        "the runs waiting for events %s were not all woken after their commit (%s); "
+        "they find them at their next re-check (EVENT_POLL %s)",
+        ids,
+        conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
+        conf.get("EVENT_POLL"),
+    )
 
 
 #: Conflicts with concurrent transactions the pass after the commit is retried across.
@@ -169,10 +200,15 @@ def _wake_after_commit(event: Event, woken_at: datetime | None) -> None:
     the event is committed, and an error here reached the publisher's ``atomic()``
     exit (a view answered 500 for an event it had published). If it still fails, the
     runs it did not wake find the event at their next re-check (``EVENT_POLL``)."""
+    _retried(lambda: wake_waiters(event, unwoken_since=woken_at), event)
+
+
+def _retried(wake: Callable[[], int], event: Event) -> int:
+    """``wake()``, again after a conflict with a concurrent transaction; a warning and 0
+    if it still fails."""
     for tries_left in range(AFTER_COMMIT_TRIES - 1, -1, -1):
         try:
-            wake_waiters(event, unwoken_since=woken_at)
-            return
+            return wake()
         except DatabaseError as exc:
             if tries_left and conflicts.is_conflict(exc):
                 time.sleep(conflicts.pause())
@@ -185,7 +221,7 @@ def _wake_after_commit(event: Event, woken_at: datetime | None) -> None:
                 conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
                 conf.get("EVENT_POLL"),
             )
-            return
+    return 0
 
 
 def publish_on(
@@ -300,19 +336,7 @@ def wake_waiters(
     """
     using = conf.database()
     now = now or clock.current().now()
-    position = Event.objects.using(using).filter(pk=event.pk).values("position")[:1]
-    committed_after = Coalesce(
-        Subquery(position, output_field=BigIntegerField()),
-        # Typed: a bare Value(int) is an IntegerField, which a server-binding cursor
-        # sends as a 4-byte integer, and 2**62 as four bytes is 0 (no wait was woken).
-        Value(_AFTER_EVERY_CURSOR, output_field=BigIntegerField()),
-    )
-    waiting = (
-        StepRecord.objects.using(using)
-        .waiting_for(event.name, event.key)
-        .filter(run=OuterRef("pk"), event_cursor__lt=committed_after)
-    )
-    runs = JobRun.objects.using(using).filter(Exists(waiting))
+    runs = waiters(event)
     if unwoken_since is not None:
         runs = runs.filter(wake_at__gt=unwoken_since)
     if skip_locked and connections[using].features.has_select_for_update_skip_locked:
@@ -327,6 +351,24 @@ def wake_waiters(
     if woken:
         doorbell.ring(using)
     return woken
+
+
+def waiters(event: Event) -> JobRunQuerySet:
+    """The runs waiting for ``event`` (``wake_waiters``), whatever their wake time."""
+    using = conf.database()
+    position = Event.objects.using(using).filter(pk=event.pk).values("position")[:1]
+    committed_after = Coalesce(
+        Subquery(position, output_field=BigIntegerField()),
+        # Typed: a bare Value(int) is an IntegerField, which a server-binding cursor
+        # sends as a 4-byte integer, and 2**62 as four bytes is 0 (no wait was woken).
+        Value(_AFTER_EVERY_CURSOR, output_field=BigIntegerField()),
+    )
+    waiting = (
+        StepRecord.objects.using(using)
+        .waiting_for(event.name, event.key)
+        .filter(run=OuterRef("pk"), event_cursor__lt=committed_after)
+    )
+    return JobRun.objects.using(using).filter(Exists(waiting))
 
 
 def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None:

@@ -105,10 +105,10 @@ class Worker(StopSignals):
 
     # -- the loop --------------------------------------------------------------
     def run(self) -> int:
-        self._waker = make_waker()
         capacity = lane_capacity(self.options.async_concurrency)
         # Before the first connection: Django's pool, if any, must hold the lane's too.
         threads = fit_to_pool(conf.database(), lane_threads(capacity))
+        self._waker = make_waker()
         self._register()
         self._lane = self._make_lane(capacity, threads)
         # The schedules of the code this worker runs, before the start line: a worker
@@ -169,12 +169,13 @@ class Worker(StopSignals):
             # Woken by a notification, the claim then finds the pauses read (at most a
             # poll ago): no read between the notification and the claim.
             self._pauses.current()
-        if heard := take_events(self._waker):
-            # Runs that parked while these events' publishers were open (LISTEN: the
-            # publishers leave this pass to the workers that hear of their events).
-            # Heard in the last wait, looked at now: the claim the events woke went
-            # first. A run this wakes notifies, and the wait below returns at once.
-            wake_late(heard, self.clock.now())
+        if (heard := take_events(self._waker)) and wake_late(heard, self.clock.now()):
+            # Runs that parked while these events' publishers were open (LISTEN, the
+            # doorbell: the publishers leave this pass to the workers that hear of
+            # their events). Heard in the last wait, looked at now: the claim the
+            # events woke went first. It woke some: claim them now, not at the next
+            # look (the doorbell's is up to 20 ms away).
+            return True
         self._waker.wait(poll)
         return True
 

@@ -2,7 +2,9 @@
 short poll of something tiny that changes when there may be work (SQLite's ``PRAGMA
 data_version``, MariaDB's doorbell row), never of the runs table; the claim itself
 every ``POLL_INTERVAL`` on any other database. The dialect chooses
-(``Dialect.wake_by``)."""
+(``Dialect.wake_by``). Where the publishers leave the pass after their commit to the
+workers (``Dialect.late_wake``), the waker also says which events were published
+(``take_events``): the NOTIFY names them, or the doorbell says to look."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from django.db import DatabaseError, connections
 
 from .. import conf
 from ..db import dialect, doorbell
+from ..db.event_watch import EventWatch
 from ..db.postgresql.listen import Listener
 
 log = logging.getLogger("django_durable_jobs.worker")
@@ -108,6 +111,48 @@ class CounterWaker(PollingWaker):
                 connection.close()
 
 
+class DoorbellWaker(CounterWaker):
+    """MariaDB/MySQL: the doorbell, which a publisher rings after its commit, and the
+    events committed since the worker last looked (``EventWatch``), asked for after a
+    ring on the worker's main connection (``take_events``, between claims)."""
+
+    def __init__(self, using: str) -> None:
+        # The watch before the counter: an event committed in between is found by the
+        # first look, which comes at the first idle whatever the counter says.
+        self._watch = self._start_watch(using)
+        self._rung = True
+        super().__init__(using, doorbell.read_sql(using), "doorbell")
+
+    @staticmethod
+    def _start_watch(using: str) -> EventWatch | None:
+        try:
+            return EventWatch(using, time.monotonic())
+        except DatabaseError as exc:  # the worker starts anyway, and looks when idle
+            log.warning("the worker's watch of new events did not start (%s)", exc)
+            return None
+
+    def wait(self, timeout: float) -> bool:
+        woken = super().wait(timeout)
+        self._rung = self._rung or woken
+        return woken
+
+    def take_events(self) -> list[int]:
+        """The events committed since the last look, if the bell rang since; it does
+        not raise (an idle worker calls it): after a database error it looks again at
+        the next idle."""
+        if not self._rung:
+            return []
+        try:
+            if self._watch is None:  # from the newest event now: none heard of yet
+                self._watch = EventWatch(self._using, time.monotonic())
+            events = self._watch.look(time.monotonic())
+        except DatabaseError as exc:
+            log.warning("the worker's look for new events failed (%s); again when idle", exc)
+            return []
+        self._rung = False
+        return events
+
+
 def make_waker() -> Waker:
     using = conf.database()
     wake_by = dialect.of(using).wake_by
@@ -116,11 +161,12 @@ def make_waker() -> Waker:
     if wake_by == "data_version":
         return CounterWaker(using, "PRAGMA data_version", "data_version")
     if wake_by == "doorbell":
-        return CounterWaker(using, doorbell.read_sql(using), "doorbell")
+        return DoorbellWaker(using)
     return PollingWaker()
 
 
 def take_events(waker: Waker) -> list[int]:
-    """The ids of the events the waker heard of since it was last asked (LISTEN)."""
+    """The ids of the events the waker heard of since it was last asked (LISTEN, the
+    doorbell)."""
     take = getattr(waker, "take_events", None)
     return list(take()) if take is not None else []

@@ -59,7 +59,7 @@ class Psycopg(Postgres):
     fused = True
     listens = True
     wake_by = "listen"
-    late_wake = "listener"
+    late_wake = "worker"
 
     def claim_concurrency(
         self,

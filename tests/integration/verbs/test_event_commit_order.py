@@ -70,7 +70,7 @@ class OpenTransaction:
         assert not self._thread.is_alive(), "the second connection did not commit"
         if self.error is not None:
             raise self.error
-        if dialect.of("default").late_wake == "listener":
+        if dialect.of("default").late_wake == "worker":
             # The publisher left the pass after its commit to the workers that hear of
             # the event (LISTEN); what such a worker does.
             wake_late([self.id], current().now())

@@ -114,7 +114,7 @@ def test_a_publish_in_a_transaction_wakes_its_waiters_before_its_commit(
 def late_pass(event: Event, clock: FakeClock) -> None:
     """Where the publisher leaves the pass after its commit to the idle workers that
     hear of the event (PostgreSQL's LISTEN), what such a worker does."""
-    if dialect.of("default").late_wake == "listener":
+    if dialect.of("default").late_wake == "worker":
         assert wake_late([event.pk], clock.now()) >= 0
 
 

@@ -71,13 +71,18 @@ def test_an_idle_worker_is_woken_by_an_enqueue_and_a_publish_not_by_its_poll(
     assert JobRun.objects.get(pk=run.pk).result == {"key": "k"}
 
 
-@pytest.mark.postgres(reason="the publisher leaves the pass after its commit to LISTEN")
-def test_a_run_that_parks_while_the_publisher_is_open_is_woken_by_the_listening_worker(
+@pytest.mark.postgres(reason="the publisher leaves the pass after its commit to the workers")
+@pytest.mark.mariadb(
+    reason="SQLite: the run cannot be enqueued, nor park, while the publisher holds the "
+    "write lock (tests/integration/verbs/test_event_late_pass.py has SQLite's race)"
+)
+def test_a_run_that_parks_while_the_publisher_is_open_is_woken_by_the_worker_that_hears_it(
     workers: Workers,  # noqa: F811
 ) -> None:
     """The publisher's transaction wakes no one (the run is not waiting yet); the run
     parks, and re-checks, before the event commits. The worker that hears of the event
-    wakes it, well before its 30 s poll and the run's 30 s re-check."""
+    (LISTEN; the doorbell the publisher rings after its commit) wakes it, well before
+    its 30 s poll and the run's 30 s re-check."""
     worker = workers.start("idle", "--poll-interval", "30s")
     workers.wait_started(worker)
     published, commit = threading.Event(), threading.Event()
@@ -108,6 +113,6 @@ def test_a_run_that_parks_while_the_publisher_is_open_is_woken_by_the_listening_
     wait_until(
         lambda: JobRun.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED,
         timeout=10,
-        what="the listening worker to wake the run",
+        what="the worker that heard of the event to wake the run",
         workers=[worker],
     )

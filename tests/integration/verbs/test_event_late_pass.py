@@ -1,0 +1,140 @@
+"""A run that parks while its event's publisher is still open is woken when the event
+commits, on every database, and the publisher pays no pass after its commit where a
+worker can do it (``Dialect.late_wake``).
+
+The race: the run looked for the event (not committed yet), then parked and looked
+once more (still not committed), and only then did the publisher commit; its own
+transaction could not wake the run (not parked yet when it looked). On SQLite the
+park cannot happen meanwhile: the publisher holds the one write lock, so the park
+waits for its commit and the look after it finds the event. On PostgreSQL and
+MariaDB the park goes through, and the idle worker that hears of the event (LISTEN,
+the doorbell) wakes the run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.db import connections, transaction
+
+from django_durable_jobs import publish_event
+from django_durable_jobs.db import dialect, faults
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.models import Doorbell, Event, JobRun, RunStatus
+from django_durable_jobs.verbs.events import wake_late
+from django_durable_jobs.worker.wakeup import Waker, make_waker, take_events
+from tests.conftest import Driver
+from tests.testapp.event_jobs import waiter
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Generous: the waker returns at its first look after the commit.
+HEARD_WITHIN = 10.0
+
+
+@pytest.fixture
+def waker() -> Iterator[Waker]:
+    made = make_waker()
+    made.wait(0.05)  # connected (PostgreSQL LISTENs from its first wait)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+class Publisher:
+    """``publish_event`` on a second connection (a thread), its transaction open until
+    ``commit`` is set."""
+
+    def __init__(self) -> None:
+        self.published, self.commit = threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        try:
+            with transaction.atomic():
+                publish_event("keyed", {"key": "k"}, key="k")
+                self.published.set()
+                assert self.commit.wait(30), "never told to commit"
+        except BaseException as exc:  # surfaced in the test's thread
+            self.error = exc
+            self.published.set()
+        finally:
+            connections.close_all()
+
+    def open(self) -> None:
+        self.thread.start()
+        assert self.published.wait(30), "the second connection did not publish"
+        assert self.error is None, self.error
+
+    def committed(self) -> None:
+        self.commit.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the second connection did not commit"
+        assert self.error is None, self.error
+
+
+def test_a_run_that_parks_while_the_publisher_is_open_is_woken_when_it_commits(
+    driver: Driver, clock: FakeClock, waker: Waker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = waiter.enqueue("k")
+    late_wake = dialect.of("default").late_wake
+    publisher = Publisher()
+    original = faults.hit
+
+    def publish_after_the_look(point: str, using: str) -> None:
+        # The step has looked (no event): the event is published now, in a transaction
+        # that stays open while the run parks and looks once more.
+        if point == "outcome.before" and not publisher.thread.is_alive():
+            publisher.open()
+            if late_wake == "nobody":
+                # SQLite: the park waits for the publisher's write lock; it commits
+                # while the park waits (or before it begins: the same outcome).
+                threading.Timer(0.3, publisher.commit.set).start()
+        original(point, using)
+
+    monkeypatch.setattr(faults, "hit", publish_after_the_look)
+    driver.step(run)
+    monkeypatch.undo()
+    if late_wake != "nobody":
+        # Parked and looked once more, the event not committed yet: not woken.
+        run.refresh_from_db()
+        assert run.status == RunStatus.WAITING
+        assert run.wake_at is not None and run.wake_at > clock.now()
+    publisher.committed()
+    if late_wake == "worker":
+        # The publisher wrote nothing after its commit; the idle worker hears of the
+        # event (LISTEN; the doorbell, rung after the commit) and does the pass.
+        assert JobRun.objects.get(pk=run.pk).wake_at != clock.now()
+        assert waker.wait(HEARD_WITHIN)
+        heard = take_events(waker)
+        assert list(heard) == [Event.objects.get().pk]
+        assert wake_late(heard, clock.now()) == 1
+    run.refresh_from_db()
+    assert (run.status, run.wake_at) == (RunStatus.WAITING, clock.now())  # woken
+    driver.step(run)
+    run.refresh_from_db()
+    assert (run.status, run.result) == (RunStatus.SUCCEEDED, {"key": "k"})
+
+
+@pytest.mark.mariadb(reason="the doorbell is MariaDB's and MySQL's")
+def test_a_publisher_on_mariadb_rings_once_after_its_commit_and_does_no_pass(
+    driver: Driver, clock: FakeClock, waker: Waker
+) -> None:
+    run = waiter.enqueue("k")
+    driver.step(run)
+    before = Doorbell.objects.get(pk=1).rung
+    with transaction.atomic():
+        publish_event("keyed", {"key": "k"}, key="k")  # wakes the run, in its transaction
+        publish_event("keyed", {"key": "other"}, key="other")
+        assert Doorbell.objects.get(pk=1).rung == before
+    assert Doorbell.objects.get(pk=1).rung == before + 1
+    assert waker.wait(HEARD_WITHIN)
+    heard = list(take_events(waker))
+    assert heard == sorted(Event.objects.values_list("pk", flat=True))
+    assert take_events(waker) == []  # nothing new since: no second look
+    assert wake_late(heard, clock.now()) == 0  # the publisher's transaction woke the run
+    assert JobRun.objects.get(pk=run.pk).wake_at == clock.now()
