@@ -173,6 +173,10 @@ def test_claim_loop_query_count_is_pinned(
         jobs.noop.enqueue()
     w = worker(clock)
     w.run_once()  # the first call also reaps expired leases (and prepares statements)
+    # ... and reads the pauses: neither falls due again during the test, however slowly
+    # a loaded machine runs it (both are on real time: a poll, a quarter lease).
+    monkeypatch.setattr(w._pauses, "_next_read", float("inf"))
+    monkeypatch.setattr(w, "_next_reap", float("inf"))
     # A busy worker records the outcomes it holds with the next claim: one statement on
     # PostgreSQL; elsewhere the outcomes (in one transaction when there are several),
     # then select, update, re-read. MariaDB and MySQL select in two steps (a
