@@ -43,6 +43,9 @@ if str(REPO) not in sys.path:
 os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
 
 QUEUE = "bench-workers"
+JOB = "bench.counted"
+#: This script's runs: of its job, on its queue.
+MINE = "job_name = %s AND queue = %s"
 WAYS = ("direct", "pgbouncer", "pgbouncer+listen")
 
 
@@ -100,6 +103,8 @@ class Sampler(threading.Thread):
         self.database, self.mine, self.bouncer = database, mine, bouncer
         self.most = 0
         self.most_pooled = 0
+        #: The most clients PgBouncer kept waiting for a server connection at once.
+        self.most_waiting = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -119,6 +124,13 @@ class Sampler(threading.Thread):
                     servers = self.bouncer.show("SERVERS")
                     pooled = sum(1 for server in servers if server["database"] == self.database)
                     self.most_pooled = max(self.most_pooled, pooled)
+                    pools = self.bouncer.show("POOLS")
+                    waiting = sum(
+                        int(pool["cl_waiting"])
+                        for pool in pools
+                        if pool["database"] == self.database
+                    )
+                    self.most_waiting = max(self.most_waiting, waiting)
 
 
 def prepare_table() -> bool:
@@ -138,9 +150,8 @@ def clean_up(made_table: bool) -> None:
     """Delete what the script added: its queue's runs, their executions, its workers."""
     from benchmarks.db import run_sql
     from benchmarks.jobs import EXECUTIONS_TABLE
-    from benchmarks.scale_probes import delete_queue
 
-    delete_queue(QUEUE)
+    delete_runs()
     run_sql(f"DROP TABLE {EXECUTIONS_TABLE}" if made_table else f"DELETE FROM {EXECUTIONS_TABLE}")
     run_sql(
         "DELETE FROM django_durable_jobs_worker WHERE queues = %s::jsonb", [json.dumps([QUEUE])]
@@ -201,6 +212,7 @@ def measure(way: str, args: argparse.Namespace, bouncer: Any) -> dict[str, Any]:
         "per_worker_process": round(sampler.most / processes, 2),
         "most_through_pgbouncer": sampler.most_pooled if through is not None else None,
         "pgbouncer_clients": clients,
+        "most_waiting_for_a_server": sampler.most_waiting if through is not None else None,
         **executions(),
         "errors": len(errors),
         "error_kinds": dict(Counter(_kind(line) for line in errors).most_common(5)),
@@ -239,11 +251,13 @@ def _wait_done(runs: int, timeout: float) -> int:
     from benchmarks.db import scalar
 
     deadline = time.monotonic() + timeout
-    sql = "SELECT count(*) FROM django_durable_jobs_jobrun WHERE queue = %s AND status = %s"
-    while (done := int(scalar(sql, [QUEUE, "succeeded"]))) < runs:
+    # job_name first: the index on (job_name, created_at) holds only this script's runs
+    # of bench.counted, however many rows the table has.
+    sql = f"SELECT count(*) FROM django_durable_jobs_jobrun WHERE {MINE} AND status = %s"
+    while (done := int(scalar(sql, [JOB, QUEUE, "succeeded"]))) < runs:
         if time.monotonic() > deadline:
             break
-        time.sleep(0.1)
+        time.sleep(0.2)
     return done
 
 
@@ -264,22 +278,32 @@ def executions() -> dict[str, int]:
 
     counts = (
         "SELECT r.id, count(e.run_id) AS n FROM django_durable_jobs_jobrun r "
-        f"LEFT JOIN {EXECUTIONS_TABLE} e ON e.run_id = r.id WHERE r.queue = %s GROUP BY r.id"
+        f"LEFT JOIN {EXECUTIONS_TABLE} e ON e.run_id = r.id "
+        "WHERE r.job_name = %s AND r.queue = %s GROUP BY r.id"
     )
+    mine = [JOB, QUEUE]
     return {
-        "executed_once": int(scalar(f"SELECT count(*) FROM ({counts}) c WHERE n = 1", [QUEUE])),
-        "never_executed": int(scalar(f"SELECT count(*) FROM ({counts}) c WHERE n = 0", [QUEUE])),
-        "executed_twice": int(scalar(f"SELECT count(*) FROM ({counts}) c WHERE n > 1", [QUEUE])),
+        "executed_once": int(scalar(f"SELECT count(*) FROM ({counts}) c WHERE n = 1", mine)),
+        "never_executed": int(scalar(f"SELECT count(*) FROM ({counts}) c WHERE n = 0", mine)),
+        "executed_twice": int(scalar(f"SELECT count(*) FROM ({counts}) c WHERE n > 1", mine)),
     }
 
 
 def clean_up_runs() -> None:
     from benchmarks.db import run_sql
     from benchmarks.jobs import EXECUTIONS_TABLE
-    from benchmarks.scale_probes import delete_queue
 
-    delete_queue(QUEUE)
+    delete_runs()
     run_sql(f"DELETE FROM {EXECUTIONS_TABLE}")
+
+
+def delete_runs() -> None:
+    """This script's runs and their step records (found through the job's index)."""
+    from benchmarks.db import run_sql
+
+    mine = f"SELECT id FROM django_durable_jobs_jobrun WHERE {MINE}"
+    run_sql(f"DELETE FROM django_durable_jobs_steprecord WHERE run_id IN ({mine})", [JOB, QUEUE])
+    run_sql(f"DELETE FROM django_durable_jobs_jobrun WHERE id IN ({mine})", [JOB, QUEUE])
 
 
 def _kind(line: str) -> str:
@@ -296,7 +320,8 @@ def text(figures: dict[str, Any]) -> str:
         f"({figures['succeeded']:,} of {figures['runs']:,} in {figures['seconds']}s); "
         f"server connections at most {figures['most_server_connections']} "
         f"({figures['per_worker_process']} per worker process; through pgbouncer "
-        f"{figures['most_through_pgbouncer']}, its {figures['pgbouncer_clients']}); "
+        f"{figures['most_through_pgbouncer']}, its {figures['pgbouncer_clients']}, "
+        f"at most {figures['most_waiting_for_a_server']} clients waiting for one); "
         f"executed once {figures['executed_once']:,}, twice {figures['executed_twice']}, "
         f"never {figures['never_executed']}; errors logged {figures['errors']} "
         f"{figures['error_kinds'] or ''}; warnings {figures['warning_kinds'] or '{}'}"
