@@ -50,6 +50,11 @@ class PgBouncer:
             names = [column.name for column in cursor.description or []]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
+    def cpu_seconds(self) -> float:
+        """The CPU time PgBouncer (one thread) has used so far (``/proc``, Linux)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()

@@ -185,8 +185,10 @@ def measure(way: str, args: argparse.Namespace, bouncer: Any) -> dict[str, Any]:
             for first in range(0, args.runs, 10_000):
                 bench_counted.using(queue=QUEUE).enqueue_many([()] * min(10_000, args.runs - first))
         started = time.perf_counter()
+        cpu = through.cpu_seconds() if through is not None else 0.0
         done = _wait_done(args.runs, args.timeout)
         seconds = time.perf_counter() - started
+        cpu = through.cpu_seconds() - cpu if through is not None else 0.0
         clients = _clients(bouncer, args.database) if through is not None else None
         exited = sum(1 for proc in procs if proc.poll() is not None)
     finally:
@@ -213,6 +215,7 @@ def measure(way: str, args: argparse.Namespace, bouncer: Any) -> dict[str, Any]:
         "most_through_pgbouncer": sampler.most_pooled if through is not None else None,
         "pgbouncer_clients": clients,
         "most_waiting_for_a_server": sampler.most_waiting if through is not None else None,
+        "pgbouncer_cpu_s": round(cpu, 1) if through is not None else None,
         **executions(),
         "errors": len(errors),
         "error_kinds": dict(Counter(_kind(line) for line in errors).most_common(5)),
@@ -321,7 +324,8 @@ def text(figures: dict[str, Any]) -> str:
         f"server connections at most {figures['most_server_connections']} "
         f"({figures['per_worker_process']} per worker process; through pgbouncer "
         f"{figures['most_through_pgbouncer']}, its {figures['pgbouncer_clients']}, "
-        f"at most {figures['most_waiting_for_a_server']} clients waiting for one); "
+        f"at most {figures['most_waiting_for_a_server']} clients waiting for one, "
+        f"its CPU {figures['pgbouncer_cpu_s']} s); "
         f"executed once {figures['executed_once']:,}, twice {figures['executed_twice']}, "
         f"never {figures['never_executed']}; errors logged {figures['errors']} "
         f"{figures['error_kinds'] or ''}; warnings {figures['warning_kinds'] or '{}'}"
