@@ -18,6 +18,28 @@ def bench_noop(ctx: Any) -> None:
     return None
 
 
+#: Where ``bench.counted`` records each execution (benchmarks/workers.py makes it).
+EXECUTIONS_TABLE = "bench_workers_executions"
+
+
+@job(name="bench.counted")
+def bench_counted(ctx: Any) -> None:
+    """A no-op run that records that it executed, one row per execution (not a step:
+    an execution that happened twice leaves two rows), by the process that did it.
+
+    Its commit does not wait for the disk (as the claim's does not): a commit that
+    waits cost a loaded machine more than the run, and a row lost to a crash of the
+    database is not what the count is for."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SET LOCAL synchronous_commit TO off; "
+            f"INSERT INTO {EXECUTIONS_TABLE} (run_id, pid) VALUES (%s, %s)",
+            [ctx.run_id, os.getpid()],
+        )
+
+
 @job(name="bench.noop_once", retries=0)
 def bench_noop_once(ctx: Any) -> None:
     """``bench.noop`` with one attempt (``retries=0``), as every ``django.tasks`` task

@@ -63,6 +63,10 @@ if os.environ.get("BENCH_ENGINE") == "sqlite":
             "OPTIONS": {"timeout": 30},
         }
     }
+# BENCH_LISTEN_PORT: the workers LISTEN on that port (DURABLE_JOBS["LISTEN_DATABASE"]),
+# the rest going to BENCH_PG_PORT (benchmarks/workers.py: PgBouncer there, PostgreSQL here).
+if os.environ.get("BENCH_LISTEN_PORT"):
+    DATABASES["listen"] = {**DATABASES["default"], "PORT": int(os.environ["BENCH_LISTEN_PORT"])}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Only documented settings. An idle PostgreSQL worker is woken by LISTEN/NOTIFY; the
@@ -70,3 +74,5 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DURABLE_JOBS = {
     "POLL_INTERVAL": os.environ.get("BENCH_POLL_INTERVAL", "1s"),
 }
+if os.environ.get("BENCH_LISTEN_PORT"):
+    DURABLE_JOBS["LISTEN_DATABASE"] = "listen"

@@ -86,6 +86,11 @@ RULES: dict[str, tuple[str, Callable[[Any], str | None], str]] = {
         _read_database,
         'a DATABASES alias of a replica of the jobs database, e.g. "replica", or None',
     ),
+    "LISTEN_DATABASE": (
+        "E033",
+        _read_database,
+        'a DATABASES alias that reaches the jobs database without a pooler, e.g. "listen", or None',
+    ),
     "RETRIES": ("E003", _non_negative_int, "an int >= 0, e.g. 3"),
     "MAX_PAYLOAD_BYTES": ("E004", _positive_int, "a number of bytes, e.g. 1_000_000"),
     "MAX_OUTPUT_BYTES": ("E005", _positive_int, "a number of bytes, e.g. 1_000_000"),

@@ -18,6 +18,10 @@ DEFAULTS: dict[str, Any] = {
     # metrics and `jobs stats` (a streaming replica; None: the jobs' own DATABASE).
     # Never the claim, the verbs, a run page or anything that writes.
     "READ_DATABASE": None,
+    # The database alias the LISTEN connections use (a worker's wake-up, JobRun.wait's
+    # finish): the jobs database reached directly where DATABASE goes through a
+    # transaction-pooling PgBouncer, which delivers no NOTIFY (None: DATABASE).
+    "LISTEN_DATABASE": None,
     # Attempts after the first, for jobs that do not say.
     "RETRIES": 3,
     # Base delay of exponential backoff with jitter, and its ceiling.
@@ -122,3 +126,10 @@ def read_database() -> str:
     """The alias for reads that tolerate lag (``READ_DATABASE``, else ``DATABASE``)."""
     value = get("READ_DATABASE")
     return database() if value is None else str(value)
+
+
+def listen_database(using: str) -> str:
+    """The alias whose settings a LISTEN connection for the jobs database ``using``
+    takes: ``LISTEN_DATABASE`` when ``using`` is the jobs database and it is set."""
+    value = get("LISTEN_DATABASE")
+    return str(value) if value is not None and using == database() else using

@@ -129,6 +129,14 @@ if _default_db["ENGINE"] == "django.db.backends.postgresql":
         "CONN_MAX_AGE": 0,
     }
 
+#: A worker subprocess whose DATABASE_URL is a pooler's LISTENs on this URL instead
+#: (``DURABLE_JOBS["LISTEN_DATABASE"]``, tests/processes/db/test_pgbouncer.py).
+if os.environ.get("DURABLE_JOBS_TEST_LISTEN_URL"):
+    DATABASES["listen"] = {
+        **environ.Env.db_url_config(os.environ["DURABLE_JOBS_TEST_LISTEN_URL"]),
+        "TEST": {"MIRROR": "default"},
+    }
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 ROOT_URLCONF = "tests.urls"
@@ -190,6 +198,8 @@ DURABLE_JOBS: dict[str, object] = {}
 for _key in ("LEASE", "HEARTBEAT", "POLL_INTERVAL", "UNKNOWN_JOB_GRACE"):
     if os.environ.get(f"DURABLE_JOBS_TEST_{_key}"):
         DURABLE_JOBS[_key] = os.environ[f"DURABLE_JOBS_TEST_{_key}"]
+if os.environ.get("DURABLE_JOBS_TEST_LISTEN_URL"):
+    DURABLE_JOBS["LISTEN_DATABASE"] = "listen"
 # The jobs on their own database (tests/processes/worker/test_jobs_database.py).
 if os.environ.get("DURABLE_JOBS_TEST_DATABASE"):
     DURABLE_JOBS["DATABASE"] = os.environ["DURABLE_JOBS_TEST_DATABASE"]

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
+
 from .. import conf
 from ..models import FINISHED, JobRun, RunTally
 
@@ -65,7 +67,11 @@ def counters(now: datetime) -> Counters:
         name=NAME, defaults={"since": cutoff, "folded_until": cutoff, "tallies": {}}
     )
     if row.folded_until < cutoff:
-        tallies = fold(row.tallies, _finished(row.folded_until, cutoff))
+        # In a transaction: ``iterator()`` reads through a server-side cursor, which in
+        # autocommit is declared WITH HOLD and fetched by later statements, that a
+        # transaction-pooling PgBouncer may send to another server connection.
+        with transaction.atomic(using=using):
+            tallies = fold(row.tallies, _finished(row.folded_until, cutoff))
         moved = (
             RunTally.objects.using(using)
             .filter(pk=row.pk, folded_until=row.folded_until)

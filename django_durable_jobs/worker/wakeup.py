@@ -157,7 +157,9 @@ def make_waker() -> Waker:
     using = conf.database()
     wake_by = dialect.of(using).wake_by
     if wake_by == "listen":  # psycopg 3: notifies(timeout=...)
-        return Listener(using)
+        listener = Listener(using)
+        listener.start()
+        return listener
     if wake_by == "data_version":
         return CounterWaker(using, "PRAGMA data_version", "data_version")
     if wake_by == "doorbell":

@@ -82,6 +82,17 @@ def pooled(ctx: Any, key: str) -> Any:
     return paid
 
 
+@job(name="tests.pooled_nap", retries=2, backoff=0)
+def pooled_nap(ctx: Any, key: str) -> Any:
+    """A step, a sleep, an event, an atomic step: ``test_pgbouncer``'s workers listen
+    on a direct connection beside the pooler (``LISTEN_DATABASE``)."""
+    ctx.step.run("before", effect, "nap-before", ctx.run_id)
+    ctx.step.sleep("nap", "1s")
+    paid = ctx.step.wait_for_event("paid", "pooled.nap", match=key, timeout="1h")
+    ctx.step.atomic("after", effect, "nap-after", ctx.run_id)
+    return paid
+
+
 @job(name="tests.swallower")
 def swallower(ctx: Any) -> str:
     try:

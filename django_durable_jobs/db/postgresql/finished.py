@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import connections
 
+from ... import conf
 from .statements import answered_elsewhere
 
 CHANNEL = "durable_jobs_finished"
@@ -118,22 +119,26 @@ class FinishWatch:
     def _connect(self) -> Any:
         import psycopg
 
-        settings = connections[self.using].get_connection_params()
+        alias = conf.listen_database(self.using)
+        settings = connections[alias].get_connection_params()
         params = {k: v for k, v in settings.items() if k not in {"cursor_factory", "context"}}
         # Named, so that an operator sees what the connection is for (pg_stat_activity).
         params["application_name"] = APPLICATION_NAME
         conn = psycopg.connect(autocommit=True, **params)
-        conn.execute(f"LISTEN {CHANNEL}")
         if answered_elsewhere(conn):
-            # Transaction pooling delivers no NOTIFY: the waiting calls poll instead.
+            # Transaction pooling delivers no NOTIFY, and a LISTEN would stay on a server
+            # connection the pooler lends to others: the waiting calls poll instead.
             log.warning(
-                "JobRun.wait: the database connection goes through a pooler (PgBouncer?); "
-                "waiting calls poll instead of listening"
+                "JobRun.wait: the database connection (%r) goes through a pooler "
+                "(PgBouncer?); waiting calls poll instead of listening "
+                '(DURABLE_JOBS["LISTEN_DATABASE"] names a direct connection to listen on)',
+                alias,
             )
             self._pooled = True
             self._listening.set()
             _close(conn)
             return None
+        conn.execute(f"LISTEN {CHANNEL}")
         self._listening.set()
         self._call_all()  # a reconnect: whatever finished meanwhile is read again
         return conn

@@ -6,6 +6,9 @@ threads reach the test database through it only; every enqueue (in and out of
 failed there ("prepared statement ... already exists") before a pooler's connections
 sent their statements unprepared (``statements.pooled``).
 
+A second test gives the workers a direct connection to LISTEN on
+(``DURABLE_JOBS["LISTEN_DATABASE"]``): runs sleep, wait and are woken once each.
+
 Skipped without the ``pgbouncer`` binary (``scripts/system-packages`` installs it).
 """
 
@@ -24,6 +27,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from django_durable_jobs import publish_event
+from django_durable_jobs.db.postgresql.listen import APPLICATION_NAME, CHANNEL
 from django_durable_jobs.models import JobRun, RunStatus
 from tests.processes.worker.test_worker import (  # noqa: F401 - `workers` is a fixture
     REPO_DIR,
@@ -31,6 +36,7 @@ from tests.processes.worker.test_worker import (  # noqa: F401 - `workers` is a 
     wait_until,
     workers,
 )
+from tests.testapp.jobs import pooled_nap
 from tests.testapp.models import Effect, Execution
 
 pytestmark = [
@@ -158,4 +164,70 @@ def test_enqueues_events_and_steps_through_a_transaction_pooling_pgbouncer(
     logs = "".join(worker.log() for worker in pool)
     assert "reached through a connection pooler" in logs
     assert "LISTEN connection goes through a connection pooler" in logs
+    assert logs.count("wake=polling") == len(pool)  # it found the pooler before it listened
     assert "database error" not in logs
+    assert "does not exist" not in logs  # no statement was prepared on a pooled connection
+
+
+def test_runs_sleep_wait_and_wake_once_through_pgbouncer_listening_directly(
+    pgbouncer: str,
+    workers: Workers,  # noqa: F811 - the fixture imported above, set up after the pooler
+) -> None:
+    """``LISTEN_DATABASE``: the workers' statements go through the pooler, their LISTEN
+    to PostgreSQL directly (the test's own database settings), so a NOTIFY sent by a
+    pooled connection's commit reaches them. Every run sleeps, waits for its event and
+    writes each side effect once, with no named statement lost on the way."""
+    direct = connection.settings_dict
+    listen_url = (
+        f"postgres://{direct['USER'] or 'postgres'}@{direct['HOST'] or '127.0.0.1'}:"
+        f"{direct['PORT'] or 5432}/{direct['NAME']}"
+    )
+    through = {"DATABASE_URL": pgbouncer, "DURABLE_JOBS_TEST_LISTEN_URL": listen_url}
+    pool = [workers.start(f"listening{i}", "--concurrency", "2", env=through) for i in range(2)]
+    for worker in pool:
+        workers.wait_started(worker, processes=2)
+    listening = _listening()
+    assert len(listening) == 4, listening  # one direct LISTEN connection per worker process
+    naps = [pooled_nap.enqueue(f"n{number}").pk for number in range(RUNS)]
+    runs = JobRun.objects.filter(pk__in=naps)
+    wait_until(
+        lambda: runs.filter(status=RunStatus.WAITING).count() == RUNS,
+        timeout=60,
+        what=f"{RUNS} runs to sleep, then wait for their event",
+        workers=pool,
+        detail=lambda: str(Counter(runs.values_list("status", flat=True))),
+    )
+    for number in range(RUNS):
+        publish_event("pooled.nap", {"key": f"n{number}"}, key=f"n{number}")
+    wait_until(
+        lambda: runs.filter(status=RunStatus.SUCCEEDED).count() == RUNS,
+        timeout=60,
+        what="every run to succeed",
+        workers=pool,
+        detail=lambda: str(Counter(runs.values_list("status", flat=True))),
+    )
+    for worker in pool:
+        assert worker.terminate() == 0
+    ids = {str(pk) for pk in naps}
+    for name in ("nap-before", "nap-after"):
+        counted = Counter(Effect.objects.filter(name=name).values_list("run_id", flat=True))
+        assert set(counted) == ids and set(counted.values()) == {1}, name
+    logs = "".join(worker.log() for worker in pool)
+    assert logs.count("wake=listen/notify") == 4
+    assert "reached through a connection pooler" in logs  # the statements still were
+    assert "LISTEN connection goes through" not in logs
+    assert "database error" not in logs
+    assert "does not exist" not in logs
+
+
+def _listening() -> list[tuple[int, str]]:
+    """The backends of the test database that LISTEN for the workers (their last
+    statement), each a direct connection: PgBouncer's would be named by its clients'
+    last use, and would not have listened."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, query FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s AND query = %s",
+            [APPLICATION_NAME, f"LISTEN {CHANNEL}"],
+        )
+        return list(cursor.fetchall())
