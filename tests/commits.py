@@ -14,7 +14,6 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-
 #: Statements that write no row: reads, transaction control, PostgreSQL's PREPARE.
 UNCOUNTED = {"SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PREPARE"}
 
