@@ -48,7 +48,7 @@ class Commits:
             connection = self.connection
             if not connection.in_atomic_block:
                 self.count += 1
-            elif not any(f == self._committed for _, f, _ in connection.run_on_commit):
+            elif not any(entry[1] == self._committed for entry in connection.run_on_commit):
                 connection.on_commit(self._committed)
         return execute(sql, params, many, context)
 
