@@ -317,6 +317,8 @@ def _insert_many(
     owners = [store.owner or "" for _, store, _ in entries]
     try:
         written = dialect.of(using).insert_steps(names, rows, owners)
+        if written is None and len(entries) > 1:
+            written = _insert_together(using, entries)
     except Exception:
         # Nothing was written. One record the database refuses must not fail the
         # others: each is written on its own (a lost connection fails each anyway).
@@ -336,6 +338,22 @@ def _insert_many(
             store.recorded(record)
         except Exception as exc:
             results[index] = exc
+
+
+def _insert_together(
+    using: str, entries: list[tuple[int, OrmStepStore, RecordedStep]]
+) -> set[tuple[str, str]]:
+    """Where the dialect has no one-statement insert (MariaDB, SQLite): each record's
+    fenced INSERT, all in one transaction, one commit for the batch instead of one
+    each; the (run id, name) written. A record whose run's lease is lost inserts no
+    row and is refused alone; one the database refuses raises, rolling back the
+    others (``_insert_many`` then writes each on its own)."""
+    written: set[tuple[str, str]] = set()
+    with transaction.atomic(using=using):
+        for _, store, record in entries:
+            if store._insert(record.run_id, record.name, _columns(record)):
+                written.add((str(UUID(str(record.run_id))), record.name))
+    return written
 
 
 #: What a parent reads of a child run to learn how it ended (``child_outcome``).

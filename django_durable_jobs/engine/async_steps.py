@@ -215,7 +215,9 @@ class AsyncSteps(StepEngine):
         (nor handed to a task): each is closed, so Python does not warn about it
         later. ``fail=False``: only close them (the attempt stopped another way)."""
         calls: StepCalls | None = self.__dict__.pop("_calls", None)
-        if calls is None:
+        if calls is None or not calls.unstarted():
+            # Every call was awaited: the loop's tasks need not be read (a read of all
+            # of them per attempt was O(N²) with a thousand runs in flight).
             return
         try:
             scheduled = {id(task.get_coro()) for task in asyncio.all_tasks()}
@@ -240,7 +242,7 @@ class AsyncSteps(StepEngine):
         timeout); a step still executing then is not waited for."""
         calls: StepCalls | None = self.__dict__.get("_calls")
         mine = calls.ids() if calls is not None else set()
-        if not mine:
+        if not mine:  # each call finished: no task of the loop to look for
             return
         tasks = [t for t in asyncio.all_tasks() if not t.done() and id(t.get_coro()) in mine]
         if tasks:

@@ -45,18 +45,23 @@ class StepCalls:
         self._calls.append((what, coroutine))
 
     def ids(self) -> set[int]:
-        """The ``id`` of each coroutine kept (a task's ``get_coro()`` is one of them)."""
-        return {id(coroutine) for _, coroutine in self._calls}
+        """The ``id`` of each coroutine kept that has not finished (a task's
+        ``get_coro()`` is one of them while the task runs)."""
+        return {
+            id(coroutine)
+            for _, coroutine in self._calls
+            if inspect.getcoroutinestate(coroutine) != CORO_CLOSED
+        }
+
+    def unstarted(self) -> list[tuple[str, Coroutine[Any, Any, Any]]]:
+        """The calls whose coroutine has not started: never awaited, or handed to a task
+        that has not run yet (``never_started`` tells them apart)."""
+        return [c for c in self._calls if inspect.getcoroutinestate(c[1]) == CORO_CREATED]
 
     def never_started(self, scheduled: set[int]) -> list[tuple[str, Coroutine[Any, Any, Any]]]:
         """The calls whose coroutine never started and is not in ``scheduled`` (the ids
         of the coroutines of the loop's tasks: handed to a task, it starts soon)."""
-        return [
-            (what, coroutine)
-            for what, coroutine in self._calls
-            if inspect.getcoroutinestate(coroutine) == CORO_CREATED
-            and id(coroutine) not in scheduled
-        ]
+        return [(what, coro) for what, coro in self.unstarted() if id(coro) not in scheduled]
 
 
 class _HasCalls(Protocol):

@@ -12,7 +12,7 @@ like the others: a batch's run that never began keeps its attempt if the worker 
 from __future__ import annotations
 
 #: The most runs one claim takes (with an async lane), and with sync runs only.
-MAX_BATCH = 50
+MAX_BATCH = 200
 MAX_SYNC_BATCH = 32
 
 

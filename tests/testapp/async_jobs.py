@@ -11,7 +11,7 @@ from typing import Any
 
 from django_durable_jobs import NonRetriable, RetryAfter, job
 
-from .jobs import effect, start_recorded
+from .jobs import effect, start_recorded_within
 from .models import Effect, Execution
 
 
@@ -256,6 +256,7 @@ async def async_patched(ctx: Any, n: int) -> list[bool]:
 
 
 @job(name="tests.async_start_recorded", retries=0)
-async def async_start_recorded(ctx: Any) -> bool:
-    """Whether the worker recorded this attempt's start before the function began."""
-    return bool(await ctx.step.run("recorded", start_recorded, ctx.run_id))
+async def async_start_recorded(ctx: Any, seconds: float = 0.0) -> bool:
+    """Whether the worker recorded this attempt's start within ``seconds`` of its
+    first step."""
+    return bool(await ctx.step.run("recorded", start_recorded_within, ctx.run_id, seconds))

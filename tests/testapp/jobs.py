@@ -156,13 +156,18 @@ def start_recorded(run_id: str) -> bool:
     return row[0] == row[1]
 
 
+def start_recorded_within(run_id: str, seconds: float) -> bool:
+    """Whether the start of ``run_id``'s attempt is recorded within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not start_recorded(run_id) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return start_recorded(run_id)
+
+
 @job(name="tests.waits_for_its_start_record", retries=0)
 def waits_for_its_start_record(ctx: Any, seconds: float) -> bool:
     """Whether the start of this attempt got recorded while it ran (within ``seconds``)."""
-    deadline = time.monotonic() + seconds
-    while not start_recorded(ctx.run_id) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return start_recorded(ctx.run_id)
+    return start_recorded_within(ctx.run_id, seconds)
 
 
 # Jobs of other test modules register when this module is autodiscovered.

@@ -13,9 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
+from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db import dialect
+from django_durable_jobs.db.leases import LAPSED
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker import lane
@@ -159,16 +161,43 @@ def test_an_async_run_frozen_past_its_lease_asks_before_its_first_step(clock: Fa
     assert JobRun.objects.get(pk=run.pk).lease_owner == "w-other"
 
 
-def test_the_async_runs_of_a_batch_have_their_start_recorded_before_they_begin(
+def test_the_heartbeat_records_the_start_of_a_batchs_async_runs_while_they_run(
     clock: FakeClock,
 ) -> None:
-    """The lane begins them at once: a lapse of their lease counts their attempt, as
-    when they are claimed one by one (``claims.requeue_expired``)."""
-    runs = [async_jobs.async_start_recorded.enqueue() for _ in range(4)]
+    """As a batch's sync runs' (``Heartbeat.begin``): within ``RECORD_STARTS_AFTER``,
+    together, on the heartbeat's connection; a lapse of their lease then counts their
+    attempt (``claims.requeue_expired``)."""
+    runs = [async_jobs.async_start_recorded.enqueue(5.0) for _ in range(4)]
     w = worker(clock)
     w._batching.size = 4  # a batch (``LeaseOwner.batch``), whose runs may wait
     assert w.run() == 4
     rows = JobRun.objects.filter(pk__in=[run.pk for run in runs])
+    assert set(rows.values_list("status", "attempt", "result")) == {(RunStatus.SUCCEEDED, 1, True)}
+
+
+#: ``claims.record_starts``: an UPDATE that sets the start's column and nothing else.
+RECORD_STARTS = re.compile(r"^UPDATE \S+ SET [`\"]attempt_started_by[`\"] = ")
+
+
+def test_a_claim_of_async_runs_writes_their_starts_only_for_those_whose_lease_lapsed(
+    clock: FakeClock,
+) -> None:
+    """The claim's thread hands a batch of async runs to the lane with no write of its
+    own: a statement and a commit per claim there held up the next claim (with a
+    thousand runs in flight, most of that thread's time). Only the runs whose last lease
+    lapsed have their start recorded before they begin (``start_needs_record``), all
+    of the batch in one statement; the others' are the heartbeat's."""
+    fresh = [async_jobs.async_start_recorded.enqueue(5.0) for _ in range(3)]
+    lapsed = [async_jobs.async_start_recorded.enqueue() for _ in range(2)]
+    JobRun.objects.filter(pk__in=[run.pk for run in lapsed]).update(attempt_started_by=LAPSED)
+    w = worker(clock, async_concurrency=10)
+    w._batching.size = 5  # one claim takes them all
+    with CaptureQueriesContext(connection) as queries:  # the claim's thread only
+        assert w.run() == 5
+    starts = [q["sql"] for q in queries.captured_queries if RECORD_STARTS.match(q["sql"])]
+    assert len(starts) == 1, starts
+    rows = JobRun.objects.filter(pk__in=[run.pk for run in [*fresh, *lapsed]])
+    # Recorded before their first step (the lapsed ones, at once), or while they ran.
     assert set(rows.values_list("status", "attempt", "result")) == {(RunStatus.SUCCEEDED, 1, True)}
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from django_durable_jobs.db import faults
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from tests.processes.worker.test_worker import Workers, wait_until
 from tests.testapp import async_jobs
@@ -89,6 +90,51 @@ def test_kill_9_with_50_async_runs_in_flight_a_new_worker_finishes_them_all(
     assert set(after) == ids and set(after.values()) == {1}
     assert set(JobRun.objects.values_list("status", "attempt")) == {(RunStatus.SUCCEEDED, 2)}
     assert set(StepRecord.objects.filter(name="touch").values_list("attempts", flat=True)) == {1}
+
+
+@pytest.mark.parametrize("point", ["step.before_record", "step.recorded"])
+def test_kill_9_inside_a_batch_of_step_records_repeats_no_recorded_step_and_loses_no_run(
+    workers: Workers, point: str
+) -> None:
+    """50 async runs reach their first step together and the lane writes its records
+    in batches (``AsyncLane.put``). The worker dies (``os._exit``, as kill -9) at the
+    25th record: before its batch's statement (``step.before_record``: none of that
+    batch is committed) or after its commit (``step.recorded``: every record of it is,
+    and no run of it continued yet). A second worker finishes every run; a step
+    recorded before the kill is replayed, never executed again, and only a step whose
+    record was not committed executes twice (its effect ran before the kill)."""
+    with transaction.atomic():
+        runs = [async_jobs.async_io.enqueue(0.05) for _ in range(IN_FLIGHT)]
+    first = workers.start("first", env={faults.ENV: f"{point}:kill:25"})
+    assert first.proc.wait(timeout=120) == faults.KILLED
+    # Both points are passed once per completed record (each run's "touch" and "io").
+    completed = StepRecord.objects.filter(status=StepStatus.COMPLETED)
+    if point == "step.recorded":  # the batch of the 25th record committed whole
+        assert completed.count() >= 25
+    else:  # the 25th record's batch did not: at most the 24 before it
+        assert completed.count() < 25
+    touched = completed.filter(name="touch").values_list("run_id", flat=True)
+    recorded = {str(run_id) for run_id in touched}
+
+    second = workers.start("second")
+    wait_until(
+        lambda: JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() >= IN_FLIGHT,
+        timeout=300,
+        what=f"the second worker to finish all {IN_FLIGHT} runs",
+        workers=[second],
+        detail=run_statuses,
+    )
+    assert second.terminate() == 0
+    effects = effect_counts("touch")
+    assert set(effects) == {str(run.id) for run in runs}  # nothing lost
+    assert all(effects[run_id] == 1 for run_id in recorded), effects  # replayed, not re-run
+    assert set(effects.values()) <= {1, 2}
+    assert set(JobRun.objects.values_list("status", "result")) == {(RunStatus.SUCCEEDED, "done")}
+    steps = StepRecord.objects.filter(run__in=runs)
+    assert Counter(steps.values_list("name", "status")) == {
+        ("touch", StepStatus.COMPLETED): IN_FLIGHT,
+        ("io", StepStatus.COMPLETED): IN_FLIGHT,
+    }
 
 
 def test_sigterm_drains_every_async_run_in_flight(workers: Workers) -> None:
