@@ -6,11 +6,11 @@ the dead tuples a pass of runs through 4 workers leaves with autovacuum at work.
     .venv/py312-dj61/bin/python benchmarks/scale_history.py --template bench_scale_1000000 \\
         --db bench_scale_copy purge [--purge 1000000] [--repeat 3] [-- --batch-size 1000 ...]
     .venv/py312-dj61/bin/python benchmarks/scale_history.py --template bench_scale_1000000 \\
-        --db bench_scale_copy pass [--runs 200000] [--migrate 0002]
+        --db bench_scale_copy --storage off pass [--runs 200000]
 
 Each repeat starts from ``--db`` made anew as a copy of ``--template`` (``CREATE
-DATABASE … TEMPLATE``: seconds, where a fill takes minutes), then ``migrate`` (to
-``--migrate``, if given: 0002 is before the tables' autovacuum settings).
+DATABASE … TEMPLATE``: seconds, where a fill takes minutes), migrated, with the
+tables' autovacuum settings as migrated or as ``--storage`` says.
 
 ``purge``: the claim probe's latencies for ``--quiet`` seconds without a purge, then
 during ``manage.py jobs purge`` of the oldest ``--purge`` finished runs (what follows
@@ -48,7 +48,12 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
     option = parser.add_argument
     option("--db", required=True, help="the database measured, made anew from --template")
     option("--template", required=True, help="a database benchmarks/scale.py filled")
-    option("--migrate", help="migrate django_durable_jobs to this migration (else: latest)")
+    option(
+        "--storage",
+        choices=("as-migrated", "on", "off"),
+        default="as-migrated",
+        help="the tables' autovacuum settings (db/postgresql/sql/storage.sql): set or reset",
+    )
     option("--repeat", type=int, default=1)
     modes = parser.add_subparsers(dest="mode", required=True)
     purge = modes.add_parser("purge", help="the purge, and the claim's latency during it")
@@ -75,9 +80,14 @@ def fresh(args: argparse.Namespace) -> None:
         pg.execute(f'CREATE DATABASE "{args.db}" TEMPLATE "{args.template}"')
     settings.DATABASES["default"]["NAME"] = args.db
     os.environ["BENCH_DB"] = args.db  # the worker's and the purge's processes
-    call_command(
-        "migrate", "django_durable_jobs", *[args.migrate] * bool(args.migrate), verbosity=0
-    )
+    call_command("migrate", "django_durable_jobs", verbosity=0)
+    if args.storage != "as-migrated":
+        from django.db import connection
+
+        from django_durable_jobs.db.postgresql import sql
+
+        with connection.schema_editor() as editor:
+            (sql.set_storage if args.storage == "on" else sql.reset_storage)(editor)
 
 
 def purge(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
@@ -119,7 +129,7 @@ def through(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks import scale_probes as probe
     from benchmarks.jobs import bench_noop
 
-    out: dict[str, Any] = {"runs": args.runs, "migrated_to": args.migrate or "latest"}
+    out: dict[str, Any] = {"runs": args.runs}
     out["load"] = os.getloadavg()[0]
     out["options"] = _storage()
     first = sample()

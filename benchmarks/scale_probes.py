@@ -176,7 +176,8 @@ def purge_oldest(count: int, *options: str) -> Callable[[], None]:
     def purge() -> None:
         if age is None:
             return
-        cmd = [sys.executable, "-m", "django", "jobs", "purge", "--older-than", f"{int(age)}s", *options]
+        cmd = [sys.executable, "-m", "django", "jobs", "purge", "--older-than", f"{int(age)}s"]
+        cmd += options
         with open(WORK / "scale_purge.log", "w") as out:
             subprocess.run(
                 cmd, cwd=REPO, env=worker_env(), stdout=out, stderr=subprocess.STDOUT, check=True

@@ -86,12 +86,12 @@ def delete_batch(using: str, batch: Batch, write_first: Any = None) -> Purged:
             return Purged(0, None)
         ids = [pk for pk, _ in picked]
         for model in OWNED:
-            _delete(model.objects.using(using).filter(run_id__in=ids), using)
+            _delete(model._default_manager.using(using).filter(run_id__in=ids), using)
         # Children in the batch too: InnoDB checks a foreign key at each row, not at
         # commit, so a parent deleted before its child in one DELETE would fail.
         JobRun.objects.using(using).filter(parent_id__in=ids).update(parent=None)
         deleted = _delete(JobRun.objects.using(using).filter(id__in=ids), using)
-    return Purged(deleted, max(finished for _, finished in picked))
+    return Purged(deleted, max(finished for _, finished in picked if finished is not None))
 
 
 def _delete(rows: models.QuerySet[Any], using: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import cache
+from typing import Any
 
 from django.db import connections, transaction
 
@@ -32,7 +33,7 @@ def statement(using: str) -> str:
 
 def delete_batch(using: str, batch: Batch) -> Purged:
     """One batch, in a transaction of its own."""
-    params = {
+    params: dict[str, Any] = {
         "status": batch.status,
         "cutoff": batch.cutoff,
         "after": batch.after or BEGINNING,
