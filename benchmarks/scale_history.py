@@ -84,7 +84,7 @@ def fresh(args: argparse.Namespace) -> None:
     if args.storage != "as-migrated":
         from django.db import connection
 
-        from django_durable_jobs.db.postgresql import sql
+        from benchmarks.internals import postgresql_sql as sql
 
         with connection.schema_editor() as editor:
             (sql.set_storage if args.storage == "on" else sql.reset_storage)(editor)
