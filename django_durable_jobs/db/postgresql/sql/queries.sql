@@ -98,10 +98,13 @@ RETURNING {run}, {name};
 -- batch stopped, locked as they are chosen (SKIP LOCKED: a run an operator is retrying
 -- right now is left for the next purge), then what references them, the runs last, in
 -- one statement. Their children lose their parent (SET_NULL); a child in the batch is
--- not updated too (a row is written once a statement). Returns how many runs went
--- and the finished time of the newest. The foreign keys are checked at commit.
+-- not updated too (a row is written once a statement). The runs are deleted by their
+-- row's address (ctid, stable while the batch's lock holds): the index scan that chose
+-- them found it, and a lookup by id would read a random page of the primary key per
+-- run. Returns how many runs went and the finished time of the newest. The foreign
+-- keys are checked at commit.
 WITH batch AS (
-    SELECT run.id, run.finished_at FROM {runs} AS run
+    SELECT run.id, run.ctid AS tid FROM {runs} AS run
     WHERE run.status = %(status)s AND run.finished_at < %(cutoff)s
         AND run.finished_at >= %(after)s AND run.lease_owner = ''
         AND NOT EXISTS (
@@ -118,6 +121,6 @@ orphans AS (
     WHERE parent_id IN (SELECT id FROM batch) AND id NOT IN (SELECT id FROM batch)
 ),
 gone AS (
-    DELETE FROM {runs} WHERE id IN (SELECT id FROM batch) RETURNING finished_at
+    DELETE FROM {runs} WHERE ctid = ANY(ARRAY(SELECT tid FROM batch)) RETURNING finished_at
 )
 SELECT count(*), max(finished_at) FROM gone;
