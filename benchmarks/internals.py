@@ -19,6 +19,7 @@ from django_durable_jobs.db.claims import claim, claim_unlimited
 from django_durable_jobs.db.executable import Executable
 from django_durable_jobs.db.paused import Paused
 from django_durable_jobs.db.postgresql import finished
+from django_durable_jobs.db.postgresql import sql as postgresql_sql
 from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
@@ -55,6 +56,7 @@ __all__ = [
     "execute",
     "hours",
     "inline",
+    "postgresql_sql",
     "settle",
     "stats",
     "stop_heartbeat",

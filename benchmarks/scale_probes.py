@@ -163,10 +163,10 @@ def during(work: Callable[[], None], budget_runs: int) -> tuple[float, list[floa
     return seconds, probe.latencies
 
 
-def purge_oldest(count: int) -> Callable[[], None]:
+def purge_oldest(count: int, *options: str) -> Callable[[], None]:
     """The call that deletes the oldest ``count`` finished runs: ``manage.py jobs purge
-    --older-than`` (the age of the ``count``-th oldest) in a process of its own, as the
-    retention schedule or an operator runs it."""
+    --older-than`` (the age of the ``count``-th oldest) ``*options`` in a process of its
+    own, as the retention schedule or an operator runs it."""
     age = scalar(
         "SELECT EXTRACT(EPOCH FROM now() - finished_at)::bigint FROM django_durable_jobs_jobrun "
         "WHERE status IN ('succeeded', 'failed') ORDER BY finished_at OFFSET %s LIMIT 1",
@@ -177,6 +177,7 @@ def purge_oldest(count: int) -> Callable[[], None]:
         if age is None:
             return
         cmd = [sys.executable, "-m", "django", "jobs", "purge", "--older-than", f"{int(age)}s"]
+        cmd += options
         with open(WORK / "scale_purge.log", "w") as out:
             subprocess.run(
                 cmd, cwd=REPO, env=worker_env(), stdout=out, stderr=subprocess.STDOUT, check=True

@@ -26,6 +26,7 @@ from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Sched
 from .executable import Executable
 from .paused import Paused
 from .postgresql.claims import Finish
+from .purge import Batch, Purged, delete_batch
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
@@ -214,6 +215,11 @@ class Dialect:
     def write_first(self) -> None:
         """Take the database's write lock before a transaction reads what it will
         write (SQLite only; elsewhere row locks do this)."""
+
+    def purge_batch(self, batch: Batch) -> Purged:
+        """Delete one batch of a purge (``db/purge.py``) in a transaction of its own:
+        statement by statement, the ORM's way."""
+        return delete_batch(self.using, batch, self.write_first)
 
     def cut_connection(self) -> None:
         """End this process's session from the server side (fault injection); where

@@ -2,7 +2,8 @@
 
 PostgreSQL: the functions and triggers of ``db/postgresql/sql/schema.sql`` (the
 NOTIFY triggers that wake idle workers, the flow-control functions that claim runs
-under a concurrency limit in one call).
+under a concurrency limit in one call), and the hot tables' autovacuum settings of
+``db/postgresql/sql/storage.sql``.
 
 MariaDB and MySQL: queued runs indexed in the claim's order. Without partial indexes
 the claim's indexes lead with ``status`` then the wake time, and the few due runs it
@@ -47,6 +48,7 @@ def forwards(apps: Any, schema_editor: Any) -> None:
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
         sql.create_schema(schema_editor)
+        sql.set_storage(schema_editor)
     elif vendor == "mysql":
         schema_editor.execute(f"ALTER TABLE {_doorbell(apps, schema_editor)} ENGINE=MEMORY")
         for name, fields in MYSQL_INDEXES.items():
@@ -64,6 +66,7 @@ def forwards(apps: Any, schema_editor: Any) -> None:
 def backwards(apps: Any, schema_editor: Any) -> None:
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
+        sql.reset_storage(schema_editor)
         sql.drop_schema(schema_editor)
     elif vendor == "mysql":
         schema_editor.execute(f"ALTER TABLE {_doorbell(apps, schema_editor)} ENGINE=InnoDB")

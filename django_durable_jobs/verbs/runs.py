@@ -3,9 +3,10 @@ and ``manage.py jobs`` call these). Starting runs is ``enqueueing.py``."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.db import transaction
 
 from .. import conf, signals
 from ..db import dialect, doorbell
+from ..db.purge import Batch
 from ..db.run_ids import resolve as _pk
 from ..engine import clock
 from ..engine.durations import Duration, before, parse_duration
@@ -219,30 +221,47 @@ def replay_in_transaction(pk: uuid.UUID, step: str, now: datetime) -> bool:
     return True
 
 
+#: Runs a purge deletes per transaction (with their step records, messages and keys).
+PURGE_BATCH = 1000
+#: Seconds a purge rests between two batches, so the workers' claims and finishes are
+#: not queued behind its writes (benchmarks/README.md, "Purging the history").
+PURGE_PAUSE = 0.0
+
+
 def purge(
     older_than: Duration,
     statuses: Iterable[str] = FINISHED,
     *,
     now: datetime | None = None,
-    batch_size: int = 1000,
+    batch_size: int = PURGE_BATCH,
+    pause: float = PURGE_PAUSE,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Delete finished runs (with their steps) that finished more than ``older_than``
-    ago, in batches of ``batch_size``; returns how many runs were deleted.
+    """Delete finished runs that finished more than ``older_than`` ago, with what
+    references them (step records, messages, cancel and idempotency keys; their
+    children stay, without a parent), ``batch_size`` runs a transaction, oldest first,
+    resting ``pause`` seconds between batches; returns how many runs were deleted.
+    ``progress`` is called after each batch with the count so far.
+
+    Left alone: runs a worker still holds (a cancelled run its worker has not let go
+    of), and the children of a live parent, which may still read them. Each batch is
+    set-based SQL (``db/purge.py``; one statement on PostgreSQL).
 
     >>> purge("30d")  # doctest: +SKIP
     """
     wanted = _finished_statuses(statuses)
     cutoff = before(now or clock.current().now(), parse_duration(older_than), older_than)
-    using, total = conf.database(), 0
-    runs = JobRun.objects.using(using)
-    while True:
-        with transaction.atomic(using=using):
-            old = runs.filter(status__in=wanted, finished_at__lt=cutoff, lease_owner="")
-            ids = list(old.order_by("finished_at").values_list("id", flat=True)[:batch_size])
-            if not ids:
-                return total
-            _, deleted = old.filter(id__in=ids).delete()
-        total += deleted.get(JobRun._meta.label, 0)
+    database, total = dialect.of(conf.database()), 0
+    for status in wanted:
+        batch = Batch(status, cutoff, batch_size)
+        while (done := database.purge_batch(batch)).runs:
+            total += done.runs
+            batch = replace(batch, after=done.reached)
+            if progress is not None:
+                progress(total)
+            if pause > 0:
+                time.sleep(pause)
+    return total
 
 
 def get_run(run_id: RunId) -> JobRun:
@@ -367,6 +386,8 @@ def _finished_statuses(statuses: Iterable[str]) -> list[str]:
 
 
 __all__ = [
+    "PURGE_BATCH",
+    "PURGE_PAUSE",
     "VERBS",
     "RunNotFound",
     "RunStateError",

@@ -18,10 +18,12 @@ from ...models import JobRun
 from ..executable import Executable
 from ..orm_dialect import Locking
 from ..paused import Paused
+from ..purge import Batch, Purged
 from . import claims as postgres
 from . import flow as postgres_flow
 from . import inserts as postgres_inserts
 from . import operators, statements
+from . import purge as postgres_purge
 
 #: The start of the current transaction (``now()``).
 TRANSACTION_START = Func(template="transaction_timestamp()", output_field=DateTimeField())
@@ -43,6 +45,9 @@ class Postgres(Locking):
         # The transaction's start (``now()``) if the clock is not earlier: the trigger
         # that notifies idle workers compares wake times with it.
         return Least(TRANSACTION_START, Value(woken_at, output_field=DateTimeField()))
+
+    def purge_batch(self, batch: Batch) -> Purged:
+        return postgres_purge.delete_batch(self.using, batch)
 
     def cut_connection(self) -> None:
         with connections[self.using].cursor() as cursor:  # raises: the server ends it

@@ -69,3 +69,26 @@ def drop_schema(schema_editor: Any) -> None:
             schema_editor.execute(f'DROP TRIGGER IF EXISTS {name} ON "{table}"')
         elif function := _FUNCTION.search(statement):
             schema_editor.execute(f"DROP FUNCTION IF EXISTS {function.group(1)}")
+
+
+_OPTION = re.compile(r"^\s*(\w+)\s*=\s*([^,\s)]+)", re.MULTILINE)
+
+
+def storage() -> dict[str, dict[str, str]]:
+    """The storage parameters of ``sql/storage.sql``: table -> {parameter: value}."""
+    return {
+        table: dict(_OPTION.findall(statement.split("(", 1)[1]))
+        for table, statement in sections("storage").items()
+    }
+
+
+def set_storage(schema_editor: Any) -> None:
+    """Set the tables' storage parameters of ``storage.sql`` (autovacuum per table)."""
+    for statement in sections("storage").values():
+        schema_editor.execute(statement)
+
+
+def reset_storage(schema_editor: Any) -> None:
+    """Back to the server's defaults: each parameter ``set_storage`` set, reset."""
+    for table, options in storage().items():
+        schema_editor.execute(f'ALTER TABLE "{table}" RESET ({", ".join(options)})')

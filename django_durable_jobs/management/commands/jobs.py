@@ -173,6 +173,20 @@ class Command(BaseCommand):
             choices=list(FINISHED),
             help="Repeatable. Default: every finished status (skipped too).",
         )
+        purge.add_argument(
+            "--batch-size",
+            type=int,
+            default=runs.PURGE_BATCH,
+            metavar="N",
+            help=f"Runs deleted per transaction (default {runs.PURGE_BATCH}).",
+        )
+        purge.add_argument(
+            "--pause",
+            type=float,
+            default=runs.PURGE_PAUSE,
+            metavar="S",
+            help=f"Seconds between two batches (default {runs.PURGE_PAUSE}).",
+        )
         pause_cli.add_parsers(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -339,8 +353,21 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"published {event.name}{key} as event #{event.id}"))
 
     def purge(self, options: dict[str, Any]) -> None:
-        count = runs.purge(options["older_than"], options["status"] or FINISHED)
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1")
+        # -v 2: a line a batch, on stderr (stdout keeps the count alone).
+        told = self._purged_so_far if options["verbosity"] >= 2 else None
+        count = runs.purge(
+            options["older_than"],
+            options["status"] or FINISHED,
+            batch_size=options["batch_size"],
+            pause=max(options["pause"], 0.0),
+            progress=told,
+        )
         self.stdout.write(f"deleted {count} run{'s' * (count != 1)} and their steps")
+
+    def _purged_so_far(self, total: int) -> None:
+        self.stderr.write(f"deleted {total} run{'s' * (total != 1)} so far")
 
     def list_schedules(self, options: dict[str, Any]) -> None:
         listed = schedule_lines.listing(clock.current().now())

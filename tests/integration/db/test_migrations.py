@@ -78,3 +78,31 @@ def test_the_schema_file_is_one_statement_a_section() -> None:
     for name, statement in sections.items():
         assert name in statement.split("\n", 1)[0], name
         assert not statement.lstrip().startswith("--")
+
+
+def _reloptions() -> dict[str, dict[str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
+            [list(sql.storage())],
+        )
+        return {
+            name: dict(option.split("=", 1) for option in options or []) for name, options in cursor
+        }
+
+
+@pytest.mark.postgres(reason="storage parameters are PostgreSQL's")
+def test_the_hot_tables_have_the_autovacuum_settings_of_the_storage_file() -> None:
+    assert _reloptions() == sql.storage()
+    assert set(sql.storage()) == {"django_durable_jobs_jobrun", "django_durable_jobs_steprecord"}
+
+
+@pytest.mark.postgres(reason="storage parameters are PostgreSQL's")
+def test_the_autovacuum_settings_are_reset_and_set_again() -> None:
+    """What the migration does backwards, then forwards (in the test's transaction)."""
+    with connection.schema_editor() as editor:
+        sql.reset_storage(editor)
+    assert _reloptions() == {table: {} for table in sql.storage()}
+    with connection.schema_editor() as editor:
+        sql.set_storage(editor)
+    assert _reloptions() == sql.storage()

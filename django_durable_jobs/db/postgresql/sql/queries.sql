@@ -92,3 +92,36 @@ INSERT INTO {steps} ({columns})
 SELECT {values} FROM unnest({marks}) AS u({columns}, owner)
 JOIN {table} AS run ON run.id = u.{run} AND run.lease_owner = u.owner AND run.status = 'running'
 RETURNING {run}, {name};
+
+-- purge_batch --
+-- One batch of a purge (db/purge.py says which runs and why): the oldest runs of one
+-- finished status that finished before the cutoff and from where the last
+-- batch stopped, locked as they are chosen (SKIP LOCKED: a run an operator is retrying
+-- right now is left for the next purge), then what references them, the runs last, in
+-- one statement. Their children lose their parent (SET_NULL); a child in the batch is
+-- not updated too (a row is written once a statement). The runs are deleted by their
+-- row's address (ctid, stable while the batch's lock holds): the index scan that chose
+-- them found it, and a lookup by id would read a random page of the primary key per
+-- run. Returns how many runs went and the finished time of the newest. The foreign
+-- keys are checked at commit.
+WITH batch AS (
+    SELECT run.id, run.ctid AS tid FROM {runs} AS run
+    WHERE run.status = %(status)s AND run.finished_at < %(cutoff)s
+        AND run.finished_at >= %(after)s AND run.lease_owner = ''
+        AND NOT EXISTS (
+            SELECT 1 FROM {runs} AS parent WHERE parent.id = run.parent_id
+                AND (parent.status <> ALL(%(finished)s) OR parent.lease_owner <> '')
+        )
+    ORDER BY run.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF run SKIP LOCKED
+),
+{owned}
+orphans AS (
+    UPDATE {runs} SET parent_id = NULL
+    WHERE parent_id IN (SELECT id FROM batch) AND id NOT IN (SELECT id FROM batch)
+),
+gone AS (
+    DELETE FROM {runs} WHERE ctid = ANY(ARRAY(SELECT tid FROM batch)) RETURNING finished_at
+)
+SELECT count(*), max(finished_at) FROM gone;
