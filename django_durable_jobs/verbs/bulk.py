@@ -7,10 +7,10 @@ A bulk verb is the per-run verb of ``runs.py`` over a set: the same writes
 runs at once, so a run a worker claims or finishes meanwhile is skipped and counted,
 never an error for the batch. (``replay`` goes run by run, each in a savepoint: a run
 without the step is left as it was.) A run of the set cancelled along with its parent,
-which the set holds too, counts as done (``Outcome.along``), not skipped. The set is walked by keyset (the
-run id) in batches of ``batch_size`` runs, one transaction each: 100,000 runs never
-hold one long transaction, and the workers claim between batches (and, on PostgreSQL
-and MariaDB, during them: a batch locks only its own runs).
+which the set holds too, counts as done (``Outcome.along``), not skipped. The set is
+walked by keyset (the run id) in batches of ``batch_size`` runs, one transaction each:
+100,000 runs never hold one long transaction, and the workers claim between batches
+(and, on PostgreSQL and MariaDB, during them: a batch locks only its own runs).
 """
 
 from __future__ import annotations

@@ -94,8 +94,7 @@ def act(
         why = _why(verb, other, without_step=shown.without_step)
         write(
             f"would {verb} {shown.applicable} of {shown.matched} matching "
-            f"run{'s' * (shown.matched != 1)}"
-            + (f" ({why})" if why else "")
+            f"run{'s' * (shown.matched != 1)}" + (f" ({why})" if why else "")
         )
         if shown.first_ids:
             write("first: " + " ".join(str(pk) for pk in shown.first_ids))
