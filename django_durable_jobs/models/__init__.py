@@ -33,7 +33,7 @@ from .rules import cancelled as cancelled
 from .runs import RERUNS_KEPT as RERUNS_KEPT
 from .runs import Dashboard as Dashboard
 from .runs import JobRun as JobRun
+from .runs import JobRunQuerySet as JobRunQuerySet
 from .steps import StepRecord as StepRecord
 from .steps import StepRecordQuerySet as StepRecordQuerySet
-from .transitions import JobRunQuerySet as JobRunQuerySet
 from .transitions import best as best

@@ -1,10 +1,12 @@
-"""Runs: one execution of a job across its attempts. Its QuerySet, the transitions,
-is ``transitions.py``'s; the keys it holds besides its row, ``keys.py``'s."""
+"""Runs: one execution of a job across its attempts, and the runs a query names. The
+writes of each transition are ``transitions.py``'s; the keys a run holds besides its
+row, ``keys.py``'s."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from django.apps import apps
@@ -14,10 +16,27 @@ from django.db.models import Q
 from ..db.fields import InstantField
 from ..db.schema import ExactCharField, PartialIndex
 from .rules import FINISHED, LIMITED, RUNNABLE, RunStatus
-from .transitions import JobRunQuerySet
+from .transitions import RunTransitions
 
 #: How many of a run's reruns by an operator it keeps (``JobRun.reruns``).
 RERUNS_KEPT = 20
+
+
+class JobRunQuerySet(RunTransitions["JobRun"]):
+    """The runs a query names; the transitions' writes are ``RunTransitions``'."""
+
+    def runnable(self, now: datetime, queues: Iterable[str] | None = None) -> JobRunQuerySet:
+        """Runs a worker may claim now, best first: priority, then wake time."""
+        qs = self.filter(status__in=RUNNABLE, wake_at__lte=now)
+        if queues is not None:
+            qs = qs.filter(queue__in=list(queues))
+        return qs.order_by("-priority", "wake_at")
+
+    def expired_leases(self, now: datetime, status: str) -> JobRunQuerySet:
+        """Runs in ``status`` whose worker stopped renewing its lease: running, or
+        cancelled in its hand (``durable_run_lease`` holds both). In no order: the
+        reap needs none (the model's default, newest first, would sort them)."""
+        return self.filter(status=status, lease_expires_at__lt=now).order_by()
 
 
 class JobRun(models.Model):

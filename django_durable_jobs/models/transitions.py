@@ -1,12 +1,12 @@
-"""The runs a query names (runnable now, leases expired) and the writes of each
-transition, each under the guard its ``Rule`` states once (``rules.py``): the
-QuerySet of ``JobRun``."""
+"""The writes of each run transition (the claim's, the operator's, a wake-up's), each
+under the guard its ``Rule`` states once (``rules.py``), as methods of the runs'
+QuerySet (``runs.JobRunQuerySet``); and the claim's order where indexes cannot be
+partial (``best``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from django.db import connections, models
 from django.db.models import Case, F, Func, PositiveIntegerField, Value, When
@@ -15,23 +15,12 @@ from django.db.models.functions import Coalesce
 from ..db.fields import InstantField
 from .rules import AGAIN, REPLAYABLE, RETRYABLE, RUNNABLE, WAKEABLE, Rule, RunStatus
 
-if TYPE_CHECKING:  # the QuerySet's type argument, named as a string below
-    from .runs import JobRun  # noqa: F401
+#: The run model (``runs.JobRun``, which imports this module: named by the subclass).
+_Run = TypeVar("_Run", bound=models.Model)
 
 
-class JobRunQuerySet(models.QuerySet["JobRun"]):
-    def runnable(self, now: datetime, queues: Iterable[str] | None = None) -> JobRunQuerySet:
-        """Runs a worker may claim now, best first: priority, then wake time."""
-        qs = self.filter(status__in=RUNNABLE, wake_at__lte=now)
-        if queues is not None:
-            qs = qs.filter(queue__in=list(queues))
-        return qs.order_by("-priority", "wake_at")
-
-    def expired_leases(self, now: datetime, status: str) -> JobRunQuerySet:
-        """Runs in ``status`` whose worker stopped renewing its lease: running, or
-        cancelled in its hand (``durable_run_lease`` holds both). In no order: the
-        reap needs none (the model's default, newest first, would sort them)."""
-        return self.filter(status=status, lease_expires_at__lt=now).order_by()
+class RunTransitions(models.QuerySet[_Run, _Run]):
+    """The writes of a run's transitions, for ``runs.JobRunQuerySet``."""
 
     def take(self, owner: str, now: datetime, lease: timedelta) -> int:
         """The claim's write: these runs, if still runnable and due at ``now``, run for
@@ -52,7 +41,7 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
             lease_expires_at=now + lease,
         )
 
-    # -- transitions outside the worker: each guard is its ``Rule``, stated above once.
+    # -- transitions outside the worker: each guard is its ``Rule`` (rules.py).
     def wake(self, now: datetime) -> int:
         """``WAKEABLE`` runs become runnable at ``now`` (the operator's wake)."""
         return self.filter(WAKEABLE.q(now)).update(wake_at=now)
