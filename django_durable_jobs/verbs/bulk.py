@@ -162,16 +162,13 @@ def preview(
     """Count what ``apply`` would act on, without writing (``--dry-run``): for
     ``replay``, only the runs that have ``step``, as ``apply`` replays only those."""
     now = now or clock.current().now()
-    applicable = runs.filter(VERBS[verb].rule.q(now))
-    without_step = 0
+    in_status = applicable = runs.filter(VERBS[verb].rule.q(now))
     if verb == "replay" and step:
         records = StepRecord.objects.using(conf.database()).filter(run=OuterRef("pk"), name=step)
-        in_status = applicable.count()
-        applicable = applicable.filter(Exists(records))
-    first = list(applicable.order_by("pk").values_list("pk", flat=True)[:shown])
+        applicable = in_status.filter(Exists(records))
     count = applicable.count()
-    if verb == "replay" and step:
-        without_step = in_status - count
+    without_step = in_status.count() - count if applicable is not in_status else 0
+    first = list(applicable.order_by("pk").values_list("pk", flat=True)[:shown])
     return Preview(verb, runs.count(), count, first, without_step)
 
 
