@@ -25,6 +25,9 @@ matching event exists, including events published inside the test's transaction
 as a message of its topic was sent. ``run.wait()`` (a view that waits for its job)
 executes what is runnable first, inline; a run still unfinished then raises
 ``TimeoutError`` at once, since nothing moves the fake clock while it waits.
+
+Pauses hold here as in a worker (``verbs/pauses.py``): the runs of a paused queue or
+job are not executed until it is resumed; ``drain`` reads the pauses before each claim.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from .verbs.enqueue import enqueue
 from .verbs.events import publish_event
 from .verbs.messages import send
 from .worker.execution import execute
+from .worker.pauses import PauseWatch
 
 #: Long enough that a waiting step parks until its deadline; events wake it instead.
 _NO_POLL = "3650d"
@@ -97,6 +101,8 @@ class InlineJobs:
         self.clock = FakeClock(start)
         self.owner = owner
         self.rng = random.Random(seed)
+        # Read before every claim (every=0): a pause or resume in the test holds at once.
+        self.pauses = PauseWatch(0.0, owner)
         self._stack: ExitStack | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -144,11 +150,13 @@ class InlineJobs:
         """Execute every run that is runnable now, again and again (runs woken by
         events, child runs, retries due now) until none is; returns how many
         executions. Raises ``RuntimeError`` past ``limit`` (a run that never settles).
+        The runs of a paused queue or job stay where they are, as a worker leaves them.
         """
         executed = 0
         while True:
             self._wake_arrived()
-            claimed = claim(self.owner, now=self.now, lease=_LEASE, limit=1)
+            paused = self.pauses.current()
+            claimed = claim(self.owner, now=self.now, lease=_LEASE, limit=1, paused=paused)
             if not claimed:
                 return executed
             if executed >= limit:
@@ -206,7 +214,7 @@ class InlineJobs:
             if wake_at is None:
                 raise RunStuck(
                     f"run {run.id} ({run.job_name}) is {run.status} and nothing is "
-                    "scheduled to wake it"
+                    f"scheduled to wake it{self._paused_note(run)}"
                 )
             self.clock.set(wake_at)
         raise RunStuck(f"run {run.id} ({run.job_name}) did not finish within {limit} wake-ups")
@@ -269,6 +277,15 @@ class InlineJobs:
     # -- helpers -------------------------------------------------------------------------
     def _runs(self) -> JobRunQuerySet:
         return JobRun.objects.using(conf.database())
+
+    def _paused_note(self, run: JobRun) -> str:
+        """Why a runnable run stays: its queue or its job is paused."""
+        paused = self.pauses.read()
+        if run.queue in paused.queues:
+            return f" (its queue {run.queue!r} is paused)"
+        if run.job_name in paused.jobs:
+            return " (its job is paused)"
+        return ""
 
     def _wake_arrived(self) -> None:
         """Make runnable now every waiting run whose event has been published."""

@@ -18,6 +18,7 @@ from django_durable_jobs.models import JobRun
 from django_durable_jobs.worker.execution import execute
 from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.outcome import Executed
+from django_durable_jobs.worker.pauses import PauseWatch
 from tests.testapp import jobs
 
 #: The folders under tests/, each a tier and the marker its tests get (CONTRIBUTING.md
@@ -124,16 +125,24 @@ def _heartbeats_stopped() -> Iterator[None]:
 
 
 class Driver:
-    """Claims and executes runnable runs the way the worker will, on a fake clock."""
+    """Claims and executes runnable runs the way the worker will, on a fake clock:
+    the runs of a paused queue or job too are left alone (pauses read before each claim)."""
 
     def __init__(self, clock: FakeClock, owner: str = "test-worker") -> None:
         self.clock = clock
         self.owner = owner
         self.rng = random.Random(7)
+        self.pauses = PauseWatch(0.0, owner)
 
     def step(self, run: JobRun | None = None) -> Executed | None:
         """Claim one runnable run (``run`` if given) and execute it to its next stop."""
-        claimed = claim(self.owner, now=self.clock.now(), lease=timedelta(minutes=1), limit=50)
+        claimed = claim(
+            self.owner,
+            now=self.clock.now(),
+            lease=timedelta(minutes=1),
+            limit=50,
+            paused=self.pauses.current(),
+        )
         wanted = [c for c in claimed if run is None or c.pk == run.pk][:1]
         for other in claimed:  # give back what we do not execute now
             if other not in wanted:

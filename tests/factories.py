@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 from factory.declarations import Sequence, SubFactory
@@ -10,6 +11,10 @@ from factory.django import DjangoModelFactory
 from django_durable_jobs.models import Event, JobRun, RunStatus, StepRecord, StepStatus
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+#: Run ids that sort in this order on every database (MariaDB's UUID type compares
+#: the groups in another order than the text: each group of the first is lower).
+FIRST = uuid.UUID("00000000-0000-4000-8000-000000000000")
+LAST = uuid.UUID("ffffffff-ffff-4fff-bfff-ffffffffffff")
 
 
 class JobRunFactory(DjangoModelFactory[JobRun]):

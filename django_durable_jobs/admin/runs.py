@@ -1,40 +1,33 @@
 """The runs admin: a read-only list and run page with the step timeline (and the
-timeline alone, which a live run's page fetches to refresh itself), and the
-operator's verbs (retry, cancel, wake now, replay from a step) as buttons and list
-actions. The verbs are ``runs.py``'s; this module checks permissions, calls them and
-logs each change in the admin's LogEntry."""
+timeline alone, which a live run's page fetches to refresh itself). The operator's
+verbs (retry, cancel, wake now, replay from a step) are buttons (``operate.py``) and
+list actions (``actions.py``); the start pages are ``start.py``'s."""
 
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Lower, Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import conf
 from ..db.flow import holds
 from ..db.run_ids import MIN_PREFIX
 from ..engine import clock
-from ..exceptions import DurableJobsError
 from ..models import JobRun
 from ..observe import progress, trace
-from ..verbs import bulk, runs
-from . import confirm, details, start
+from ..verbs import runs
+from . import details, start
+from .actions import RunActions
 from .databases import OnJobsDatabase
 from .display import (
     ERROR_TITLE,
@@ -47,6 +40,7 @@ from .display import (
     tools_beside_title,
 )
 from .family import RunFamily
+from .operate import VERBS, Action
 from .times import EMPTY, RunTimes, with_wait_deadlines
 
 # ModelAdmin is generic only in django-stubs; at run time it cannot be subscripted.
@@ -61,37 +55,7 @@ _ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,35}")
 _ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,4}")
 
 
-@dataclass(frozen=True)
-class Action:
-    """How the admin shows one of ``runs.VERBS``; which runs it applies to is the verb's."""
-
-    verb: runs.Verb
-    label: str
-    #: For messages ("2 runs retried.") and the admin's history ("Retried the run").
-    done: str
-    logged: str
-    call: Callable[[uuid.UUID], JobRun]
-
-    @property
-    def name(self) -> str:
-        return self.verb.name
-
-    def offered(self, run: JobRun) -> bool:
-        """Whether the run page offers it for ``run`` (the verb itself has the last word)."""
-        return self.verb.allows(run)
-
-
-VERBS: dict[str, Action] = {
-    action.name: action
-    for action in (
-        Action(runs.VERBS["retry"], "Retry", "retried", "Retried the run", runs.retry),
-        Action(runs.VERBS["cancel"], "Cancel", "cancelled", "Cancelled the run", runs.cancel),
-        Action(runs.VERBS["wake"], "Wake now", "woken", "Woke the run", runs.wake),
-    )
-}
-
-
-class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
+class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, RunActions, _ModelAdmin):
     list_display = (
         "short_id",
         "status_cell",
@@ -116,9 +80,6 @@ class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
     list_per_page = 50
     # "12 results (34,567,890 total)" costs a second COUNT over every run.
     show_full_result_count = False
-    actions = ("retry_runs", "cancel_runs", "wake_runs")
-    #: Runs per transaction of a list action over many runs (verbs/bulk.py).
-    bulk_batch_size = bulk.BATCH_SIZE
     # What the run page shows, in the order of its details block (admin/details.py).
     readonly_fields = details.FIELDS
 
@@ -131,10 +92,6 @@ class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
         return False  # `manage.py jobs purge` deletes finished runs
-
-    def has_operate_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
-        """Retry, cancel, wake and replay: the model's change permission."""
-        return super().has_change_permission(request, obj)
 
     # -- the list --------------------------------------------------------------------
     def changelist_view(
@@ -287,17 +244,12 @@ class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
         obj: JobRun | None = None,
     ) -> HttpResponse:
         if obj is not None:
-            can_operate = self.has_operate_permission(request, obj)
             context.update(
                 self._timeline_context(request, obj),
                 details=details.run_details(self, obj),
                 tools_beside_title=tools_beside_title(),
-                can_operate=can_operate,
-                run_verbs=[
-                    {"label": verb.label, "url": self._verb_url(obj, verb.name)}
-                    for verb in VERBS.values()
-                    if can_operate and verb.offered(obj)
-                ],
+                can_operate=self.has_operate_permission(request, obj),
+                run_verbs=self.run_verbs(request, obj),
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -326,7 +278,6 @@ class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
         context = self._timeline_context(request, run)
         return TemplateResponse(request, "django_durable_jobs/timeline.html", context)
 
-    # -- operating: buttons on the run page ------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         return [
             *start.enqueue_urls(self),  # before "<path:object_id>/": "enqueue/" is no run
@@ -335,121 +286,9 @@ class JobRunAdmin(OnJobsDatabase, RunTimes, RunFamily, _ModelAdmin):
                 self.admin_site.admin_view(self.timeline_view),
                 name=self._url_name("timeline"),
             ),
-            path(
-                "<path:object_id>/operate/<str:verb>/",
-                self.admin_site.admin_view(self.operate_view),
-                name=self._url_name("operate"),
-            ),
+            *self.operate_urls(),
             *super().get_urls(),
         ]
 
-    def _verb_url(self, run: JobRun, verb: str) -> str:
-        return reverse(
-            f"{self.admin_site.name}:{self._url_name('operate')}",
-            kwargs={"object_id": str(run.pk), "verb": verb},
-        )
 
-    def _url_name(self, view: str) -> str:
-        return f"{self.opts.app_label}_{self.opts.model_name}_{view}"
-
-    def operate_view(self, request: HttpRequest, object_id: str, verb: str) -> HttpResponse:
-        """POST only; the admin site's wrapper has checked staff and CSRF already."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        run = self.get_object(request, unquote(object_id))
-        if run is None or (verb not in VERBS and verb != "replay"):
-            raise Http404("no such run or verb")
-        if not self.has_operate_permission(request, run):
-            raise PermissionDenied
-        if verb == "replay":
-            step = request.POST.get("step", "")
-            if not confirm.confirmed(request):  # say what runs again, act on "yes"
-                return confirm.replay_page(self, request, run, step)
-            self._apply(
-                request,
-                run,
-                lambda pk: runs.replay_from(pk, step),
-                f"Replayed from step {step!r}",
-            )
-        else:
-            chosen = VERBS[verb]
-            if not confirm.confirmed(request):  # say what happens to it, act on "yes"
-                return confirm.verb_page(self, request, run, verb, chosen.label)
-            self._apply(request, run, chosen.call, chosen.logged)
-        return redirect(f"{self.admin_site.name}:{self._url_name('change')}", str(run.pk))
-
-    def _apply(
-        self,
-        request: HttpRequest,
-        run: JobRun,
-        call: Callable[[uuid.UUID], JobRun],
-        message: str,
-        *,
-        quiet: bool = False,
-    ) -> bool:
-        try:
-            changed = call(run.pk)
-        except DurableJobsError as exc:
-            messages.error(request, str(exc))
-            return False
-        self.log_change(request, changed, message)
-        if not quiet:
-            messages.success(request, f"{message}: {changed}.")
-        return True
-
-    # -- operating: list actions -----------------------------------------------------
-    @admin.action(description="Retry the selected runs", permissions=["operate"])
-    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
-        return self._apply_all(request, queryset, VERBS["retry"], "Retry the selected runs")
-
-    @admin.action(description="Cancel the selected runs", permissions=["operate"])
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
-        return self._apply_all(request, queryset, VERBS["cancel"], "Cancel the selected runs")
-
-    @admin.action(description="Wake the selected runs now", permissions=["operate"])
-    def wake_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> HttpResponse | None:
-        return self._apply_all(request, queryset, VERBS["wake"], "Wake the selected runs now")
-
-    def _apply_all(
-        self, request: HttpRequest, queryset: QuerySet[JobRun], verb: Action, label: str
-    ) -> HttpResponse | None:
-        # With "select all", ``queryset`` is every run of the list's current filter.
-        if not confirm.confirmed(request):  # say what it applies to, act on "yes"
-            return confirm.action_page(self, request, queryset, verb.name, label)
-        if verb.name not in bulk.BULK_VERBS:
-            done = 0
-            for run in queryset.only("id", "job_name", "status"):
-                done += self._apply(request, run, verb.call, verb.logged, quiet=True)
-            if done:
-                messages.success(request, f"{done} run{'s' * (done != 1)} {verb.done}.")
-            return None
-        outcome = bulk.apply(
-            verb.name,
-            queryset.order_by(),
-            batch_size=self.bulk_batch_size,
-            each_batch=lambda ids: self._log_batch(request, ids, verb.logged),
-        )
-        done, skipped = outcome.done, outcome.skipped
-        if done:
-            messages.success(request, f"{done} run{'s' * (done != 1)} {verb.done}.")
-        if skipped:
-            changed = f" ({outcome.changed} changed meanwhile)" if outcome.changed else ""
-            messages.warning(
-                request,
-                f"{skipped} run{'s' * (skipped != 1)} skipped{changed}: {verb.verb.refusal}.",
-            )
-        return None
-
-    def _log_batch(self, request: HttpRequest, ids: list[uuid.UUID], message: str) -> None:
-        """One LogEntry per run acted on, written once per batch."""
-        LogEntry.objects.log_actions(
-            user_id=cast(int, request.user.pk),
-            queryset=JobRun.objects.using(conf.database())
-            .filter(pk__in=ids)
-            .only("id", "job_name", "status"),
-            action_flag=CHANGE,
-            change_message=message,
-        )
-
-
-__all__ = ["VERBS", "Action", "JobRunAdmin"]
+__all__ = ["VERBS", "Action", "JobRunAdmin"]  # VERBS and Action: operate.py's

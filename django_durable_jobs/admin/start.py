@@ -1,7 +1,8 @@
 """Starting things from the admin: enqueue a run of a registered job, publish an event,
 run a schedule now. Each page calls the verb the Python API calls (``enqueue_job``,
 ``publish_event``, ``schedules.run_now``) and, when it refuses, shows the API's own
-message on the form again; nothing here validates twice.
+message on the form again; nothing here validates twice (the forms, ``start_forms.py``,
+read text into values and leave the judging to the verb).
 
 Who may do what is the models' permissions: enqueueing needs ``add_jobrun``,
 publishing ``add_event``, running a schedule now ``change_schedule``
@@ -10,10 +11,9 @@ publishing ``add_event``, running a schedule now ``change_schedule``
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django import forms
 from django.contrib import messages
@@ -29,25 +29,21 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from .. import conf, signals
-from ..definitions.registry import JobOptions, all_jobs, get_job, jobs_on_event
+from ..definitions.registry import all_jobs, get_job, jobs_on_event
 from ..engine import clock
-from ..engine.serialization import error_line
 from ..engine.signatures import signature_of
 from ..models import Event, JobRun, RunStatus, Schedule, StepRecord
 from ..verbs import schedules
 from ..verbs.enqueue import enqueue_job
 from ..verbs.events import publish_event
+from .start_forms import EnqueueForm, PublishForm, refusal
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
     from django.db.models import Model
 
-
-def refusal(exc: BaseException) -> str:
-    """The API's error on one line, as the CLI and the run page show errors: our code
-    (``X_PAYLOAD_INVALID: ...``) or the exception's type (a key function's
-    ``KeyError: 'region'``) and its message."""
-    return error_line(type(exc).__name__, str(exc), code=getattr(exc, "code", ""))
+_Form = TypeVar("_Form", bound=forms.Form)
+_Done = TypeVar("_Done")
 
 
 def has_model_permission(request: HttpRequest, model: type[Model], action: str) -> bool:
@@ -81,128 +77,24 @@ def links(request: HttpRequest, site_name: str) -> dict[str, str | None]:
 # -- the forms: text in, Python values out; the verbs judge the values -------------------
 
 
-def _json_field(label: str, initial: str, help_text: str) -> forms.CharField:
-    return forms.CharField(
-        label=label,
-        required=False,
-        initial=initial,
-        strip=False,
-        help_text=help_text,
-        widget=forms.Textarea(attrs={"rows": 3, "class": "djdj-json-input", "spellcheck": "false"}),
-    )
-
-
-def _one_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:  # json.loads would keep the last value without a word
-            raise ValueError(f"the key {key!r} appears twice in one object")
-        seen.add(key)
-    return dict(pairs)
-
-
-def parse_json(text: str, what: str, empty: Any) -> Any:
-    """The value typed as JSON text (``empty`` when blank). Only the syntax is checked
-    here: what the value may be (no NaN, no NUL, the size limit) is the verb's to say."""
-    if not text.strip():
-        return empty
-    try:
-        return json.loads(text, object_pairs_hook=_one_key_once)
-    except ValueError as exc:  # JSONDecodeError, or a key twice
-        raise forms.ValidationError(f"{what} is not valid JSON: {exc}") from None
-
-
-class EnqueueForm(forms.Form):
-    job = forms.CharField(label="Job", widget=forms.Select)
-    args = _json_field("Args", "[]", "The positional arguments after ctx, as a JSON list.")
-    kwargs = _json_field("Kwargs", "{}", "The keyword arguments, as a JSON object.")
-    queue = forms.CharField(label="Queue", required=False, help_text="Blank: the job's queue.")
-    priority = forms.IntegerField(
-        label="Priority", required=False, help_text="Blank: the job's priority."
-    )
-    run_after = forms.CharField(
-        label="Delay",
-        required=False,
-        help_text='Blank: now. A duration such as "30s", "5m" or "2h".',
-    )
-    idempotency_key = forms.CharField(
-        label="Idempotency key",
-        required=False,
-        strip=False,
-        help_text="Blank: none. With a key this job already used, its run is shown instead.",
-    )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        choices = [("", "---------")] + [(name, name) for name in sorted(all_jobs())]
-        self.fields["job"].widget.choices = choices
-
-    def clean_job(self) -> str:
-        name = self.cleaned_data["job"]
-        try:
-            get_job(name)  # a job removed since the page was drawn: the API's error
-        except Exception as exc:
-            raise forms.ValidationError(refusal(exc)) from None
-        return str(name)
-
-    def clean_args(self) -> Any:
-        value = parse_json(self.cleaned_data["args"], "args", [])
-        if not isinstance(value, list):
-            raise forms.ValidationError(f"a JSON list of positional arguments, got {value!r}")
-        return value
-
-    def clean_kwargs(self) -> Any:
-        value = parse_json(self.cleaned_data["kwargs"], "kwargs", {})
-        if not isinstance(value, dict):
-            raise forms.ValidationError(f"a JSON object of keyword arguments, got {value!r}")
-        return value
-
-    def options(self) -> JobOptions:
-        """How this enqueue differs from the job's defaults; raises what ``using()`` raises."""
-        data = self.cleaned_data
-        return JobOptions(
-            queue=data["queue"] or None,
-            priority=data["priority"],
-            run_after=data["run_after"] or None,
-            idempotency_key=data["idempotency_key"] or None,
-        )
-
-
-class PublishForm(forms.Form):
-    name = forms.CharField(label="Event name")
-    key = forms.CharField(
-        label="Key",
-        required=False,
-        help_text="Blank: no key. Waits that match a key wake for an event with that key.",
-    )
-    payload = _json_field("Payload", "", "JSON; blank: null. What the waiting steps return.")
-
-    def clean_payload(self) -> Any:
-        return parse_json(self.cleaned_data["payload"], "payload", None)
-
-
 # -- the pages --------------------------------------------------------------------------
 
 
 def enqueue_view(model_admin: ModelAdmin[JobRun], request: HttpRequest) -> HttpResponse:
     """GET: the form (``?job=NAME`` chooses the job); POST: enqueue, then the run's page."""
-    if not can_enqueue(request):
-        raise PermissionDenied
-    form = EnqueueForm(
-        request.POST if request.method == "POST" else None, initial=_initial(request)
-    )
-    if request.method == "POST" and form.is_valid():
+    form = _form(request, EnqueueForm, can_enqueue(request))
+    if form.is_bound and form.is_valid():
         data = form.cleaned_data
-        try:
+
+        def enqueue() -> tuple[JobRun, bool]:
             with transaction.atomic(using=conf.database()), _announced() as new:
                 job = get_job(data["job"])
                 run = enqueue_job(job, data["args"], data["kwargs"], form.options())
-        except DatabaseError:
-            raise  # the database's trouble, not the form's: a 500 as anywhere else
-        except Exception as exc:  # what the API raises for these values, key functions' too
-            form.add_error(None, refusal(exc))
-        else:
-            _say_enqueued(model_admin, request, run, run.pk in new)
+            return run, run.pk in new
+
+        if (done := _attempt(form, enqueue)) is not None:
+            run, new = done
+            _say_enqueued(model_admin, request, run, new)
             return redirect(
                 f"{model_admin.admin_site.name}:django_durable_jobs_jobrun_change", run.pk
             )
@@ -255,24 +147,19 @@ def _say_enqueued(
 
 def publish_view(model_admin: ModelAdmin[Event], request: HttpRequest) -> HttpResponse:
     """GET: the form (``?name=...&key=...`` fill it); POST: publish, then the event's page."""
-    if not can_publish(request):
-        raise PermissionDenied
-    form = PublishForm(
-        request.POST if request.method == "POST" else None, initial=_initial(request)
-    )
-    if request.method == "POST" and form.is_valid():
+    form = _form(request, PublishForm, can_publish(request))
+    if form.is_bound and form.is_valid():
         data = form.cleaned_data
         key = data["key"] or None
-        try:
+
+        def publish() -> tuple[Event, int]:
             # One transaction, as `manage.py jobs publish`: the waiting runs wake as it commits.
             with transaction.atomic(using=conf.database()):
                 waiting = _waiting_for(data["name"], key)
-                event = publish_event(data["name"], data["payload"], key=key)
-        except DatabaseError:
-            raise
-        except Exception as exc:
-            form.add_error(None, refusal(exc))
-        else:
+                return publish_event(data["name"], data["payload"], key=key), waiting
+
+        if (done := _attempt(form, publish)) is not None:
+            event, waiting = done
             model_admin.log_addition(request, event, "Published in the admin")
             messages.success(request, _published(event, waiting))
             return redirect(
@@ -335,9 +222,26 @@ def run_now_view(
     return redirect(f"{model_admin.admin_site.name}:django_durable_jobs_jobrun_change", run.pk)
 
 
-def _initial(request: HttpRequest) -> dict[str, Any]:
-    """The fields the URL fills (``?job=shop.sync``)."""
-    return {name: request.GET[name] for name in request.GET if name != "_changelist_filters"}
+def _form(request: HttpRequest, form_class: type[_Form], allowed: bool) -> _Form:
+    """The page's form, for a user ``allowed`` to open it: the POST's values, or blank
+    but for the fields the URL fills (``?job=shop.sync``)."""
+    if not allowed:
+        raise PermissionDenied
+    initial = {name: request.GET[name] for name in request.GET if name != "_changelist_filters"}
+    return form_class(request.POST if request.method == "POST" else None, initial=initial)
+
+
+def _attempt(form: forms.Form, call: Callable[[], _Done]) -> _Done | None:
+    """``call()``, or None with the API's refusal of the form's values (a key
+    function's exception too) shown on the form. The database's own trouble is not the
+    form's: it is raised, a 500 as anywhere else."""
+    try:
+        return call()
+    except DatabaseError:
+        raise
+    except Exception as exc:
+        form.add_error(None, refusal(exc))
+        return None
 
 
 def _signatures() -> list[tuple[str, str]]:

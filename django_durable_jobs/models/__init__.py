@@ -7,6 +7,9 @@ from . import installed as installed  # first: says what to do without the app
 from .events import Event as Event
 from .events import EventPosition as EventPosition
 from .events import EventQuerySet as EventQuerySet
+from .keys import CancelKey as CancelKey
+from .keys import FlowKey as FlowKey
+from .keys import IdempotencyKey as IdempotencyKey
 from .messages import Message as Message
 from .messages import MessageQuerySet as MessageQuerySet
 from .operations import Doorbell as Doorbell
@@ -28,12 +31,9 @@ from .rules import Rule as Rule
 from .rules import RunStatus as RunStatus
 from .rules import cancelled as cancelled
 from .runs import RERUNS_KEPT as RERUNS_KEPT
-from .runs import CancelKey as CancelKey
 from .runs import Dashboard as Dashboard
-from .runs import FlowKey as FlowKey
-from .runs import IdempotencyKey as IdempotencyKey
 from .runs import JobRun as JobRun
 from .runs import JobRunQuerySet as JobRunQuerySet
-from .runs import best as best
 from .steps import StepRecord as StepRecord
 from .steps import StepRecordQuerySet as StepRecordQuerySet
+from .transitions import best as best

@@ -1,91 +1,32 @@
-"""Runs: one execution of a job across its attempts; the flow-control keys it holds."""
+"""Runs: one execution of a job across its attempts, and the runs a query names. The
+writes of each transition are ``transitions.py``'s; the keys a run holds besides its
+row, ``keys.py``'s."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any
 
 from django.apps import apps
-from django.db import connections, models
-from django.db.models import Case, F, Func, PositiveIntegerField, Q, Value, When
+from django.db import models
+from django.db.models import Q
 from django.db.models.base import ModelState
-from django.db.models.functions import Coalesce
 from django.db.models.signals import post_init, pre_init
 
 from ..db.fields import InstantField
 from ..db.schema import ExactCharField, PartialIndex
-from .rules import (
-    AGAIN,
-    FINISHED,
-    LIMITED,
-    REPLAYABLE,
-    RETRYABLE,
-    RUNNABLE,
-    WAKEABLE,
-    Rule,
-    RunStatus,
-)
+from .rules import FINISHED, LIMITED, RUNNABLE, RunStatus
+from .transitions import RunTransitions
 
 #: How many of a run's reruns by an operator it keeps (``JobRun.reruns``).
 RERUNS_KEPT = 20
 
 
-class FlowKey(models.Model):
-    """One row per limit key of a job: claims lock it to serialise per key
-    (docs/explanation/flow-control.md)."""
+class JobRunQuerySet(RunTransitions["JobRun"]):
+    """The runs a query names; the transitions' writes are ``RunTransitions``'."""
 
-    job_name = ExactCharField(max_length=200)
-    #: "concurrency" or "throttle".
-    kind = models.CharField(max_length=16)
-    key = ExactCharField(max_length=255, blank=True)
-
-    class Meta:
-        verbose_name = "flow key"
-        constraints = (
-            models.UniqueConstraint(fields=("job_name", "kind", "key"), name="durable_flow_key"),
-        )
-
-    def __str__(self) -> str:
-        return f"{self.job_name} {self.kind} {self.key!r}"
-
-
-class CancelKey(models.Model):
-    """``CancelOn``: publishing ``event`` (with ``key``, unless NULL) cancels ``run``."""
-
-    run = models.ForeignKey("JobRun", on_delete=models.CASCADE, related_name="cancel_keys")
-    event = ExactCharField(max_length=200)
-    key = ExactCharField(max_length=255, null=True, blank=True)  # NULL: any
-
-    class Meta:
-        verbose_name = "cancel key"
-        indexes = (models.Index(fields=("event", "key"), name="durable_cancel_key"),)
-
-    def __str__(self) -> str:
-        return f"{self.event} {self.key!r} -> {self.run_id}"
-
-
-class IdempotencyKey(models.Model):
-    """An idempotency key a run answers to besides its own: that of an enqueue a
-    ``Debounce`` joined to the run already pending (``gates.save_gated``). A repeat
-    with the key gets the run back, also once the run has started."""
-
-    run = models.ForeignKey("JobRun", on_delete=models.CASCADE, related_name="joined_keys")
-    job_name = ExactCharField(max_length=200)
-    key = ExactCharField(max_length=255)
-
-    class Meta:
-        verbose_name = "idempotency key"
-        constraints = (
-            models.UniqueConstraint(fields=("job_name", "key"), name="durable_joined_key"),
-        )
-
-    def __str__(self) -> str:
-        return f"{self.job_name} {self.key!r} -> {self.run_id}"
-
-
-class JobRunQuerySet(models.QuerySet["JobRun"]):
     def runnable(self, now: datetime, queues: Iterable[str] | None = None) -> JobRunQuerySet:
         """Runs a worker may claim now, best first: priority, then wake time."""
         qs = self.filter(status__in=RUNNABLE, wake_at__lte=now)
@@ -98,90 +39,6 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
         cancelled in its hand (``durable_run_lease`` holds both). In no order: the
         reap needs none (the model's default, newest first, would sort them)."""
         return self.filter(status=status, lease_expires_at__lt=now).order_by()
-
-    def take(self, owner: str, now: datetime, lease: timedelta) -> int:
-        """The claim's write: these runs, if still runnable and due at ``now``, run for
-        ``owner`` until ``now + lease``. The attempt is counted for a queued run; a run
-        resuming from a sleep or a wait keeps its own. The status guard makes this safe
-        where rows cannot be locked (SQLite serialises writers). ``attempt`` is assigned
-        before ``status``: MySQL and MariaDB evaluate SET left to right, so a CASE
-        after ``status = 'running'`` would never count."""
-        return self.filter(status__in=RUNNABLE, wake_at__lte=now).update(
-            attempt=Case(
-                When(status=RunStatus.QUEUED, then=F("attempt") + 1),
-                default=F("attempt"),
-                output_field=PositiveIntegerField(),
-            ),
-            status=RunStatus.RUNNING,
-            started_at=Coalesce(F("started_at"), Value(now, output_field=InstantField())),
-            lease_owner=owner,
-            lease_expires_at=now + lease,
-        )
-
-    # -- transitions outside the worker: each guard is its ``Rule``, stated above once.
-    def wake(self, now: datetime) -> int:
-        """``WAKEABLE`` runs become runnable at ``now`` (the operator's wake)."""
-        return self.filter(WAKEABLE.q(now)).update(wake_at=now)
-
-    def wake_waiting(self, now: datetime | Func[Any]) -> int:
-        """Waiting runs become runnable at ``now``: what they wait for (an event, a child
-        run) has arrived. Sleeping runs keep their sleep."""
-        return self.filter(status=RunStatus.WAITING).update(wake_at=now)
-
-    def cancel(self, values: dict[str, Any]) -> int:
-        """``CANCELLABLE`` runs get ``values`` (see ``cancelled``). A runnable run drops
-        its (stale) lease; a running one keeps it, so its worker's fenced writes are
-        refused and it lets go of the run at its next step."""
-        changed = self.filter(status__in=RUNNABLE).update(
-            **values, lease_owner="", lease_expires_at=None
-        )
-        return changed + self.filter(status=RunStatus.RUNNING).update(**values)
-
-    def retry(self, now: datetime, **also: Any) -> int:
-        """``RETRYABLE`` runs are queued for ``now`` with their attempts counted afresh
-        (``also``: more columns to set, the verb's note in ``reruns``)."""
-        return self.filter(RETRYABLE.q(now)).update(**AGAIN, wake_at=now, **also)
-
-    def replay(self, now: datetime, **also: Any) -> int:
-        """``REPLAYABLE`` runs are queued for ``now`` with their attempts counted afresh
-        (the caller forgets the steps to run again)."""
-        return self.filter(REPLAYABLE.q(now)).update(**AGAIN, wake_at=now, **also)
-
-    def hold(self, rule: Rule, now: datetime) -> int:
-        """Write-lock the runs ``rule`` allows now, changing nothing: a verb that must
-        read a run before it changes it writes first all the same (SQLite then takes
-        its write lock at once instead of failing to upgrade a read)."""
-        return self.filter(rule.q(now)).update(status=F("status"))
-
-
-#: A QuerySet of runs, of model instances or of values.
-Runs = TypeVar("Runs", bound=models.QuerySet[Any, Any])
-
-
-def best(runs: Runs, count: int) -> Runs:
-    """The first ``count`` of ``runs`` (``JobRunQuerySet.runnable``), in the claim's order.
-
-    Where indexes cannot be partial (MariaDB, MySQL), the claim's lead with ``status``
-    then the wake time (``durable_run_runnable``: due runs only, not those sleeping for
-    days), so one ordered read of the three runnable statuses sorts every due run:
-    behind a backlog of 100,000 queued runs, 100 ms a claim. There, each status is read
-    on its own, queued runs under no limit in the order of an index of their own
-    (``durable_run_unlimited_order``, migrations 0018 and 0019: no sort, it stops after
-    ``count``), and the parts are merged. The columns it orders by must be among those read.
-    """
-    if connections[runs.db].features.supports_partial_indexes:
-        return runs[:count]
-    ordering = runs.query.order_by
-    queued = runs.filter(status=RunStatus.QUEUED)
-    each = [
-        # Runs under no limit in the claim's order (``durable_run_unlimited_order``,
-        # MariaDB/MySQL only); runs under one through the wake time, which leaves out those
-        # held by a full key (no wake time: sorted first, they were read by every claim).
-        queued.filter(concurrency_limit__isnull=True)[:count],
-        queued.filter(concurrency_limit__isnull=False)[:count],
-        *(runs.filter(status=status)[:count] for status in RUNNABLE if status != RunStatus.QUEUED),
-    ]
-    return each[0].union(*each[1:], all=True).order_by(*ordering)[:count]
 
 
 class JobRun(models.Model):

@@ -91,6 +91,15 @@ class StatsCollector(Collector):
             errors.add_metric([e.error, e.code], e.runs)
         yield errors
         yield _gauge("workers_alive", "Worker processes heartbeating.", value=f.workers_alive)
+        paused = _gauge(
+            "pauses",
+            "Queues and jobs paused now, 1 each (their runs are not claimed until resumed); "
+            f"count({PREFIX}_pauses) is how many.",
+            ["kind", "name"],
+        )
+        for pause in f.pauses:
+            paused.add_metric([pause["kind"], pause["name"]], 1)
+        yield paused
         if self.totals is not None:
             yield from self._counters(self.totals)
 

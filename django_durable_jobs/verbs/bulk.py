@@ -6,10 +6,11 @@ A bulk verb is the per-run verb of ``runs.py`` over a set: the same writes
 (``retry_in_transaction``...) under the same guard (``Verb.rule``), given a batch of
 runs at once, so a run a worker claims or finishes meanwhile is skipped and counted,
 never an error for the batch. (``replay`` goes run by run, each in a savepoint: a run
-without the step is left as it was.) The set is walked by keyset (the
-run id) in batches of ``batch_size`` runs, one transaction each: 100,000 runs never
-hold one long transaction, and the workers claim between batches (and, on PostgreSQL
-and MariaDB, during them: a batch locks only its own runs).
+without the step is left as it was.) A run of the set cancelled along with its parent,
+which the set holds too, counts as done (``Outcome.along``), not skipped. The set is
+walked by keyset (the run id) in batches of ``batch_size`` runs, one transaction each:
+100,000 runs never hold one long transaction, and the workers claim between batches
+(and, on PostgreSQL and MariaDB, during them: a batch locks only its own runs).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from .. import conf
 from ..definitions.registry import all_jobs
 from ..engine import clock
 from ..engine.durations import before, parse_duration
 from ..exceptions import RunCancelled, StepNotFound
-from ..models import JobRun, RunStatus, cancelled
+from ..models import JobRun, RunStatus, StepRecord, cancelled
 from .runs import (
     VERBS,
     cancel_in_transaction,
@@ -113,12 +114,15 @@ def unregistered_job(job: str | None) -> bool:
 @dataclass(frozen=True)
 class Preview:
     """What a bulk verb would do: ``matched`` runs, ``applicable`` of them in a status
-    it applies to, the first ``first_ids`` of those in the order it would act."""
+    it applies to (and, for ``replay``, with the step), the first ``first_ids`` of
+    those in the order it would act."""
 
     verb: str
     matched: int
     applicable: int
     first_ids: list[uuid.UUID]
+    #: ``replay`` only: runs in a status it applies to but without the step.
+    without_step: int = 0
 
 
 @dataclass
@@ -128,8 +132,11 @@ class Outcome:
     verb: str
     #: Runs of the filter or selection when the verb started.
     matched: int = 0
-    #: Runs the verb acted on.
+    #: Runs the verb acted on (``along`` of them through a parent run).
     done: int = 0
+    #: ``cancel`` only: runs of the set cancelled along with a parent run the set
+    #: holds too (before their own batch reached them).
+    along: int = 0
     #: Runs in a status it applies to when read, refused by its guard because a worker
     #: (or another operator) changed them before their batch reached them.
     changed: int = 0
@@ -145,13 +152,24 @@ class Outcome:
 
 
 def preview(
-    verb: str, runs: QuerySet[JobRun], *, now: datetime | None = None, shown: int = SHOWN
+    verb: str,
+    runs: QuerySet[JobRun],
+    *,
+    step: str | None = None,
+    now: datetime | None = None,
+    shown: int = SHOWN,
 ) -> Preview:
-    """Count what ``apply`` would act on, without writing (``--dry-run``)."""
+    """Count what ``apply`` would act on, without writing (``--dry-run``): for
+    ``replay``, only the runs that have ``step``, as ``apply`` replays only those."""
     now = now or clock.current().now()
-    applicable = runs.filter(VERBS[verb].rule.q(now))
+    in_status = applicable = runs.filter(VERBS[verb].rule.q(now))
+    if verb == "replay" and step:
+        records = StepRecord.objects.using(conf.database()).filter(run=OuterRef("pk"), name=step)
+        applicable = in_status.filter(Exists(records))
+    count = applicable.count()
+    without_step = in_status.count() - count if applicable is not in_status else 0
     first = list(applicable.order_by("pk").values_list("pk", flat=True)[:shown])
-    return Preview(verb, runs.count(), applicable.count(), first)
+    return Preview(verb, runs.count(), count, first, without_step)
 
 
 def apply(
@@ -179,7 +197,7 @@ def apply(
     now = now or clock.current().now()
     outcome = Outcome(verb, matched=runs.count())
     applicable = runs.filter(VERBS[verb].rule.q(now)).order_by("pk").values_list("pk", flat=True)
-    act = _batch(verb, step or "", now, reason, outcome)
+    act = _batch(verb, step or "", now, reason, outcome, applicable)
     last: uuid.UUID | None = None
     while True:
         ids = list((applicable if last is None else applicable.filter(pk__gt=last))[:batch_size])
@@ -204,7 +222,14 @@ def _nothing() -> None:
     return None
 
 
-def _batch(verb: str, step: str, now: datetime, reason: str, outcome: Outcome) -> _Batch:
+def _batch(
+    verb: str,
+    step: str,
+    now: datetime,
+    reason: str,
+    outcome: Outcome,
+    applicable: QuerySet[JobRun, uuid.UUID],
+) -> _Batch:
     """The per-run verb's writes for a batch of runs, counting those it refused."""
     stopped = cancelled(now, RunCancelled.code, reason)
 
@@ -214,8 +239,14 @@ def _batch(verb: str, step: str, now: datetime, reason: str, outcome: Outcome) -
         return done, _nothing
 
     def cancel(ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], Callable[[], None]]:
+        # Read before the writes: once cancelled, a run no longer matches a filter
+        # on its status or error code.
+        waiting_below = _in_set_below(ids, applicable)
         found = cancel_in_transaction(ids, stopped, now)
         outcome.changed += len(ids) - len(found)
+        along = waiting_below.intersection(pk for _, below in found for pk in below)
+        outcome.along += len(along)
+        outcome.done += len(along)
 
         def signals() -> None:
             for run, below in found:
@@ -239,6 +270,19 @@ def _batch(verb: str, step: str, now: datetime, reason: str, outcome: Outcome) -
         return done, _nothing
 
     return {"retry": retry, "cancel": cancel, "replay": replay}[verb]
+
+
+def _in_set_below(ids: list[uuid.UUID], applicable: QuerySet[JobRun, uuid.UUID]) -> set[uuid.UUID]:
+    """The runs below ``ids`` (children, their children, ...) that ``applicable`` holds
+    and a later batch would reach: those the cancel of ``ids`` cancels along with them."""
+    below: set[uuid.UUID] = set()
+    level = ids
+    runs = JobRun.objects.using(conf.database())
+    while level:
+        level = list(runs.filter(parent_id__in=level).values_list("pk", flat=True))
+        below.update(level)
+    below.difference_update(ids)
+    return set(applicable.filter(pk__in=below)) if below else set()
 
 
 __all__ = [

@@ -13,6 +13,8 @@ from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine import clock as clocks
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.testing import InlineJobs, RunNotSucceeded, RunStuck, inline_jobs
+from django_durable_jobs.verbs import pauses
+from tests.conftest import Driver
 from tests.testapp import jobs as testjobs
 from tests.testapp.event_jobs import parent
 
@@ -190,3 +192,48 @@ def test_advance_without_drain_only_moves_the_clock(durable_jobs: InlineJobs) ->
     run = durable_jobs.enqueue(testjobs.onboarding, user_id=7)
     durable_jobs.advance("3d", drain=False)
     assert durable_jobs.refresh(run).status == RunStatus.QUEUED
+
+
+@pytest.mark.django_db
+def test_runs_of_a_paused_queue_or_job_wait_for_the_resume(durable_jobs: InlineJobs) -> None:
+    pauses.pause("queue", "default")
+    queued = durable_jobs.enqueue(testjobs.add, 1, 2)
+    assert durable_jobs.drain() == 0
+    with pytest.raises(RunStuck, match="its queue 'default' is paused"):
+        durable_jobs.finish(queued)
+    pauses.resume("queue", "default")
+    pauses.pause("job", "tests.add")
+    other = durable_jobs.enqueue(testjobs.noop)
+    assert durable_jobs.drain() == 1  # the job's pause holds back its runs only
+    assert durable_jobs.refresh(other).status == RunStatus.SUCCEEDED
+    assert durable_jobs.refresh(queued).status == RunStatus.QUEUED
+    with pytest.raises(RunStuck, match="its job is paused"):
+        durable_jobs.finish(queued)
+    pauses.resume("job", "tests.add")
+    assert durable_jobs.result(durable_jobs.finish(queued)) == 3
+
+
+@pytest.mark.django_db
+def test_a_sleeping_run_of_a_paused_queue_stays_parked_past_its_wake_up(
+    durable_jobs: InlineJobs,
+) -> None:
+    run = durable_jobs.enqueue(testjobs.onboarding, user_id=9)
+    durable_jobs.drain()
+    assert durable_jobs.refresh(run).status == RunStatus.SLEEPING
+    pauses.pause("queue", "default")
+    durable_jobs.advance("4d")  # past the 3-day sleep: due, but not executed
+    assert durable_jobs.refresh(run).status == RunStatus.SLEEPING
+    pauses.resume("queue", "default")
+    durable_jobs.drain()
+    assert durable_jobs.refresh(run).status == RunStatus.WAITING
+
+
+@pytest.mark.django_db
+def test_the_test_driver_leaves_paused_runs_alone(driver: Driver) -> None:
+    run = testjobs.add.enqueue(2, 3)
+    pauses.pause("job", "tests.add")
+    assert driver.drain() == 0
+    pauses.resume("job", "tests.add")
+    assert driver.drain() == 1
+    run.refresh_from_db()
+    assert run.result == 5

@@ -86,15 +86,15 @@ def act(
         write(f"note: no job named {found.job!r} is registered here")
     selected = found.runs(now)
     if options["dry_run"]:
-        shown = bulk.preview(verb, selected, now=now)
+        shown = bulk.preview(verb, selected, step=options.get("step"), now=now)
         if not shown.matched:
             write("no runs match")
             return
-        other = shown.matched - shown.applicable
+        other = shown.matched - shown.applicable - shown.without_step
+        why = _why(verb, other, without_step=shown.without_step)
         write(
             f"would {verb} {shown.applicable} of {shown.matched} matching "
-            f"run{'s' * (shown.matched != 1)}"
-            + (f" ({other} in a status {verb} does not apply to)" if other else "")
+            f"run{'s' * (shown.matched != 1)}" + (f" ({why})" if why else "")
         )
         if shown.first_ids:
             write("first: " + " ".join(str(pk) for pk in shown.first_ids))
@@ -109,22 +109,30 @@ def act(
 
 
 def outcome_line(done: bulk.Outcome) -> str:
-    """``retried 2998 of 3000 matching runs in 6 batches; 2 skipped (...)``."""
+    """``retried 2998 of 3000 matching runs in 6 batches; 2 skipped (...)``; a cancel
+    says how many of its runs were cancelled along with a parent run that matched."""
     line = (
         f"{DONE[done.verb]} {done.done} of {done.matched} matching "
         f"run{'s' * (done.matched != 1)} in {done.batches} batch{'es' * (done.batches != 1)}"
     )
+    if done.along:
+        line += f" ({done.along} along with a parent run that matched too)"
     if done.skipped:
-        why = [
-            f"{n} {text}"
-            for n, text in (
-                (done.changed, "changed by a worker meanwhile"),
-                (done.without_step, "without that step"),
-            )
-            if n
-        ]
         other = done.skipped - done.changed - done.without_step
-        if other:
-            why.insert(0, f"{other} in a status {done.verb} does not apply to")
-        line += f"; {done.skipped} skipped ({', '.join(why)})"
+        why = _why(done.verb, other, changed=done.changed, without_step=done.without_step)
+        line += f"; {done.skipped} skipped ({why})"
     return line
+
+
+def _why(verb: str, other: int, *, changed: int = 0, without_step: int = 0) -> str:
+    """Why runs are (or would be) left alone: ``1 in a status retry does not apply
+    to, 2 changed by a worker meanwhile``."""
+    return ", ".join(
+        f"{n} {text}"
+        for n, text in (
+            (other, f"in a status {verb} does not apply to"),
+            (changed, "changed by a worker meanwhile"),
+            (without_step, "without that step"),
+        )
+        if n
+    )

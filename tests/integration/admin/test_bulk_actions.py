@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_durable_jobs.models import JobRun, RunStatus
-from tests.factories import JobRunFactory
+from tests.factories import FIRST, LAST, JobRunFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -113,3 +113,23 @@ def test_select_all_needs_the_change_permission(
     client.post(CHANGELIST, form, follow=True)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and not LogEntry.objects.exists()
+
+
+def test_a_cancel_counts_the_selected_children_cancelled_with_their_parent(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch a run: the child's batch comes after its parent's.
+    monkeypatch.setattr(admin.site._registry[JobRun], "bulk_batch_size", 1)
+    parent = JobRunFactory.create(id=FIRST, status=RunStatus.QUEUED)
+    child = JobRunFactory.create(id=LAST, status=RunStatus.WAITING, parent=parent)
+    picked = {
+        "action": "cancel_runs",
+        "index": "0",
+        "_selected_action": [str(parent.pk), str(child.pk)],
+        "confirmed": "yes",
+    }
+    done = admin_client.post(CHANGELIST, picked, follow=True)
+    text = done.content.decode()
+    assert "2 runs cancelled (1 along with a parent run selected too)." in text
+    assert "skipped:" not in text
+    assert set(JobRun.objects.values_list("status", flat=True)) == {RunStatus.CANCELLED}

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from tests.conftest import Driver
-from tests.factories import JobRunFactory
+from tests.factories import FIRST, LAST, JobRunFactory
 from tests.testapp.admin_jobs import fragile
 from tests.testapp.jobs import FAIL_ONCE
 
@@ -83,6 +83,31 @@ def test_replay_by_filter_takes_the_step_alone(driver: Driver) -> None:
     out = jobs_command("replay", "--job", "tests.ops.fragile", "--status", "failed", "two")
     assert out == "replayed 1 of 1 matching run in 1 batch\n"
     assert list(StepRecord.objects.filter(run=run).values_list("name", flat=True)) == ["one"]
+
+
+def test_a_dry_run_of_replay_says_which_runs_lack_the_step(driver: Driver) -> None:
+    FAIL_ONCE.add("fragile-three")
+    fragile.enqueue()
+    driver.step()
+    JobRunFactory.create(job_name="tests.ops.fragile", status=RunStatus.FAILED)
+    JobRunFactory.create(job_name="tests.ops.fragile", status=RunStatus.RUNNING, lease_owner="w")
+    out = jobs_command("replay", "--job", "tests.ops.fragile", "two", "--dry-run")
+    assert out.splitlines()[0] == (
+        "would replay 1 of 3 matching runs "
+        "(1 in a status replay does not apply to, 1 without that step)"
+    )
+    assert by_status() == {RunStatus.FAILED: 2, RunStatus.RUNNING: 1}
+
+
+def test_a_cancel_says_how_many_runs_went_along_with_a_parent_that_matched(
+    clock: FakeClock,
+) -> None:
+    parent = JobRunFactory.create(id=FIRST, status=RunStatus.QUEUED)
+    JobRunFactory.create(id=LAST, status=RunStatus.SLEEPING, parent=parent)
+    out = jobs_command("cancel", "--job", "tests.noop", "--batch-size", "1")
+    assert out == (
+        "cancelled 2 of 2 matching runs in 1 batch (1 along with a parent run that matched too)\n"
+    )
 
 
 def test_a_filter_matching_nothing_says_so_and_succeeds(clock: FakeClock) -> None:

@@ -17,7 +17,7 @@ from django_durable_jobs.engine.errors import InvalidDuration
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from django_durable_jobs.verbs import bulk
 from tests.conftest import Driver
-from tests.factories import T0, JobRunFactory
+from tests.factories import FIRST, LAST, T0, JobRunFactory
 from tests.testapp.admin_jobs import fragile
 from tests.testapp.jobs import FAIL_ONCE
 
@@ -133,6 +133,33 @@ def test_bulk_cancel_cancels_children_and_sends_the_signal(clock: FakeClock) -> 
     assert (done.done, done.batches) == (3, 2)
     assert statuses([*parents, child]) == {RunStatus.CANCELLED}
     assert sorted(heard) == sorted([*(p.pk for p in parents), child.pk])
+
+
+def test_runs_cancelled_along_with_a_parent_that_matched_count_as_done_not_skipped(
+    clock: FakeClock,
+) -> None:
+    parent = JobRunFactory.create(id=FIRST, status=RunStatus.QUEUED)
+    # The child's own batch comes after its parent's: by then it is cancelled already.
+    child = JobRunFactory.create(id=LAST, status=RunStatus.QUEUED, parent=parent)
+    # Cancelled along with its parent too, but not of the set: not counted.
+    outside = JobRunFactory.create(status=RunStatus.QUEUED, parent=child, queue="other")
+    chosen = bulk.run_filter(statuses=["queued"], queue="default").runs(clock.now())
+    done = bulk.apply("cancel", chosen, batch_size=1)
+    assert (done.matched, done.done, done.along, done.skipped, done.changed) == (2, 2, 1, 0, 0)
+    assert statuses([parent, child, outside]) == {RunStatus.CANCELLED}
+
+
+def test_a_dry_run_of_replay_counts_the_runs_without_the_step_apart(driver: Driver) -> None:
+    FAIL_ONCE.add("fragile-three")
+    with_step = fragile.enqueue()
+    driver.step()
+    JobRunFactory.create(job_name="tests.ops.fragile", status=RunStatus.FAILED)
+    JobRunFactory.create(job_name="tests.ops.fragile", status=RunStatus.RUNNING, lease_owner="w")
+    shown = bulk.preview("replay", JobRun.objects.all(), step="two")
+    assert (shown.matched, shown.applicable, shown.without_step) == (3, 1, 1)
+    assert shown.first_ids == [with_step.pk]
+    done = bulk.apply("replay", JobRun.objects.all(), step="two")
+    assert (done.done, done.without_step) == (shown.applicable, shown.without_step)
 
 
 def test_bulk_replay_skips_runs_without_the_step(driver: Driver) -> None:
