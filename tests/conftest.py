@@ -19,6 +19,7 @@ from django_durable_jobs.worker.execution import execute
 from django_durable_jobs.worker.heartbeat import Heartbeat
 from django_durable_jobs.worker.outcome import Executed
 from django_durable_jobs.worker.pauses import PauseWatch
+from django_durable_jobs.worker.wakeup import Waker, make_waker
 from tests.testapp import jobs
 
 #: The folders under tests/, each a tier and the marker its tests get (CONTRIBUTING.md
@@ -111,6 +112,18 @@ def calls() -> Iterator[object]:
     yield jobs.CALLS
     jobs.CALLS.clear()
     jobs.FAIL_ONCE.clear()
+
+
+@pytest.fixture
+def waker() -> Iterator[Waker]:
+    """An idle worker's wake-up (``make_waker``), connected: PostgreSQL LISTENs from
+    its first wait."""
+    made = make_waker()
+    made.wait(0.05)
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @pytest.fixture(autouse=True)

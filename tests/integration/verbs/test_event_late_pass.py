@@ -14,7 +14,6 @@ the doorbell) wakes the run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from django.db import connections, transaction
@@ -24,7 +23,7 @@ from django_durable_jobs.db import dialect, faults
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Doorbell, Event, JobRun, RunStatus
 from django_durable_jobs.verbs.events import wake_late
-from django_durable_jobs.worker.wakeup import Waker, make_waker, take_events
+from django_durable_jobs.worker.wakeup import Waker, take_events
 from tests.conftest import Driver
 from tests.testapp.event_jobs import waiter
 
@@ -32,16 +31,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Generous: the waker returns at its first look after the commit.
 HEARD_WITHIN = 10.0
-
-
-@pytest.fixture
-def waker() -> Iterator[Waker]:
-    made = make_waker()
-    made.wait(0.05)  # connected (PostgreSQL LISTENs from its first wait)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 class Publisher:

@@ -5,7 +5,6 @@ Each waker is real, on its own connection, woken by commits of the test's."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 import pytest
 from django.db import connection, transaction
@@ -19,16 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Generous: a wait that returns True returned at the first look after the commit.
 WOKEN_WITHIN = 10.0
-
-
-@pytest.fixture
-def waker() -> Iterator[Waker]:
-    made = make_waker()
-    made.wait(0.05)  # connected (PostgreSQL LISTENs from its first wait)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def rung() -> int:
