@@ -221,6 +221,7 @@ def _retried(wake: Callable[[], int], event: Event) -> int:
                 conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
                 conf.get("EVENT_POLL"),
             )
+            break  # not a conflict (a lost connection): trying again cannot help
     return 0
 
 

@@ -236,5 +236,6 @@ def test_a_failed_wake_up_after_the_commit_does_not_fail_the_publisher(
     # Committed, and the publisher was not told otherwise: the run, not woken, finds
     # the event at its next re-check (EVENT_POLL).
     assert Event.objects.filter(pk=published.pk).exists()
-    assert "were not all woken after its commit" in caplog.text
+    # Said once: a lost connection is not a conflict, so the pass is not tried again.
+    assert caplog.text.count("were not all woken after its commit") == 1
     assert JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING
