@@ -208,6 +208,13 @@ class Dialect:
         (``recording.write`` then does it in a transaction of its own)."""
         return None
 
+    def lock_waiting(self, runs: JobRunQuerySet) -> list[Any]:
+        """The ids of ``runs`` that wait (a publisher's or a sender's wake-up, in the
+        caller's transaction), locked until it ends (``SKIP LOCKED``): a run another
+        transaction holds is skipped, and no other run is left locked."""
+        waiting = runs.filter(status=RunStatus.WAITING).order_by()
+        return list(waiting.select_for_update(skip_locked=True).values_list("id", flat=True))
+
     def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
         """``rows`` read as last committed, inside a transaction that holds a lock."""
         return rows
@@ -339,6 +346,26 @@ class MySQL(Locking):
             locked = by_id.filter(pk__in=chunk).select_for_update(skip_locked=True)
             picked += [row for row in locked.values_list(*PICKED) if row[1] in RUNNABLE]
         return picked
+
+    def lock_waiting(self, runs: JobRunQuerySet) -> list[Any]:
+        """Read the waiting runs' ids without locks, then lock those by primary key.
+
+        A locking read of ``runs`` locks every run row it reads on the way, not only
+        those it returns: when the plan reads the step records first (``EXISTS``, made
+        a semi-join), the row of a run that has recorded its wait and is still running
+        stays locked to the end of the caller's transaction, and that run's worker,
+        parking it, waits for the caller's commit (``lock_wait_timeout``). By primary
+        key, a row that no longer waits is unlocked as soon as it is read (READ
+        COMMITTED, Django's level for MySQL).
+        """
+        ids = list(runs.filter(status=RunStatus.WAITING).order_by().values_list("id", flat=True))
+        if not ids:
+            return []
+        by_id = JobRun.objects.using(self.using).order_by()
+        locked = by_id.filter(pk__in=ids, status=RunStatus.WAITING).select_for_update(
+            skip_locked=True
+        )
+        return list(locked.values_list("id", flat=True))
 
     def latest(self, rows: JobRunQuerySet) -> JobRunQuerySet:
         # A plain read in the caller's transaction may see a snapshot taken before the

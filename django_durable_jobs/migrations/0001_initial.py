@@ -474,6 +474,7 @@ class Migration(migrations.Migration):
                 (
                     "run",
                     models.ForeignKey(
+                        db_constraint=False,
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="messages",
                         to="django_durable_jobs.jobrun",

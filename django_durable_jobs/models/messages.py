@@ -23,7 +23,13 @@ class Message(models.Model):
     its topic that finds it, in the order sent (``id``)."""
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="messages")
+    # No constraint in the database: on MariaDB/MySQL a constraint's check locks the
+    # run's row (shared) to the end of the sender's transaction, and the run's worker,
+    # writing its step or its park, would wait for that commit. ``send`` checks that
+    # the run exists; a purge deletes a run's messages with it (``db/purge.py``).
+    run = models.ForeignKey(
+        JobRun, on_delete=models.CASCADE, related_name="messages", db_constraint=False
+    )
     topic = ExactCharField(max_length=200)
     payload = models.JSONField(null=True, blank=True)
     sent_at = InstantField()

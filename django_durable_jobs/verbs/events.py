@@ -341,8 +341,7 @@ def wake_waiters(
     if unwoken_since is not None:
         runs = runs.filter(wake_at__gt=unwoken_since)
     if skip_locked and connections[using].features.has_select_for_update_skip_locked:
-        locked = runs.filter(status=RunStatus.WAITING).select_for_update(skip_locked=True)
-        ids = list(locked.values_list("id", flat=True))
+        ids = dialect.of(using).lock_waiting(runs)
         if not ids:
             return 0
         runs = JobRun.objects.using(using).filter(id__in=ids)

@@ -91,7 +91,7 @@ def wake_receiver(
     if unwoken_since is not None:
         runs = runs.filter(wake_at__gt=unwoken_since)
     if skip_locked and connections[using].features.has_select_for_update_skip_locked:
-        locked = list(runs.select_for_update(skip_locked=True).values_list("id", flat=True))
+        locked = dialect.of(using).lock_waiting(runs)
         if not locked:
             return 0
         runs = JobRun.objects.using(using).filter(id__in=locked)

@@ -14,17 +14,20 @@ the doorbell) wakes the run.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 import pytest
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 
-from django_durable_jobs import publish_event
+from django_durable_jobs import publish_event, send
 from django_durable_jobs.db import dialect, faults
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Doorbell, Event, JobRun, RunStatus
 from django_durable_jobs.verbs.events import wake_late
 from django_durable_jobs.worker.wakeup import Waker, take_events
 from tests.conftest import Driver
+from tests.testapp import message_jobs
 from tests.testapp.event_jobs import waiter
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,11 +36,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 HEARD_WITHIN = 10.0
 
 
-class Publisher:
-    """``publish_event`` on a second connection (a thread), its transaction open until
-    ``commit`` is set."""
+def publish_keyed() -> None:
+    publish_event("keyed", {"key": "k"}, key="k")
 
-    def __init__(self) -> None:
+
+class Publisher:
+    """``deliver`` (``publish_event``, ``send``) on a second connection (a thread), its
+    transaction open until ``commit`` is set."""
+
+    def __init__(self, deliver: Callable[[], object] = publish_keyed) -> None:
+        self.deliver = deliver
         self.published, self.commit = threading.Event(), threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run)
@@ -45,7 +53,7 @@ class Publisher:
     def _run(self) -> None:
         try:
             with transaction.atomic():
-                publish_event("keyed", {"key": "k"}, key="k")
+                self.deliver()
                 self.published.set()
                 assert self.commit.wait(30), "never told to commit"
         except BaseException as exc:  # surfaced in the test's thread
@@ -127,3 +135,57 @@ def test_a_publisher_on_mariadb_rings_once_after_its_commit_and_does_no_pass(
     assert take_events(waker) == []  # nothing new since: no second look
     assert wake_late(heard, clock.now()) == 0  # the publisher's transaction woke the run
     assert JobRun.objects.get(pk=run.pk).wake_at == clock.now()
+
+
+def _crowd_of_waiting_runs(until: datetime) -> None:
+    """Thousands of waiting runs, and statistics that count them: a locking read of the
+    runs waiting for an event then starts from the step records (MariaDB makes the
+    ``EXISTS`` a semi-join), the plan under which it locked a run it did not return."""
+    waiter.enqueue_many([(f"other-{i}",) for i in range(3000)])
+    JobRun.objects.update(status=RunStatus.WAITING, wake_at=until)
+    with connections["default"].cursor() as cursor:
+        if connections["default"].vendor == "mysql":
+            cursor.execute(
+                "ANALYZE TABLE django_durable_jobs_jobrun, django_durable_jobs_steprecord"
+            )
+        else:
+            cursor.execute("ANALYZE django_durable_jobs_jobrun")
+            cursor.execute("ANALYZE django_durable_jobs_steprecord")
+
+
+@pytest.mark.parametrize("delivery", ["event", "message"])
+def test_an_open_delivery_does_not_hold_the_run_that_is_parking(
+    driver: Driver, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, delivery: str
+) -> None:
+    """The run has recorded its wait and is about to park when an event (a message) for
+    it is published (sent) in a transaction that stays open: the run is not waiting
+    yet, so that transaction must not hold its row, or the park waits for its commit."""
+    if not connections["default"].features.has_select_for_update_nowait:
+        pytest.skip("SQLite: one writer, no row locks")
+    _crowd_of_waiting_runs(until=clock.now() + timedelta(days=1))
+    if delivery == "event":
+        run = waiter.enqueue("k")
+        publisher = Publisher()
+    else:
+        run = message_jobs.inbox.enqueue(1)
+        publisher = Publisher(lambda: send(run.pk, "item", {"n": 1}))
+    held: list[BaseException] = []
+    original = faults.hit
+
+    def deliver_before_the_park(point: str, using: str) -> None:
+        if point == "outcome.before" and not publisher.thread.is_alive():
+            publisher.open()
+            try:
+                with transaction.atomic():
+                    list(JobRun.objects.select_for_update(nowait=True).filter(pk=run.pk))
+            except OperationalError as exc:
+                held.append(exc)
+        original(point, using)
+
+    monkeypatch.setattr(faults, "hit", deliver_before_the_park)
+    driver.step(run)
+    monkeypatch.undo()
+    publisher.committed()
+    assert held == []
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING
