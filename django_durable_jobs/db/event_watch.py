@@ -1,6 +1,6 @@
 """The events that committed since an idle worker last looked, where no NOTIFY names
 them (MariaDB/MySQL): a worker that heard the doorbell asks (``worker/wakeup.py``),
-and does the pass after their publishers' commits (``events.wake_late``).
+and does the pass after their publishers' commits (``waking.wake_late``).
 
 An event's id is taken at INSERT and it becomes visible at COMMIT, so ids do not
 follow commit order (``Event.position``): a publisher still open when a later one

@@ -57,7 +57,7 @@ class Dialect:
     #: its transaction could not wake (they parked while it was open, or another
     #: transaction held them): ``"publisher"`` (a statement after its commit),
     #: ``"worker"`` (the idle worker that hears of the event, by LISTEN or the
-    #: doorbell: ``events.wake_late``), or ``"nobody"`` (SQLite: one writer at a time,
+    #: doorbell: ``waking.wake_late``), or ``"nobody"`` (SQLite: one writer at a time,
     #: so no run can park while the publisher's transaction is open, and no row is
     #: locked).
     late_wake: ClassVar[str] = "publisher"

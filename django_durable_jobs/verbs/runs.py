@@ -1,12 +1,12 @@
-"""The operator's verbs on runs: cancel, retry, wake, replay_from and purge (the admin
-and ``manage.py jobs`` call these). Starting runs is ``enqueueing.py``."""
+"""The operator's verbs on runs: cancel, retry, wake, replay_from (the admin and
+``manage.py jobs`` call these); purge is ``purge.py``, re-exported here. Starting runs
+is ``enqueueing.py``."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,10 +14,8 @@ from django.db import transaction
 
 from .. import conf, signals
 from ..db import dialect, doorbell
-from ..db.purge import Batch
 from ..db.run_ids import resolve as _pk
 from ..engine import clock
-from ..engine.durations import Duration, before, parse_duration
 from ..exceptions import (
     RunCancelled,
     RunNotFound,
@@ -26,7 +24,6 @@ from ..exceptions import (
 )
 from ..models import (
     CANCELLABLE,
-    FINISHED,
     REPLAYABLE,
     RERUNS_KEPT,
     RETRYABLE,
@@ -41,6 +38,7 @@ from ..models import (
 from . import children
 from .failure_handlers import start_handler
 from .messages import release_received
+from .purge import PURGE_BATCH, PURGE_PAUSE, purge
 
 # -- operating runs ---------------------------------------------------------------
 #
@@ -221,49 +219,6 @@ def replay_in_transaction(pk: uuid.UUID, step: str, now: datetime) -> bool:
     return True
 
 
-#: Runs a purge deletes per transaction (with their step records, messages and keys).
-PURGE_BATCH = 1000
-#: Seconds a purge rests between two batches, so the workers' claims and finishes are
-#: not queued behind its writes (benchmarks/README.md, "Purging the history").
-PURGE_PAUSE = 0.0
-
-
-def purge(
-    older_than: Duration,
-    statuses: Iterable[str] = FINISHED,
-    *,
-    now: datetime | None = None,
-    batch_size: int = PURGE_BATCH,
-    pause: float = PURGE_PAUSE,
-    progress: Callable[[int], None] | None = None,
-) -> int:
-    """Delete finished runs that finished more than ``older_than`` ago, with what
-    references them (step records, messages, cancel and idempotency keys; their
-    children stay, without a parent), ``batch_size`` runs a transaction, oldest first,
-    resting ``pause`` seconds between batches; returns how many runs were deleted.
-    ``progress`` is called after each batch with the count so far.
-
-    Left alone: runs a worker still holds (a cancelled run its worker has not let go
-    of), and the children of a live parent, which may still read them. Each batch is
-    set-based SQL (``db/purge.py``; one statement on PostgreSQL).
-
-    >>> purge("30d")  # doctest: +SKIP
-    """
-    wanted = _finished_statuses(statuses)
-    cutoff = before(now or clock.current().now(), parse_duration(older_than), older_than)
-    database, total = dialect.of(conf.database()), 0
-    for status in wanted:
-        batch = Batch(status, cutoff, batch_size)
-        while (done := database.purge_batch(batch)).runs:
-            total += done.runs
-            batch = replace(batch, after=done.reached)
-            if progress is not None:
-                progress(total)
-            if pause > 0:
-                time.sleep(pause)
-    return total
-
-
 def get_run(run_id: RunId) -> JobRun:
     """The run with that id, or ``RunNotFound``."""
     pk = _pk(run_id)
@@ -373,16 +328,6 @@ VERBS: dict[str, Verb] = {
         ),
     )
 }
-
-
-def _finished_statuses(statuses: Iterable[str]) -> list[str]:
-    wanted = [str(status) for status in statuses]
-    unfinished = [status for status in wanted if status not in FINISHED]
-    if unfinished or not wanted:
-        raise ValueError(
-            f"purge deletes finished runs only ({', '.join(FINISHED)}); got {unfinished or wanted}"
-        )
-    return wanted
 
 
 __all__ = [

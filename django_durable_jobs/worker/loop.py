@@ -39,8 +39,8 @@ from ..db.leases import LeaseOwner
 from ..engine.clock import Clock, current
 from ..engine.timeouts import TimeGuard
 from ..models import JobRun
-from ..verbs.events import wake_late
 from ..verbs.schedules import Ticker, sync
+from ..verbs.waking import wake_late
 from .batching import Batching
 from .connections import close_broken_connections, fit_to_pool, keep_healthy
 from .execution import run_to_stop

@@ -33,9 +33,9 @@ from ..engine.attempt import Outcome, Succeeded, Suspended
 from ..engine.serialization import cut, error_line
 from ..exceptions import RunCancelled
 from ..models import JobRun, RunStatus
-from ..verbs.events import recheck_after_park, wake_parent
 from ..verbs.failure_handlers import start_handler
 from ..verbs.invocations import last_sibling
+from ..verbs.waking import recheck_after_park, wake_parent
 from .connections import close_broken_connections
 from .outcome import UNSTORABLE, Executed, Pending, batchable, finish_of, shorten, writes_alone
 

@@ -106,7 +106,7 @@ class Listener:
 
     def take_events(self) -> set[int]:
         """The events heard of since the last call (their runs are woken by
-        ``events.wake_late``)."""
+        ``waking.wake_late``)."""
         events, self._events = self._events, set()
         return events
 

@@ -20,7 +20,7 @@ from django_durable_jobs.db.claims import claim
 from django_durable_jobs.engine.attempt import Succeeded
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
-from django_durable_jobs.verbs import events
+from django_durable_jobs.verbs import waking
 from django_durable_jobs.worker import recording
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from django_durable_jobs.worker.outcome import Pending, pending_of
@@ -202,7 +202,7 @@ def test_the_wake_up_after_an_events_commit_is_retried_after_a_conflict(
     run = waiter.enqueue("k1")
     driver.drain()
     assert JobRun.objects.get(pk=run.pk).status == RunStatus.WAITING
-    real, calls = events.wake_waiters, [0]
+    real, calls = waking.wake_waiters, [0]
 
     def conflicting(*args: Any, **kwargs: Any) -> int:
         calls[0] += 1
@@ -210,7 +210,7 @@ def test_the_wake_up_after_an_events_commit_is_retried_after_a_conflict(
             raise conflict
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(events, "wake_waiters", conflicting)
+    monkeypatch.setattr(waking, "wake_waiters", conflicting)
     published = publish_event("keyed", {"n": 1}, key="k1")  # autocommit: the pass runs now
     assert calls[0] == 2 and Event.objects.filter(pk=published.pk).exists()
     driver.drain()
@@ -229,7 +229,7 @@ def test_a_failed_wake_up_after_the_commit_does_not_fail_the_publisher(
         end_this_session()  # raises: a real lost connection, not a conflict
         return 0
 
-    monkeypatch.setattr(events, "wake_waiters", lost)
+    monkeypatch.setattr(waking, "wake_waiters", lost)
     with caplog.at_level(logging.WARNING, logger="django_durable_jobs.events"):
         published = publish_event("keyed", {"n": 2}, key="k2")  # autocommit: the pass now
     connection.close()

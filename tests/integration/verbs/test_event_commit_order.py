@@ -19,7 +19,7 @@ from django_durable_jobs import publish_event
 from django_durable_jobs.db import dialect
 from django_durable_jobs.engine.clock import FakeClock, current
 from django_durable_jobs.models import Event, JobRun, RunStatus
-from django_durable_jobs.verbs.events import wake_late
+from django_durable_jobs.verbs.waking import wake_late
 from tests.conftest import Driver
 from tests.testapp.event_jobs import any_key_waiter, waiter
 

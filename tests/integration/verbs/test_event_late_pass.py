@@ -24,7 +24,7 @@ from django_durable_jobs import publish_event, send
 from django_durable_jobs.db import dialect, faults
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Doorbell, Event, JobRun, RunStatus
-from django_durable_jobs.verbs.events import wake_late
+from django_durable_jobs.verbs.waking import wake_late
 from django_durable_jobs.worker.wakeup import Waker, take_events
 from tests.conftest import Driver
 from tests.testapp import message_jobs

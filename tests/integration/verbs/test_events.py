@@ -12,7 +12,7 @@ from django_durable_jobs.db import dialect
 from django_durable_jobs.db.postgresql.listen import Listener
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import Event, JobRun, RunStatus
-from django_durable_jobs.verbs.events import wake_late, wake_waiters
+from django_durable_jobs.verbs.waking import wake_late, wake_waiters
 from tests.conftest import Driver
 from tests.testapp import jobs
 
