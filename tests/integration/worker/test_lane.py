@@ -314,3 +314,42 @@ def test_async_jobs_ask_patched_in_the_lane_and_their_answers_are_recorded(
             ("extra", "run", "patched-extra"),
             ("patch:last", "patch", True),  # no step after it: written at the return
         ]
+
+
+def test_an_async_run_abandoned_twice_is_still_released(clock: FakeClock) -> None:
+    """A stopping worker abandons its async runs at the drain's time-out, and the
+    supervisor's signal abandons them again at about the same moment: the second
+    cancellation landed while the run's release waited for a database thread, the
+    release was dropped, and the run kept the lease of a worker that had exited."""
+    from django_durable_jobs.db.claims import claim
+
+    run = async_jobs.async_io.enqueue(60, tag="-abandoned")
+    [claimed] = claim("w-stopping", now=clock.now(), lease=LEASE)
+    one = AsyncLane(capacity=1, db_threads=1, clock=clock, leases=Heartbeat(clock, LEASE, LEASE))
+    busy, go = threading.Event(), threading.Event()
+
+    def hold_the_thread() -> None:
+        busy.set()
+        go.wait(30)
+
+    try:
+        one.start(claimed, "w-stopping")
+        wait = time.monotonic() + 30
+        while not Effect.objects.filter(name="touch-abandoned").exists():
+            assert time.monotonic() < wait, "the run never reached its I/O step"
+            time.sleep(0.01)
+        # The lane's one database thread is busy: the release waits in its queue.
+        held = asyncio.run_coroutine_threadsafe(one.io(hold_the_thread), one._loop)
+        assert busy.wait(30)
+        one.abandon()
+        time.sleep(0.2)  # the run's task has caught its cancellation and asked for a thread
+        one.abandon()
+        time.sleep(0.2)
+        go.set()
+        held.result(timeout=30)
+        assert one.wait(30, until_empty=True)
+    finally:
+        go.set()
+        one.close()
+    row = JobRun.objects.get(pk=run.pk)
+    assert (row.status, row.lease_owner) == (RunStatus.QUEUED, "")
