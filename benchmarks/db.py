@@ -7,6 +7,7 @@ decides), so a workload written once runs on both (benchmarks/mariadb.py reuses 
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,17 +77,35 @@ def truncate() -> None:
 
 def run_columns(values: dict[str, str]) -> tuple[list[str], list[str]]:
     """The runs table's columns (from the model) and the SQL for each, for an INSERT ...
-    SELECT that generates runs: ``values`` where given, NULL for any other nullable
-    column (the flow-control, schedule and debounce columns: what ``enqueue`` writes for
-    a plain run). A new NOT NULL column stops the benchmark until it gets a value here."""
+    SELECT that generates runs (PostgreSQL): ``values`` where given, else the field's
+    default when it is a plain value (a number, a string, a JSON list or object), else
+    NULL for a nullable column (the flow-control, schedule and debounce columns: what
+    ``enqueue`` writes for a plain run). A new NOT NULL column without such a default
+    stops the benchmark until it gets a value here."""
     from django_durable_jobs.models import JobRun
 
     fields = JobRun._meta.concrete_fields
-    columns = [str(f.column) for f in fields]
-    missing = sorted(str(f.column) for f in fields if f.column not in values and not f.null)
+    sql = {str(f.column): values.get(str(f.column)) or _default_sql(f) for f in fields}
+    missing = sorted(c for f in fields if sql[(c := str(f.column))] is None and not f.null)
     if missing:
         raise RuntimeError(f"no value for new NOT NULL column(s) {missing}")
-    return columns, [values.get(column, "NULL") for column in columns]
+    return list(sql), [value or "NULL" for value in sql.values()]
+
+
+def _default_sql(field: Any) -> str | None:
+    """``field``'s default as an SQL literal, if it is a plain value."""
+    if not field.has_default():
+        return None
+    value = field.get_default()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, list | dict):
+        return "'" + json.dumps(value).replace("'", "''") + "'::jsonb"
+    return None
 
 
 def run_sql(sql: str, params: Sequence[Any] = ()) -> None:
