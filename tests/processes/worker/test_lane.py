@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
 
 from django_durable_jobs.db import faults
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
@@ -70,6 +71,16 @@ def test_kill_9_with_50_async_runs_in_flight_a_new_worker_finishes_them_all(
         workers=[first],
     )
     assert JobRun.objects.filter(status=RunStatus.RUNNING).count() == IN_FLIGHT
+    # The starts of a batch's runs recorded (by the heartbeat, ``RECORD_STARTS_AFTER``
+    # after they began; a run claimed alone began with its claim): the death then
+    # counts the attempt of each.
+    batch = JobRun.objects.filter(lease_owner__endswith="+")
+    wait_until(
+        lambda: not batch.exclude(attempt_started_by=F("lease_owner")).exists(),
+        timeout=30,
+        what="the starts of the runs in flight recorded",
+        workers=[first],
+    )
     assert first.kill() == -signal.SIGKILL
 
     second = workers.start("second")
