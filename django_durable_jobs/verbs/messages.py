@@ -8,11 +8,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Exists, Func, OuterRef
 
 from .. import conf
-from ..db import conflicts, dialect, doorbell
+from ..db import conflicts, dialect
 from ..db.migrated import needs_tables
 from ..db.run_ids import resolve
 from ..engine import clock
@@ -20,6 +20,7 @@ from ..engine.serialization import check_payload, unstorable
 from ..engine.vocabulary import StepKind
 from ..exceptions import InvalidName, RunNotFound, RunStateError
 from ..models import FINISHED, JobRun, Message, RunStatus, StepRecord, StepStatus
+from .waking import wake_runs
 
 log = logging.getLogger("django_durable_jobs.events")
 
@@ -88,24 +89,7 @@ def wake_receiver(
     )
     runs = JobRun.objects.using(using).filter(pk=run_id, status=RunStatus.WAITING)
     runs = runs.filter(Exists(receiving))
-    if unwoken_since is not None:
-        runs = runs.filter(wake_at__gt=unwoken_since)
-    if skip_locked and connections[using].features.has_select_for_update_skip_locked:
-        locked = dialect.of(using).lock_waiting(runs)
-        if not locked:
-            return 0
-        runs = JobRun.objects.using(using).filter(id__in=locked)
-    # Idle workers are told by the row trigger durable_jobs_woken (PostgreSQL), or by
-    # the doorbell (MariaDB/MySQL).
-    woken = runs.wake_waiting(now or clock.current().now())
-    if woken:
-        doorbell.ring(using)
-    return woken
-
-
-def has_unreceived(run_id: Any, topic: str) -> bool:
-    """Whether a message of ``topic`` sent to the run waits to be received."""
-    return Message.objects.using(conf.database()).unreceived(run_id, topic).exists()
+    return wake_runs(runs, now, skip_locked=skip_locked, unwoken_since=unwoken_since)
 
 
 def release_received(run_id: Any, steps: list[str]) -> int:

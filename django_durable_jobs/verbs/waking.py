@@ -22,8 +22,7 @@ from ..db.store import child_run_outcome
 from ..engine import clock
 from ..engine.records import RecordedStep
 from ..engine.vocabulary import StepKind
-from ..models import Event, JobRun, JobRunQuerySet, RunStatus, StepRecord
-from .messages import has_unreceived
+from ..models import Event, JobRun, JobRunQuerySet, Message, RunStatus, StepRecord
 
 log = logging.getLogger("django_durable_jobs.events")
 
@@ -50,9 +49,21 @@ def wake_waiters(
     positioned the event at or before itself) is not woken; an event no cursor has
     positioned yet committed after every waiting step's cursor.
     """
+    return wake_runs(waiters(event), now, skip_locked=skip_locked, unwoken_since=unwoken_since)
+
+
+def wake_runs(
+    runs: JobRunQuerySet,
+    now: datetime | Func[Any] | None,
+    *,
+    skip_locked: bool = False,
+    unwoken_since: datetime | None = None,
+) -> int:
+    """Make the waiting runs among ``runs`` runnable at ``now`` (the clock's if None);
+    returns how many. ``skip_locked``: in a publisher's or sender's transaction, leave
+    the runs another transaction holds (``Dialect.lock_waiting``); ``unwoken_since``:
+    only runs not woken at or since then (their wake time is later)."""
     using = conf.database()
-    now = now or clock.current().now()
-    runs = waiters(event)
     if unwoken_since is not None:
         runs = runs.filter(wake_at__gt=unwoken_since)
     if skip_locked and connections[using].features.has_select_for_update_skip_locked:
@@ -62,7 +73,7 @@ def wake_waiters(
         runs = JobRun.objects.using(using).filter(id__in=ids)
     # Idle workers are told by the row trigger durable_jobs_woken (PostgreSQL), or by
     # the doorbell (MariaDB/MySQL).
-    woken = runs.wake_waiting(now)
+    woken = runs.wake_waiting(now or clock.current().now())
     if woken:
         doorbell.ring(using)
     return woken
@@ -95,7 +106,7 @@ def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None
     """
     arrived = False
     if record.kind is StepKind.RECEIVE and record.event:
-        arrived = has_unreceived(run_id, record.event)
+        arrived = Message.objects.using(conf.database()).unreceived(run_id, record.event).exists()
     elif record.event and record.event_cursor is not None:
         arrived = (
             OrmEventLog(using=conf.database()).find(

@@ -32,7 +32,8 @@ log = logging.getLogger("django_durable_jobs.worker")
 #: quick run ends first and costs no write; a longer one's is recorded within twice
 #: that, with the others that began meanwhile, in one statement. At 20 ms, the thread
 #: woke 50 times a second while an async lane began runs, and a worker's memory grew
-#: by 20-35 MB over 20,000 async no-op runs (benchmarks/README.md, "Worker memory").
+#: by 20-35 MB over 20,000 async no-op runs (benchmarks/README.md, "Worker
+#: memory").
 RECORD_STARTS_AFTER = 0.2
 
 #: Seconds ``Heartbeat.stop`` waits for a beat in progress to end (a database that does
