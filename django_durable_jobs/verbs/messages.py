@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.db.models import Exists, Func, OuterRef
 
 from .. import conf
-from ..db import conflicts, dialect
+from ..db import dialect
 from ..db.migrated import needs_tables
 from ..db.run_ids import resolve
 from ..engine import clock
@@ -20,7 +19,7 @@ from ..engine.serialization import check_payload, unstorable
 from ..engine.vocabulary import StepKind
 from ..exceptions import InvalidName, RunNotFound, RunStateError
 from ..models import FINISHED, JobRun, Message, RunStatus, StepRecord, StepStatus
-from .waking import wake_runs
+from .waking import retried, wake_runs
 
 log = logging.getLogger("django_durable_jobs.events")
 
@@ -99,31 +98,14 @@ def release_received(run_id: Any, steps: list[str]) -> int:
     return taken.update(received_at=None, step="")
 
 
-#: Conflicts with concurrent transactions the pass after the commit is retried across.
-AFTER_COMMIT_TRIES = 10
-
-
 def _wake_after_commit(run_id: uuid.UUID, topic: str, woken_at: datetime | None) -> None:
     """After the commit: the receiver if the caller's transaction did not wake it (it
     parked meanwhile, or another transaction held it). Never raises: the message is
     sent; if this fails, the run finds it at its next look (``EVENT_POLL``)."""
-    for tries_left in range(AFTER_COMMIT_TRIES - 1, -1, -1):
-        try:
-            wake_receiver(run_id, topic, unwoken_since=woken_at)
-            return
-        except DatabaseError as exc:
-            if tries_left and conflicts.is_conflict(exc):
-                time.sleep(conflicts.pause())
-                continue
-            log.warning(
-                "message %r to run %s: the run was not woken after the commit (%s); it "
-                "finds the message at its next look (EVENT_POLL %s)",
-                topic,
-                run_id,
-                exc,
-                conf.get("EVENT_POLL"),
-            )
-            return
+    retried(
+        lambda: wake_receiver(run_id, topic, unwoken_since=woken_at),
+        f"message {topic!r} to run {run_id}: the runs receiving it",
+    )
 
 
 def _topic(topic: object) -> str:

@@ -146,7 +146,7 @@ def wake_late(event_ids: Iterable[int], now: datetime) -> int:
             _not_all_woken(batch, exc)
             continue
         for event in events:
-            woken += _retried(functools.partial(_wake_unwoken, event, now), event)
+            woken += retried(functools.partial(_wake_unwoken, event, now), _waiting_for(event))
     return woken
 
 
@@ -182,12 +182,13 @@ def wake_after_commit(event: Event, woken_at: datetime | None) -> None:
     the event is committed, and an error here reached the publisher's ``atomic()``
     exit (a view answered 500 for an event it had published). If it still fails, the
     runs it did not wake find the event at their next re-check (``EVENT_POLL``)."""
-    _retried(lambda: wake_waiters(event, unwoken_since=woken_at), event)
+    retried(lambda: wake_waiters(event, unwoken_since=woken_at), _waiting_for(event))
 
 
-def _retried(wake: Callable[[], int], event: Event) -> int:
-    """``wake()``, again after a conflict with a concurrent transaction; a warning and 0
-    if it still fails."""
+def retried(wake: Callable[[], int], unwoken: str) -> int:
+    """``wake()`` after a commit, again after a conflict with a concurrent transaction;
+    if it still fails, a warning that begins with ``unwoken`` (who was not woken) and 0.
+    Never raises: what was delivered is committed."""
     for tries_left in range(AFTER_COMMIT_TRIES - 1, -1, -1):
         try:
             return wake()
@@ -196,12 +197,15 @@ def _retried(wake: Callable[[], int], event: Event) -> int:
                 time.sleep(conflicts.pause())
                 continue
             log.warning(
-                "event %s (%r): the runs waiting for it were not all woken after its "
-                "commit (%s); they find it at their next re-check (EVENT_POLL %s)",
-                event.pk,
-                event.name,
+                "%s were not all woken after its commit (%s); they find it at their next "
+                "re-check (EVENT_POLL %s)",
+                unwoken,
                 conflicts.describe(exc) if conflicts.is_conflict(exc) else exc,
                 conf.get("EVENT_POLL"),
             )
             break  # not a conflict (a lost connection): trying again cannot help
     return 0
+
+
+def _waiting_for(event: Event) -> str:
+    return f"event {event.pk} ({event.name!r}): the runs waiting for it"
