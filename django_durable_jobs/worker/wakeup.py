@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from typing import Any, Protocol
 
@@ -20,6 +19,7 @@ from .. import conf
 from ..db import dialect, doorbell
 from ..db.event_watch import EventWatch
 from ..db.postgresql.listen import Listener
+from ..engine.bell import Bell
 
 log = logging.getLogger("django_durable_jobs.worker")
 
@@ -42,15 +42,14 @@ class PollingWaker:
     mode = "polling"
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._bell = Bell()
 
     def wait(self, timeout: float) -> bool:
-        woken = self._event.wait(timeout)
-        self._event.clear()
-        return woken
+        return self._bell.wait(timeout)
 
     def interrupt(self) -> None:
-        self._event.set()
+        """End the wait (a stop signal's handler: ``engine/bell.py``)."""
+        self._bell.ring()
 
     def close(self) -> None:
         return None
@@ -95,8 +94,7 @@ class CounterWaker(PollingWaker):
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            if self._event.wait(min(TICK, left)):
-                self._event.clear()
+            if self._bell.wait(min(TICK, left)):
                 return True
             value = self._read()
             if value is not None and value != self._last:

@@ -11,13 +11,13 @@ worker then polls every ``POLL_INTERVAL``."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 from django.db import connections
 
 from ... import conf
+from ...engine.bell import Bell
 from .statements import answered_elsewhere
 
 CHANNEL = "durable_jobs"
@@ -44,7 +44,7 @@ class Listener:
         self._conn: Any = None
         #: Set when the connection turned out to be a pooler's: a plain wait from then on.
         self._pooled = False
-        self._woken = threading.Event()
+        self._woken = Bell()
         #: The ids of the events heard of ("event <id>", ``durable_jobs_published``).
         self._events: set[int] = set()
 
@@ -77,9 +77,7 @@ class Listener:
 
     def wait(self, timeout: float) -> bool:
         if self._pooled:
-            woken = self._woken.wait(timeout)
-            self._woken.clear()
-            return woken
+            return self._woken.wait(timeout)
         try:
             conn = self._connect()
             if conn is None:
@@ -101,8 +99,8 @@ class Listener:
 
     def interrupt(self) -> None:
         """End a polling wait at once (a stopping worker); a LISTEN wait ends within its
-        timeout."""
-        self._woken.set()
+        timeout. Safe in a stop signal's handler (``engine/bell.py``)."""
+        self._woken.ring()
 
     def take_events(self) -> set[int]:
         """The events heard of since the last call (their runs are woken by
