@@ -245,7 +245,8 @@ class AsyncLane:
             ]
         for task in tasks:
             # Once: a second stop (the drain's time-out and the supervisor's signal come
-            # together) must not cancel the release the first one started.
+            # together) must not cancel the release the first one started; the lane
+            # cancels its tasks here only.
             if not task.cancelling():
                 task.cancel()
 
@@ -266,10 +267,7 @@ class AsyncLane:
             await self._record(pending, owner)
             self.executed += 1
         except asyncio.CancelledError:
-            releasing = asyncio.ensure_future(
-                self.io(lambda: release(run, owner, now=self.clock.now()))
-            )
-            released = await _unless_cancelled(releasing)
+            released = await self.io(lambda: release(run, owner, now=self.clock.now()))
             log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
         except Exception:  # never reached by job code (its failures are outcomes)
             log.exception("run %s: the async lane could not execute it", run.id)
@@ -279,17 +277,6 @@ class AsyncLane:
                 self._tasks.pop(run.id, None)
                 self._stopped.discard(run.id)
                 self._changed.notify_all()
-
-
-async def _unless_cancelled(write: asyncio.Future[T]) -> T:
-    """``write``'s result, awaited to its end even if this task is cancelled again
-    meanwhile: a cancelled wait would cancel the write before a thread took it."""
-    while True:
-        try:
-            return await asyncio.shield(write)
-        except asyncio.CancelledError:
-            if write.cancelled():
-                raise
 
 
 def _on_connection(work: Callable[[], T]) -> T:
