@@ -14,13 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connections
 
@@ -46,6 +41,7 @@ from .connections import close_broken_connections, fit_to_pool, keep_healthy
 from .execution import run_to_stop
 from .heartbeat import Heartbeat
 from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
+from .options import WorkerOptions as WorkerOptions  # where runjobs and the tests import it
 from .outbox import Outbox
 from .outcome import Pending
 from .pauses import PauseWatch
@@ -55,19 +51,6 @@ from .stopping import StopNow, StopSignals
 from .wakeup import Waker, make_waker, take_events
 
 log = logging.getLogger("django_durable_jobs.worker")
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerOptions:
-    queues: Sequence[str] | None = None
-    concurrency: int = 1
-    burst: bool = False
-    max_runs: int | None = None
-    poll_interval: timedelta = timedelta(seconds=1)
-    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
-    drain_timeout: timedelta = timedelta(seconds=30)
-    #: Async runs in flight at once (None: DURABLE_JOBS["ASYNC_CONCURRENCY"]).
-    async_concurrency: int | None = None
 
 
 class Worker(StopSignals):
@@ -198,7 +181,7 @@ class Worker(StopSignals):
         self._schedules.tick(now)  # start due schedule slots (cheap unless one is due)
         if self._backlog:  # a sync run of the last batch: no claim until it has started
             while not self._outbox.hold():  # the outcome in hand cannot wait for the claim
-                self._record_and_claim(self._pending, self._owner, now, limit=0)
+                self._outbox.record_and_claim(self._pending, self._owner, now, limit=0)
             self._execute(self._backlog.pop(0))
             return True
         lane = self._lane
@@ -215,7 +198,7 @@ class Worker(StopSignals):
                 lane.wait(self.options.poll_interval.total_seconds(), until_empty=True)
             return True
         sent = time.monotonic()  # the leases it takes are made after this
-        runs = self._record_and_claim(pending, owner, now, limit)
+        runs = self._outbox.record_and_claim(pending, owner, now, limit)
         self._dispatch(runs, owner, limit, sent)
         return bool(runs) or pending is not None
 
@@ -312,11 +295,6 @@ class Worker(StopSignals):
                 log.info("run released: run=%s claimed but not started (%s)", run.id, released)
         if self._lane is not None:
             self._lane.drain(self.options.drain_timeout.total_seconds(), self._owner)
-
-    def _record_and_claim(
-        self, pending: Pending | None, owner: str, now: datetime, limit: int = 1
-    ) -> list[JobRun]:
-        return self._outbox.record_and_claim(pending, owner, now, limit)
 
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles)."""
