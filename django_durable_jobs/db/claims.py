@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Case, F, PositiveIntegerField, Q, When
 
 from .. import conf
@@ -96,10 +96,11 @@ def renew_held(
     lease: timedelta,
     status: str = RunStatus.RUNNING,
     started: Iterable[Any] = (),
+    skip_locked: bool = False,
 ) -> int:
     """Extend every lease in ``held`` (run id -> its owner) of runs in ``status`` in ONE
     statement, and record that the attempts of the runs ``started`` began
-    (``record_starts``); returns how many are still held.
+    (``record_starts``); returns how many it extended.
 
     A worker holds runs of many claims at once (an async lane, one owner per claim):
     one UPDATE per owner made each beat queue for SQLite's single write lock once per
@@ -109,6 +110,12 @@ def renew_held(
     ``status`` cancelled: the runs cancelled in the worker's hand, which it executes
     up to their next step; their lease says the worker is alive
     (``let_go_expired_cancelled``).
+
+    ``skip_locked``: leave the runs whose rows another transaction holds (the
+    heartbeat's beat; the next beat renews them). Waiting, the beat deadlocked with its
+    own worker's outcome write on PostgreSQL, which locks the finished runs' rows in
+    another order (a stall of ``deadlock_timeout`` for one of the two); a row that
+    write holds is ending its lease anyway.
     """
     by_owner: dict[str, list[Any]] = {}
     for run_id, owner in held.items():
@@ -123,7 +130,14 @@ def renew_held(
         values["attempt_started_by"] = Case(
             When(id__in=started, then=F("lease_owner")), default=F("attempt_started_by")
         )
-    return JobRun.objects.using(conf.database()).filter(ours, status=status).update(**values)
+    using = conf.database()
+    rows = JobRun.objects.using(using).filter(ours, status=status)
+    if not (skip_locked and connections[using].features.has_select_for_update_skip_locked):
+        return rows.update(**values)
+    with transaction.atomic(using=using):
+        free = rows.order_by().select_for_update(skip_locked=True).values_list("id", flat=True)
+        ids = list(free)
+        return JobRun.objects.using(using).filter(pk__in=ids).update(**values) if ids else 0
 
 
 def record_starts(run_ids: Iterable[Any], owner: str) -> int:

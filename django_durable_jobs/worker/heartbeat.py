@@ -168,21 +168,20 @@ class Heartbeat(threading.Thread):
         with self._lock:
             held, started = dict(self._held), set(self._begun)
         if held:
-            self._renew(held, started)
-            self._recorded(started)
+            self._recorded(self._renew(held, started) & started)
         if self.presence is not None:
             self.presence.beat(self.clock.now())
 
     def record_starts(self) -> None:
         """Record the start of the batch's runs that began ``RECORD_STARTS_AFTER`` ago
         or more (``begin``), in one statement that renews their leases too
-        (``renew_held``); a run it does not renew is the next beat's to look up."""
+        (``renew_held``); a run it does not renew is looked up (``_renew``), and its
+        start recorded by a later look or beat."""
         ripe = time.monotonic() - RECORD_STARTS_AFTER
         with self._lock:
             held = {run_id: self._held[run_id] for run_id, t in self._begun.items() if t <= ripe}
         if held:
-            renew_held(held, now=self.clock.now(), lease=self.lease, started=held)
-            self._recorded(held)
+            self._recorded(self._renew(held, set(held)))
 
     def _recorded(self, run_ids: Iterable[UUID]) -> None:
         with self._lock:
@@ -193,27 +192,36 @@ class Heartbeat(threading.Thread):
         """Renew ``run_ids``, all held by ``owner``."""
         self._renew(dict.fromkeys(run_ids, owner))
 
-    def _renew(self, held: dict[UUID, str], started: set[UUID] | None = None) -> None:
+    def _renew(self, held: dict[UUID, str], started: set[UUID] | None = None) -> set[UUID]:
         """Renew every lease in ``held`` (run id -> owner) in one statement, recording
         the start of the runs ``started``, then look up the runs it did not renew:
-        cancelled, or taken over."""
+        cancelled, taken over, or left because another transaction held their row
+        (``renew_held``'s ``skip_locked``; renewed by the next beat). Returns the ids
+        renewed."""
         faults.hit("heartbeat", conf.database())
         now = self.clock.now()
-        if renew_held(held, now=now, lease=self.lease, started=started or ()) == len(held):
+        until = now + self.lease
+        renewed = renew_held(
+            held, now=now, lease=self.lease, started=started or (), skip_locked=True
+        )
+        if renewed == len(held):
             with self._lock:
                 self._renewed.update(dict.fromkeys(held, time.monotonic()))
-            return
+            return set(held)
         rows = (
             JobRun.objects.using(conf.database())
             .filter(pk__in=list(held))
-            .values_list("pk", "status", "lease_owner")
+            .values_list("pk", "status", "lease_owner", "lease_expires_at")
         )
         cancelled: dict[UUID, str] = {}
-        for run_id, status, lease_owner in rows:
+        ours: set[UUID] = set()
+        for run_id, status, lease_owner, expires in rows:
             if lease_owner == held[run_id] and status == RunStatus.RUNNING:
-                with self._lock:  # renewed: only its neighbours were lost
-                    if run_id in self._held:
-                        self._renewed[run_id] = time.monotonic()
+                if expires == until:  # renewed: only its neighbours were not
+                    ours.add(run_id)
+                    with self._lock:
+                        if run_id in self._held:
+                            self._renewed[run_id] = time.monotonic()
                 continue
             with self._lock:
                 if self._held.get(run_id) != held[run_id]:
@@ -227,6 +235,7 @@ class Heartbeat(threading.Thread):
                 # else its outcome was recorded just now, before it was dropped
         if cancelled:
             self._renew_cancelled(cancelled)
+        return ours
 
     def _renew_cancelled(self, held: dict[UUID, str]) -> None:
         """Renew the leases of runs cancelled in this worker's hand: it executes each up
@@ -234,7 +243,13 @@ class Heartbeat(threading.Thread):
         it. Expired, such a lease says the worker died, and a reap lets go of the run
         (``claims.let_go_expired_cancelled``); left to expire here, a step longer than
         a lease would lose its run to the reap, and its record would be refused."""
-        renew_held(held, now=self.clock.now(), lease=self.lease, status=RunStatus.CANCELLED)
+        renew_held(
+            held,
+            now=self.clock.now(),
+            lease=self.lease,
+            status=RunStatus.CANCELLED,
+            skip_locked=True,
+        )
         with self._lock:
             for run_id, owner in held.items():
                 if self._held.get(run_id) == owner:

@@ -1,0 +1,91 @@
+"""The heartbeat's beat never waits for a row lock: a run whose row another
+transaction holds is left to the next beat, and the others are renewed at once.
+
+Waiting, a beat and its own worker's outcome write (which locks the finished runs'
+rows in another order) deadlocked on PostgreSQL, and one of the two stalled for
+``deadlock_timeout`` before it was cancelled.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from uuid import UUID
+
+import pytest
+from django.db import connections, transaction
+
+from django_durable_jobs.db.claims import claim
+from django_durable_jobs.db.leases import LeaseOwner
+from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.models import JobRun
+from django_durable_jobs.worker.heartbeat import Heartbeat
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE = timedelta(minutes=1)
+#: Generous: a beat that does not wait returns in milliseconds.
+WITHIN = 10.0
+
+
+class RowHolder:
+    """A second connection (a thread) that holds ``run_id``'s row until ``let_go``."""
+
+    def __init__(self, run_id: UUID) -> None:
+        self.run_id = run_id
+        self.holding, self.release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold)
+
+    def _hold(self) -> None:
+        try:
+            with transaction.atomic():
+                list(JobRun.objects.select_for_update().filter(pk=self.run_id))
+                self.holding.set()
+                self.release.wait(30)
+        finally:
+            connections.close_all()
+
+    def __enter__(self) -> RowHolder:
+        self.thread.start()
+        assert self.holding.wait(WITHIN), "the second connection did not lock the row"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.thread.join(WITHIN)
+
+
+def test_a_beat_leaves_a_run_whose_row_is_held_and_renews_it_at_the_next_beat(
+    clock: FakeClock,
+) -> None:
+    if not connections["default"].features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite has no row locks: a write waits for the one write lock")
+    jobs.noop.enqueue()
+    jobs.noop.enqueue()
+    owner = str(LeaseOwner.new("w-1", batch=True))
+    held, free = claim(owner, now=clock.now(), lease=LEASE, limit=2)
+    beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
+    for run in (held, free):
+        beat.hold(owner, run.pk)
+        beat.begin(run.pk)
+    clock.advance(timedelta(seconds=20))
+
+    with RowHolder(held.pk):
+        beating = threading.Thread(target=beat.beat)
+        beating.start()
+        beating.join(WITHIN)
+        assert not beating.is_alive(), "the beat waited for the held row"
+
+    held.refresh_from_db()
+    free.refresh_from_db()
+    assert free.lease_expires_at == clock.now() + LEASE
+    assert free.attempt_started_by == owner
+    assert held.lease_expires_at == clock.now() - timedelta(seconds=20) + LEASE
+    assert held.attempt_started_by == ""  # its start is still to record
+
+    clock.advance(timedelta(seconds=20))
+    beat.beat()
+    held.refresh_from_db()
+    assert held.lease_expires_at == clock.now() + LEASE
+    assert held.attempt_started_by == owner
