@@ -181,6 +181,12 @@ class Dialect:
         """Insert new runs (``enqueue_many``); ``arguments`` as ``insert_run``'s, one a run."""
         JobRun.objects.using(self.using).bulk_create(runs, batch_size=batch_size)
 
+    def pipeline(self) -> Any:
+        """Where the statements inside are sent without waiting for each one's result
+        (``enqueue_many``'s batches: the next is built while the server writes the
+        last); elsewhere each waits as usual."""
+        return nullcontext()
+
     def insert_steps(
         self, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]
     ) -> set[tuple[str, str]] | None:

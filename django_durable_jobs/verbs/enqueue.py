@@ -150,11 +150,12 @@ Call = Mapping[str, Any] | tuple[Any, ...]
 def enqueue_many_job(
     job: JobDefinition, calls: Iterable[Call], options: JobOptions, *, batch_size: int = 1000
 ) -> list[JobRun]:
-    """Write many queued runs of ``job`` in few statements (``INSERT`` in batches).
+    """Write many queued runs of ``job`` in few statements (``INSERT`` in batches), in
+    one transaction (a savepoint in the caller's): every run, or none.
 
     Each call is a ``dict`` of keyword arguments or a ``tuple`` of positional ones.
-    Every call is validated before anything is written. Idempotency keys are not
-    supported here: use ``enqueue`` for those.
+    A call that is refused (the errors of ``enqueue``) writes no run. Idempotency keys
+    are not supported here: use ``enqueue`` for those.
     """
     job = latest(job)
     if options.idempotency_key is not None:
@@ -167,33 +168,46 @@ def enqueue_many_job(
     now, context = clock.current().now(), otel.carrier()
     wake_at = _wake_at(options.run_after, now)
     limit = int(conf.get("MAX_PAYLOAD_BYTES"))
-    checked = [_checked_call(job, index, call, limit) for index, call in enumerate(calls)]
+    calls = list(calls)
     queue = options.queue or job.queue
     priority = job.priority if options.priority is None else options.priority
-    runs = []
-    # A microsecond apart and none later than asked, so workers take them in order.
-    for index, (run_id, arguments) in enumerate(zip(new_ids(len(checked)), checked, strict=True)):
-        run = JobRun.new(
-            id=run_id,
-            job_name=job.name,
-            job_version=job.version,
-            queue=queue,
-            priority=priority,
-            args=arguments.args,
-            kwargs=arguments.kwargs,
-            created_at=now,
-            wake_at=wake_at - timedelta(microseconds=len(checked) - index),
-            trace_context=context,
-        )
-        flow_keys.stamp(run, job, arguments.args, arguments.kwargs)
-        runs.append(run)
+
+    def new_runs(start: int, end: int) -> tuple[list[JobRun], list[Arguments]]:
+        """The runs of ``calls[start:end]``, checked, and their arguments."""
+        checked = [_checked_call(job, index, calls[index], limit) for index in range(start, end)]
+        runs = []
+        # A microsecond apart and none later than asked, so workers take them in order.
+        for index, run_id, arguments in zip(
+            range(start, end), new_ids(end - start), checked, strict=True
+        ):
+            run = JobRun.new(
+                id=run_id,
+                job_name=job.name,
+                job_version=job.version,
+                queue=queue,
+                priority=priority,
+                args=arguments.args,
+                kwargs=arguments.kwargs,
+                created_at=now,
+                wake_at=wake_at - timedelta(microseconds=len(calls) - index),
+                trace_context=context,
+            )
+            flow_keys.stamp(run, job, arguments.args, arguments.kwargs)
+            runs.append(run)
+        return runs, checked
+
     using = conf.database()
-    # The dialect's insert writes the columns every run has (PostgreSQL: one JSON array
-    # a batch); limits need bulk_create.
-    if runs and not job.limits:
-        dialect.of(using).insert_runs(runs, batch_size, checked)
-        created = runs
-    else:
+    created: list[JobRun] = []
+    if calls and not job.limits:
+        # The dialect's insert writes the columns every run has (PostgreSQL: one JSON
+        # array a batch, sent while the next batch is checked and built).
+        with transaction.atomic(using=using), dialect.of(using).pipeline():
+            for start in range(0, len(calls), batch_size):
+                runs, checked = new_runs(start, min(start + batch_size, len(calls)))
+                dialect.of(using).insert_runs(runs, batch_size, checked)
+                created.extend(runs)
+    else:  # limits: bulk_create, and the runs a saturated key holds
+        runs, _ = new_runs(0, len(calls))
         held = holds.hold_saturated(using, runs, now)
         created = JobRun.objects.using(using).bulk_create(runs, batch_size=batch_size)
         limit = job.concurrency.limit if job.concurrency is not None else 0

@@ -5,7 +5,8 @@ with ``FOR UPDATE SKIP LOCKED``) and ``Psycopg`` (psycopg 3: the one-round-trip 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -106,6 +107,19 @@ class Psycopg(Postgres):
         self, runs: list[JobRun], batch_size: int, arguments: Sequence[Arguments] | None = None
     ) -> None:
         postgres_inserts.insert_runs(self.using, runs, batch_size, arguments)
+
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """psycopg 3's pipeline mode: the batches' INSERTs go out as they are built and
+        are answered at the end (one Sync: in autocommit, one implicit transaction).
+        An error is raised as Django's own, as a statement's would be."""
+        connection = connections[self.using]
+        connection.ensure_connection()
+        if not hasattr(connection.connection, "pipeline"):  # psycopg2
+            yield
+            return
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            yield
 
     def insert_steps(
         self, names: tuple[str, ...], rows: Sequence[Sequence[Any]], owners: Sequence[str]

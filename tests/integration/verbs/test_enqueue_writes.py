@@ -9,13 +9,15 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.db import dialect  # noqa: F401 - named by the skipif conditions
 from django_durable_jobs.db.postgresql import inserts as postgres_inserts
+from django_durable_jobs.definitions.registry import JobOptions
 from django_durable_jobs.exceptions import InvalidPayload, PayloadTooLarge
 from django_durable_jobs.models import JobRun
+from django_durable_jobs.verbs import enqueue
 from tests.testapp import input_jobs, jobs
 
 pytestmark = pytest.mark.django_db
@@ -144,8 +146,45 @@ def test_a_batch_of_large_arguments_is_cut_before_batch_size(monkeypatch: Any) -
 def test_enqueue_many_sends_one_statement_a_batch() -> None:
     with CaptureQueriesContext(connection) as queries:
         jobs.add.enqueue_many([(n, n) for n in range(2500)])
-    assert len(queries) == 3  # batches of 1000: 1000 + 1000 + 500
+    statements = [q["sql"].split()[0] for q in queries]
+    # batches of 1000: 1000 + 1000 + 500, in a savepoint of the test's transaction
+    assert statements == ["SAVEPOINT", "INSERT", "INSERT", "INSERT", "RELEASE"]
     assert JobRun.objects.count() == 2500
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_many_writes_every_batch_or_none(monkeypatch: Any) -> None:
+    """Outside a transaction too: a batch the database refuses (here its last run has
+    the id of the first batch's first run) takes the batches before it with it, and
+    the error is Django's, as a statement's; so does a call refused in a later batch."""
+    calls = [(n, n) for n in range(5)]
+    first = enqueue.new_ids(2)
+    monkeypatch.setattr(
+        enqueue, "new_ids", lambda count: first[:count] if count == 2 else [first[0]]
+    )
+    with pytest.raises(IntegrityError):
+        enqueue.enqueue_many_job(jobs.add, calls, JobOptions(), batch_size=2)
+    assert not JobRun.objects.exists()
+    monkeypatch.undo()
+    with pytest.raises(InvalidPayload, match="call 4: "):
+        enqueue.enqueue_many_job(jobs.add, [*calls[:4], (1, {2})], JobOptions(), batch_size=2)
+    assert not JobRun.objects.exists()
+    runs = enqueue.enqueue_many_job(jobs.add, calls, JobOptions(), batch_size=2)
+    assert sorted(JobRun.objects.values_list("args", flat=True)) == [[n, n] for n in range(5)]
+    assert len(runs) == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_enqueue_many_leaves_the_callers_transaction_usable() -> None:
+    """A refused call rolls back the batches written before it to a savepoint: the
+    caller who catches the error goes on in its transaction."""
+    with transaction.atomic():
+        jobs.add.enqueue(0, 0)
+        calls: list[Any] = [(n, n) for n in range(1, 2500)]
+        with pytest.raises(InvalidPayload, match="call 2499: "):
+            jobs.add.enqueue_many([*calls, (1, float("nan"))])
+        jobs.add.enqueue(9, 9)
+    assert sorted(JobRun.objects.values_list("args", flat=True)) == [[0, 0], [9, 9]]
 
 
 @pytest.mark.parametrize(
