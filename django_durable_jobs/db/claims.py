@@ -131,13 +131,17 @@ def renew_held(
             When(id__in=started, then=F("lease_owner")), default=F("attempt_started_by")
         )
     using = conf.database()
+    features = connections[using].features
     rows = JobRun.objects.using(using).filter(ours, status=status)
-    if not (skip_locked and connections[using].features.has_select_for_update_skip_locked):
+    if not (skip_locked and features.has_select_for_update_skip_locked):
         return rows.update(**values)
+    free = rows.order_by().select_for_update(skip_locked=True)
+    by_id = JobRun.objects.using(using)
     with transaction.atomic(using=using):
-        free = rows.order_by().select_for_update(skip_locked=True).values_list("id", flat=True)
-        ids = list(free)
-        return JobRun.objects.using(using).filter(pk__in=ids).update(**values) if ids else 0
+        if features.update_can_self_select:  # one statement (PostgreSQL)
+            return by_id.filter(pk__in=free.values("pk")).update(**values)
+        ids = list(free.values_list("pk", flat=True))  # MySQL: not in its own UPDATE
+        return by_id.filter(pk__in=ids).update(**values) if ids else 0
 
 
 def record_starts(run_ids: Iterable[Any], owner: str) -> int:
