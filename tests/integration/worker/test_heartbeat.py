@@ -71,8 +71,14 @@ def test_a_beat_leaves_a_run_whose_row_is_held_and_renews_it_at_the_next_beat(
         beat.begin(run.pk)
     clock.advance(timedelta(seconds=20))
 
+    def beat_once() -> None:
+        try:
+            beat.beat()
+        finally:
+            connections.close_all()  # with Django's pool: given back
+
     with RowHolder(held.pk):
-        beating = threading.Thread(target=beat.beat)
+        beating = threading.Thread(target=beat_once)
         beating.start()
         beating.join(WITHIN)
         assert not beating.is_alive(), "the beat waited for the held row"
