@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 
 from .. import conf, signals
-from ..db import claims, conflicts, dialect, faults
+from ..db import claims, conflicts, dialect, faults, fenced
 from ..db.flow import holds
 from ..db.flow import keys as flow_keys
 from ..db.postgresql import claims as postgres
@@ -252,6 +252,8 @@ def write(pending: Pending, owner: str | None) -> bool:
     """
     using = conf.database()
     run = pending.run
+    if owner is not None and not writes_alone(pending):
+        return bool(_write_fenced(using, run.pk, owner, pending.changes))
     rows = JobRun.objects.using(using).filter(pk=run.pk)
     if owner is not None:
         rows = rows.filter(lease_owner=owner, status=RunStatus.RUNNING)
@@ -271,6 +273,15 @@ def write(pending: Pending, owner: str | None) -> bool:
             if run.concurrency_limit is not None:
                 holds.free_slot(using, run, pending.now)
     return recorded
+
+
+def _write_fenced(using: str, run_id: Any, owner: str, changes: dict[str, Any]) -> int:
+    """``changes`` written to the run while ``owner`` holds it running, in a statement
+    built once per set of columns (``fenced.outcome_sql``); the rows written."""
+    name, fields, sql, types = fenced.outcome_sql(connections[using], tuple(changes))
+    values = [*zip(fields, changes.values(), strict=True)]
+    values += zip(fenced.LEASE_FIELDS, [run_id, owner, RunStatus.RUNNING.value], strict=True)
+    return dialect.of(using).execute_fenced(name, sql, values, types)
 
 
 def settle(pending: Pending, recorded: bool, owner: str | None) -> Executed:

@@ -114,3 +114,22 @@ def test_the_outcomes_of_many_runs_take_one_commit(clock: FakeClock) -> None:
     assert sorted(JobRun.objects.values_list("status", "result")) == [
         (RunStatus.SUCCEEDED, n + 1) for n in range(RUNS)
     ]
+
+
+def test_an_outcome_whose_lease_was_taken_over_is_refused_and_the_others_are_written(
+    clock: FakeClock,
+) -> None:
+    """Each outcome of a batch is fenced by its own run's lease: the run another worker
+    took over meanwhile keeps that worker's state, its result is not written."""
+    for n in range(RUNS):
+        jobs.add.enqueue(n, 1)
+    claimed = claim("w-test", now=clock.now(), lease=timedelta(minutes=1), limit=RUNS)
+    pending = [run_to_stop(run, clock=clock, owner="w-test") for run in claimed]
+    lost = claimed[1].pk
+    JobRun.objects.filter(pk=lost).update(lease_owner="w-other")  # taken over
+    record_all([(p, "w-test") for p in pending])
+    taken = JobRun.objects.get(pk=lost)
+    assert (taken.status, taken.lease_owner, taken.result) == (RunStatus.RUNNING, "w-other", None)
+    others = JobRun.objects.exclude(pk=lost)
+    assert set(others.values_list("status", "lease_owner")) == {(RunStatus.SUCCEEDED, "")}
+    assert others.count() == RUNS - 1
