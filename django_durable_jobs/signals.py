@@ -31,6 +31,33 @@ SUSPENDED_REASON = {
 }
 
 
+#: dispatch uid -> the prefix of the job names whose runs that receiver acts on
+#: (``only_for``): the app's receivers for django.tasks' runs.
+_ONLY_FOR: dict[str, str] = {}
+
+
+def only_for(dispatch_uid: str, prefix: str) -> None:
+    """Say that the receiver connected with ``dispatch_uid`` acts only on the runs of
+    jobs whose names start with ``prefix`` (``heard``)."""
+    _ONLY_FOR[dispatch_uid] = prefix
+
+
+def heard(signal: Signal, run: Any) -> bool:
+    """Whether sending ``signal`` about ``run`` reaches a receiver that acts on it: any
+    receiver but those that act on other jobs' runs only (``only_for``). An async run
+    sends ``run_started`` off its event loop (a receiver may use the ORM): on Django 6
+    the app's own receiver for django.tasks' runs made that a thread hop for every run,
+    queued behind the lane's database work."""
+    if not signal.has_listeners(type(run)):
+        return False
+    for entry in signal.receivers:
+        # Each entry: ((dispatch uid or the receiver's id, the sender's id), receiver, ...).
+        prefix = _ONLY_FOR.get(entry[0][0]) if isinstance(entry[0][0], str) else None
+        if prefix is None or run.job_name.startswith(prefix):
+            return True
+    return False
+
+
 def announce(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` from the worker, about what is already committed: a receiver
     that raises is logged (ERROR, with its traceback) and the others still run. Raised

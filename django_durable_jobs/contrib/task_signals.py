@@ -76,8 +76,13 @@ def _on_run_failed(sender: Any, run: JobRun, will_retry: bool = False, **kwargs:
 
 
 def connect() -> None:
-    signals.run_started.connect(_on_run_started, dispatch_uid="durable_jobs.tasks.started")
-    signals.run_succeeded.connect(_on_run_finished, dispatch_uid="durable_jobs.tasks.succeeded")
-    signals.run_failed.connect(_on_run_failed, dispatch_uid="durable_jobs.tasks.failed")
-    # A cancelled run is finished too: its TaskResult is FAILED.
-    signals.run_cancelled.connect(_on_run_finished, dispatch_uid="durable_jobs.tasks.cancelled")
+    receivers = [
+        (signals.run_started, _on_run_started, "durable_jobs.tasks.started"),
+        (signals.run_succeeded, _on_run_finished, "durable_jobs.tasks.succeeded"),
+        (signals.run_failed, _on_run_failed, "durable_jobs.tasks.failed"),
+        # A cancelled run is finished too: its TaskResult is FAILED.
+        (signals.run_cancelled, _on_run_finished, "durable_jobs.tasks.cancelled"),
+    ]
+    for signal, receiver, uid in receivers:
+        signal.connect(receiver, dispatch_uid=uid)
+        signals.only_for(uid, JOB_PREFIX)  # each returns at once for other runs

@@ -183,7 +183,7 @@ async def arun_to_stop(
         scheduled_at=run.scheduled_at,
         progress=engine["progress"],
     )
-    if signals.run_started.has_listeners(JobRun):  # receivers may use the ORM: off the loop
+    if signals.heard(signals.run_started, run):  # receivers may use the ORM: off the loop
         await io(lambda: signals.announce(signals.run_started, sender=JobRun, run=run))
     with otel.run_span(run.job_name, run_id, run.attempt, run.trace_context) as done:
         outcome = await arun_attempt(

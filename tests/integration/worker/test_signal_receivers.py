@@ -14,6 +14,7 @@ import pytest
 from django.dispatch import Signal
 
 from django_durable_jobs import signals
+from django_durable_jobs.contrib.tasks import HAS_TASKS, JOB_PREFIX
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
@@ -55,3 +56,29 @@ def test_a_receiver_that_raises_is_logged_and_every_run_finishes(
     statuses = list(JobRun.objects.values_list("status", "attempt"))
     assert statuses == [(RunStatus.SUCCEEDED, 1)] * 3
     assert "broken_receiver raised RuntimeError: a bug in the project's receiver" in caplog.text
+
+
+def test_run_started_is_heard_by_project_receivers_and_by_the_apps_own_for_task_runs_only(
+    clock: FakeClock,
+) -> None:
+    """An async run sends ``run_started`` from a thread off its event loop only when a
+    receiver acts on it: the app's own receivers for django.tasks (Django 6) act on
+    task runs only; any receiver of the project hears every run."""
+    plain = JobRun(job_name="tests.async_three_steps")
+    task = JobRun(job_name=f"{JOB_PREFIX}default")
+    assert not signals.heard(signals.run_started, plain)
+    assert signals.heard(signals.run_started, task) == HAS_TASKS
+    started: list[str] = []
+
+    def receiver(sender: Any, run: JobRun, **kwargs: Any) -> None:
+        started.append(run.job_name)
+
+    signals.run_started.connect(receiver)
+    try:
+        assert signals.heard(signals.run_started, plain)
+        async_jobs.async_three_steps.enqueue(user_id=1)
+        assert Worker(WorkerOptions(worker_id="w-test", burst=True), clock=clock).run() == 1
+    finally:
+        signals.run_started.disconnect(receiver)
+    assert started == ["tests.async_three_steps"]
+    assert not signals.heard(signals.run_started, plain)
