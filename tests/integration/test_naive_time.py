@@ -14,9 +14,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from django_durable_jobs.db.store import OrmStepStore, put_many
 from django_durable_jobs.engine.clock import FakeClock
+from django_durable_jobs.engine.records import RecordedStep
+from django_durable_jobs.engine.vocabulary import StepStatus
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
 from tests.conftest import Driver
+from tests.factories import JobRunFactory
 from tests.testapp import jobs
 from tests.testapp.admin_jobs import napper
 
@@ -91,3 +95,33 @@ def test_a_limited_run_is_claimed_with_use_tz_false(naive: None, clock: FakeCloc
         assert run.status == RunStatus.RUNNING
         assert run.started_at == now
         assert JobRun.objects.filter(pk=run.pk, started_at=datetime(2026, 7, 1, 12, 0)).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_step_records_written_together_hold_local_time(naive: None) -> None:
+    """The async lane's batched step write (PostgreSQL: one JSON document) stores the
+    times as a record written alone does: Paris time in the column, the instant back."""
+    at = datetime(2026, 7, 1, 10, 0, tzinfo=UTC)
+    runs = [JobRunFactory.create(status="running", lease_owner=f"w{i}") for i in range(3)]
+    items = [
+        (
+            OrmStepStore(owner=run.lease_owner),
+            RecordedStep(
+                run_id=str(run.id),
+                name="s",
+                status=StepStatus.COMPLETED,
+                started_at=at,
+                completed_at=at + timedelta(seconds=1),
+                attempts=1,
+                output=None,
+            ),
+        )
+        for run in runs
+    ]
+    assert put_many(items[:2]) == [None, None]
+    items[2][0].put(items[2][1])
+    for run in runs:
+        record = StepRecord.objects.get(run=run, name="s")
+        assert (record.started_at, record.completed_at) == (at, at + timedelta(seconds=1))
+    local = datetime(2026, 7, 1, 12, 0)
+    assert StepRecord.objects.filter(name="s", started_at=local).count() == 3

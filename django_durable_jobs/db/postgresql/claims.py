@@ -84,12 +84,12 @@ def outcome_document(finishes: Sequence[Finish], connection: Any) -> str:
     for finish in finishes:
         values = finish.values
         row = {
-            column: _json_value(field, values[name], connection, tz)
+            column: json_value(field, values[name], connection, tz)
             for name, column, field in columns
         }
         row["run_id"], row["owner"] = str(finish.run_id), finish.owner
         rows.append(row)
-    return json.dumps(rows, default=_json_default, ensure_ascii=False, allow_nan=False)
+    return json.dumps(rows, default=json_default, ensure_ascii=False, allow_nan=False)
 
 
 def _outcome_columns() -> list[tuple[str, str, Any]]:
@@ -103,10 +103,10 @@ def _outcome_columns() -> list[tuple[str, str, Any]]:
 _OUTCOME_COLUMNS: list[tuple[str, str, Any]] = []
 
 
-def _json_value(field: Any, value: Any, connection: Any, tz: bool) -> Any:
+def json_value(field: Any, value: Any, connection: Any, tz: bool) -> Any:
     """``value`` as the outcome document carries it: JSON columns as they are (JSON
     inside the document), text as it is, an aware datetime as it is (ISO 8601, with its
-    offset, from ``_json_default``); anything else as Django prepares it for the column."""
+    offset, from ``json_default``); anything else as Django prepares it for the column."""
     if isinstance(field, JSONField):
         # None is SQL NULL, as JSONField.get_db_prep_save stores it.
         return value if field.encoder is None else json.loads(json_text(field, value) or "null")
@@ -117,7 +117,7 @@ def _json_value(field: Any, value: Any, connection: Any, tz: bool) -> Any:
     return field.get_db_prep_save(value, connection)
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, uuid.UUID):
@@ -127,7 +127,7 @@ def _json_default(value: Any) -> Any:
 
 def outcome_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any]]:
     """The outcome parameters of the flow functions (``sql/schema.sql``): one array per
-    outcome column (JSON as text, as ``array_type`` says), then the run ids and their
+    outcome column (JSON as its text), then the run ids and their
     lease owners."""
     arrays: list[list[Any]] = []
     for name in OUTCOME_COLUMNS:
@@ -301,14 +301,3 @@ def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
         run._state.adding, run._state.db = False, using
     run.claimed_from, run.claimed_fresh = row[len(FIELDS)], bool(row[len(FIELDS) + 1])
     return run
-
-
-def array_type(field: Any, connection: Any) -> str:
-    # JSON travels as text (psycopg has no array of Jsonb); the SELECT casts it back.
-    if isinstance(field, JSONField):
-        return "text[]"
-    return f"{field.db_type(connection)}[]"
-
-
-def cast_back(field: Any) -> str:
-    return "::jsonb" if isinstance(field, JSONField) else ""

@@ -133,3 +133,50 @@ def test_an_outcome_whose_lease_was_taken_over_is_refused_and_the_others_are_wri
     others = JobRun.objects.exclude(pk=lost)
     assert set(others.values_list("status", "lease_owner")) == {(RunStatus.SUCCEEDED, "")}
     assert others.count() == RUNS - 1
+
+
+#: Outputs as steps return them: unicode, quotes and backslashes, JSON's null, nesting,
+#: numbers; and a step that returned nothing.
+OUTPUTS: list[Any] = [
+    {"v": "ünïcødé ✓ 🎉"},
+    'quote " and \\ backslash and {braces}, [brackets]',
+    None,
+    [1, 2.5, {"deep": [None, True, "€"]}],
+    12345678901234,
+    "",
+]
+
+
+def test_records_written_together_store_what_one_by_one_stores() -> None:
+    """The batch's statement (PostgreSQL: one JSON document) stores each output, time
+    and count as a record written alone stores it."""
+    together, alone = leased(len(OUTPUTS)), leased(len(OUTPUTS))
+
+    def step(run: JobRun, output: Any) -> tuple[StepStore, RecordedStep]:
+        recorded = RecordedStep(
+            run_id=str(run.id),
+            name="ünï step",
+            status=StepStatus.COMPLETED,
+            started_at=T0,
+            completed_at=T0 + timedelta(microseconds=1),
+            attempts=3,
+            output=output,
+        )
+        return OrmStepStore(owner=run.lease_owner), recorded
+
+    assert put_many([step(run, out) for run, out in zip(together, OUTPUTS, strict=True)]) == [
+        None
+    ] * len(OUTPUTS)
+    for run, output in zip(alone, OUTPUTS, strict=True):
+        store, recorded = step(run, output)
+        store.put(recorded)
+
+    def stored(runs: list[JobRun]) -> list[tuple[Any, ...]]:
+        rows = StepRecord.objects.filter(run__in=runs)
+        by_run = {
+            r.run_id: (r.name, r.output, r.started_at, r.completed_at, r.attempts) for r in rows
+        }
+        return [by_run[run.pk] for run in runs]
+
+    assert stored(together) == stored(alone)
+    assert [row[1] for row in stored(together)] == OUTPUTS

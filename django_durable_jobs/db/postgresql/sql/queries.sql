@@ -87,9 +87,10 @@ FROM jsonb_array_elements(%s::jsonb) AS r(call);
 -- insert_steps --
 -- Step records of a batch of async runs, each written only while its owner holds its
 -- run's lease and the run is running: one statement and one commit for the batch;
--- returns the (run, name) of the rows written.
+-- returns the (run, name) of the rows written. The records come in one JSON document
+-- (inserts.py `step_document`), an object per record with its owner.
 INSERT INTO {steps} ({columns})
-SELECT {values} FROM unnest({marks}) AS u({columns}, owner)
+SELECT {values} FROM json_to_recordset(%s::json) AS u({record}, owner text)
 JOIN {table} AS run ON run.id = u.{run} AND run.lease_owner = u.owner AND run.status = 'running'
 RETURNING {run}, {name};
 
