@@ -211,18 +211,20 @@ class Heartbeat(threading.Thread):
         rows = (
             JobRun.objects.using(conf.database())
             .filter(pk__in=list(held))
-            .values_list("pk", "status", "lease_owner", "lease_expires_at")
+            # Renewed just now (running, ours, the lease it wrote): nothing to learn.
+            .exclude(
+                lease_expires_at=until,
+                status=RunStatus.RUNNING,
+                lease_owner__in=set(held.values()),
+            )
+            .values_list("pk", "status", "lease_owner")
         )
         cancelled: dict[UUID, str] = {}
-        ours: set[UUID] = set()
-        for run_id, status, lease_owner, expires in rows:
+        left: set[UUID] = set()
+        for run_id, status, lease_owner in rows:
+            left.add(run_id)
             if lease_owner == held[run_id] and status == RunStatus.RUNNING:
-                if expires == until:  # renewed: only its neighbours were not
-                    ours.add(run_id)
-                    with self._lock:
-                        if run_id in self._held:
-                            self._renewed[run_id] = time.monotonic()
-                continue
+                continue  # another transaction held its row: the next beat renews it
             with self._lock:
                 if self._held.get(run_id) != held[run_id]:
                     continue  # the run finished meanwhile
@@ -233,6 +235,12 @@ class Heartbeat(threading.Thread):
                 elif status in {RunStatus.RUNNING, RunStatus.QUEUED}:  # taken over
                     log.warning("run %s: lease lost (status %s)", run_id, status)
                 # else its outcome was recorded just now, before it was dropped
+        ours = held.keys() - left
+        with self._lock:
+            renewed_at = time.monotonic()
+            for run_id in ours:
+                if run_id in self._held:
+                    self._renewed[run_id] = renewed_at
         if cancelled:
             self._renew_cancelled(cancelled)
         return ours

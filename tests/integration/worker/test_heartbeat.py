@@ -8,6 +8,7 @@ rows in another order) deadlocked on PostgreSQL, and one of the two stalled for
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
 from uuid import UUID
@@ -95,3 +96,22 @@ def test_a_beat_leaves_a_run_whose_row_is_held_and_renews_it_at_the_next_beat(
     held.refresh_from_db()
     assert held.lease_expires_at == clock.now() + LEASE
     assert held.attempt_started_by == owner
+
+
+def test_a_beat_names_the_run_another_worker_took_over_and_renews_the_rest(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs.noop.enqueue()
+    jobs.noop.enqueue()
+    owner = str(LeaseOwner.new("w-1", batch=True))
+    lost, kept = claim(owner, now=clock.now(), lease=LEASE, limit=2)
+    beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
+    for run in (lost, kept):
+        beat.hold(owner, run.pk)
+    JobRun.objects.filter(pk=lost.pk).update(lease_owner="w-other")  # its lease lapsed
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
+        beat.beat()
+    assert f"run {lost.pk}: lease lost (status running)" in caplog.text
+    kept.refresh_from_db()
+    assert kept.lease_expires_at == clock.now() + LEASE
+    assert JobRun.objects.get(pk=lost.pk).lease_owner == "w-other"
