@@ -57,18 +57,25 @@ class RowHolder:
         self.thread.join(WITHIN)
 
 
+def two_runs_in_hand(clock: FakeClock) -> tuple[str, list[JobRun], Heartbeat]:
+    """Two runs claimed in one batch, held by a heartbeat that never beats on its own."""
+    jobs.noop.enqueue()
+    jobs.noop.enqueue()
+    owner = str(LeaseOwner.new("w-1", batch=True))
+    runs = claim(owner, now=clock.now(), lease=LEASE, limit=2)
+    beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
+    for run in runs:
+        beat.hold(owner, run.pk)
+    return owner, runs, beat
+
+
 def test_a_beat_leaves_a_run_whose_row_is_held_and_renews_it_at_the_next_beat(
     clock: FakeClock,
 ) -> None:
     if not connections["default"].features.has_select_for_update_skip_locked:
         pytest.skip("SQLite has no row locks: a write waits for the one write lock")
-    jobs.noop.enqueue()
-    jobs.noop.enqueue()
-    owner = str(LeaseOwner.new("w-1", batch=True))
-    held, free = claim(owner, now=clock.now(), lease=LEASE, limit=2)
-    beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
+    owner, (held, free), beat = two_runs_in_hand(clock)
     for run in (held, free):
-        beat.hold(owner, run.pk)
         beat.begin(run.pk)
     clock.advance(timedelta(seconds=20))
 
@@ -101,13 +108,7 @@ def test_a_beat_leaves_a_run_whose_row_is_held_and_renews_it_at_the_next_beat(
 def test_a_beat_names_the_run_another_worker_took_over_and_renews_the_rest(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    jobs.noop.enqueue()
-    jobs.noop.enqueue()
-    owner = str(LeaseOwner.new("w-1", batch=True))
-    lost, kept = claim(owner, now=clock.now(), lease=LEASE, limit=2)
-    beat = Heartbeat(clock, LEASE, timedelta(seconds=10))
-    for run in (lost, kept):
-        beat.hold(owner, run.pk)
+    _, (lost, kept), beat = two_runs_in_hand(clock)
     JobRun.objects.filter(pk=lost.pk).update(lease_owner="w-other")  # its lease lapsed
     with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
         beat.beat()
