@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from django.db.models import Field
 
-from ..models import JobRun, StepRecord
+from ..models import JobRun, RunStatus, StepRecord
 
 #: (database alias, statement, the columns written) -> ``fenced_sql``'s answer: built
 #: once per process (building it cost as much as sending it).
@@ -17,6 +17,12 @@ _FENCED: dict[tuple[str, str, tuple[str, ...]], tuple[list[Any], str, list[str]]
 
 #: The fields of the lease a fenced write checks (``fenced_sql``'s last three).
 LEASE_FIELDS = [JobRun._meta.get_field(name) for name in ("id", "lease_owner", "status")]
+
+
+def lease(run_id: Any, owner: str | None) -> list[tuple[Any, Any]]:
+    """The last parameters of a fenced write, each a field and its value: the lease it
+    is fenced by (the run's id, its owner, and running)."""
+    return list(zip(LEASE_FIELDS, [run_id, owner, RunStatus.RUNNING.value], strict=True))
 
 
 def fenced_sql(
@@ -79,15 +85,16 @@ def outcome_sql(connection: Any, columns: tuple[str, ...]) -> tuple[str, list[An
     ``lease_owner`` holds it and it is running. It takes the columns' values, then the
     run's id, the lease owner and ``running``. The ORM compiled it afresh for every run
     (a third of a no-op run's recording on SQLite)."""
-    key = (connection.alias, "outcome", columns)
-    if key not in _FENCED:
+    key = (connection.alias, columns)
+    if key not in _OUTCOMES:
         qn = connection.ops.quote_name
         meta = JobRun._meta
         assert meta.pk is not None
         fields = [cast("Field[Any, Any]", meta.get_field(name)) for name in columns]
         marks = [f"${number}" for number in range(1, len(fields) + 4)]
         assignments = ", ".join(
-            f"{qn(str(field.column))} = {mark}" for field, mark in zip(fields, marks, strict=False)
+            f"{qn(str(field.column))} = {mark}"
+            for field, mark in zip(fields, marks[: len(fields)], strict=True)
         )
         sql = (
             f"UPDATE {qn(meta.db_table)} SET {assignments} "
@@ -95,11 +102,10 @@ def outcome_sql(connection: Any, columns: tuple[str, ...]) -> tuple[str, list[An
             f"AND {qn('lease_owner')} = {marks[-2]} AND {qn('status')} = {marks[-1]}"
         )
         types = [str(field.db_type(connection)) for field in [*fields, *LEASE_FIELDS]]
-        _FENCED[key] = (fields, sql, types)
-        _OUTCOME_NAMES[key] = f"durable_outcome_{len(_OUTCOME_NAMES)}"
-    fields, sql, types = _FENCED[key]
-    return _OUTCOME_NAMES[key], fields, sql, types
+        # Named for PostgreSQL, which prepares each once per connection.
+        _OUTCOMES[key] = (f"durable_outcome_{len(_OUTCOMES)}", fields, sql, types)
+    return _OUTCOMES[key]
 
 
-#: ``outcome_sql``'s statement names (PostgreSQL prepares each once per connection).
-_OUTCOME_NAMES: dict[tuple[str, str, tuple[str, ...]], str] = {}
+#: (database alias, the columns written) -> ``outcome_sql``'s answer: built once.
+_OUTCOMES: dict[tuple[str, tuple[str, ...]], tuple[str, list[Any], str, list[str]]] = {}

@@ -22,7 +22,7 @@ from ..engine.vocabulary import StepKind, StepStatus
 from ..exceptions import DurableJobsError, RunCancelled
 from ..models import JobRun, RunStatus, StepRecord
 from . import dialect, faults
-from .fenced import LEASE_FIELDS, fenced_sql
+from .fenced import fenced_sql, lease
 from .reads import Read
 from .step_transaction import StepTransaction, step_transaction
 
@@ -249,9 +249,8 @@ class OrmStepStore:
         connection = connections[self.using]
         fields, sql, types = fenced_sql(connection, statement, tuple(values))
         written = zip(fields, [run_id, name, *values.values()], strict=True)
-        # The lease it is fenced by: the run's id, its owner, and RUNNING.
-        lease = zip(LEASE_FIELDS, [run_id, self.owner, RunStatus.RUNNING.value], strict=True)
-        return dialect.of(self.using).execute_fenced(statement, sql, [*written, *lease], types)
+        leased = [*written, *lease(run_id, self.owner)]
+        return dialect.of(self.using).execute_fenced(statement, sql, leased, types)
 
     def delete(self, run_id: str, name: str) -> None:
         self._rows().filter(run_id=run_id, name=name).delete()

@@ -279,8 +279,7 @@ def _write_fenced(using: str, run_id: Any, owner: str, changes: dict[str, Any]) 
     """``changes`` written to the run while ``owner`` holds it running, in a statement
     built once per set of columns (``fenced.outcome_sql``); the rows written."""
     name, fields, sql, types = fenced.outcome_sql(connections[using], tuple(changes))
-    values = [*zip(fields, changes.values(), strict=True)]
-    values += zip(fenced.LEASE_FIELDS, [run_id, owner, RunStatus.RUNNING.value], strict=True)
+    values = [*zip(fields, changes.values(), strict=True), *fenced.lease(run_id, owner)]
     return dialect.of(using).execute_fenced(name, sql, values, types)
 
 
