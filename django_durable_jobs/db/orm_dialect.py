@@ -12,68 +12,27 @@ database alias.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.db import connections, transaction
-from django.db.models import CharField, IntegerField, Min, QuerySet, TextField
+from django.db.models import Min, QuerySet
 
 from ..engine.serialization import Arguments
 from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
 from .executable import Executable
+from .params import numbered, prepared
 from .paused import Paused
 from .postgresql.claims import Finish
 from .purge import Batch, Purged, delete_batch
 
 #: What the claim reads of each run it picks: id, status, first start.
 PICKED = ("id", "status", "started_at")
-#: A numbered placeholder (``$1``) of the statements written for ``execute_fenced``.
-_PLACEHOLDER = re.compile(r"\$(\d+)")
 #: Runs shortlisted beyond ``limit`` on MySQL: so many workers claiming at the same
 #: moment each still find an unlocked one.
 SHORTLIST_SPARE = 16
-
-
-def _positional(sql: str) -> tuple[str, list[int]]:
-    """``sql`` with ``%s`` for its ``$1``... placeholders, and the parameters' indexes in
-    the order the placeholders stand; once per statement (a step write's every time
-    was 7 % of a ten-step run's worker CPU on SQLite)."""
-    if sql not in _POSITIONAL:
-        order = [int(number) - 1 for number in _PLACEHOLDER.findall(sql)]
-        _POSITIONAL[sql] = (_PLACEHOLDER.sub("%s", sql), order)
-    return _POSITIONAL[sql]
-
-
-_POSITIONAL: dict[str, tuple[str, list[int]]] = {}
-
-
-def _prep(field: Any, value: Any, connection: Any) -> Any:
-    """``field.get_db_prep_save(value)``, without asking Django for the values it returns
-    unchanged on any database: None (SQL NULL, JSON's included), a ``str`` for a text
-    column, an ``int`` for an integer one."""
-    if value is None:
-        return value
-    kinds = _AS_IS.get(field)
-    if kinds is None:
-        kinds = _AS_IS[field] = _as_is(field)
-    if type(value) in kinds:
-        return value
-    return field.get_db_prep_save(value, connection)
-
-
-def _as_is(field: Any) -> tuple[type, ...]:
-    if isinstance(field, (CharField, TextField)):
-        return (str,)
-    if isinstance(field, IntegerField):
-        return (int,)
-    return ()
-
-
-#: field -> the exact types ``_prep`` sends as they are.
-_AS_IS: dict[Any, tuple[type, ...]] = {}
 
 
 class Dialect:
@@ -240,8 +199,8 @@ class Dialect:
         their database types), with ``values`` (each a model field and its value, in
         the placeholders' numbers); returns the rows it wrote."""
         connection = connections[self.using]
-        params = [_prep(field, value, connection) for field, value in values]
-        positional, order = _positional(sql)
+        params = [prepared(field, value, connection) for field, value in values]
+        positional, order = numbered(sql)
         with connection.cursor() as cursor:
             cursor.execute(positional, [params[index] for index in order])
             return int(cursor.rowcount)
