@@ -201,10 +201,11 @@ def enqueue_many_job(
     if calls and not job.limits:
         # The dialect's insert writes the columns every run has (PostgreSQL: one JSON
         # array a batch, sent while the next batch is checked and built).
-        with transaction.atomic(using=using), dialect.of(using).pipeline():
+        writer = dialect.of(using)
+        with transaction.atomic(using=using), writer.pipeline():
             for start in range(0, len(calls), batch_size):
                 runs, checked = new_runs(start, min(start + batch_size, len(calls)))
-                dialect.of(using).insert_runs(runs, batch_size, checked)
+                writer.insert_runs(runs, batch_size, checked)
                 created.extend(runs)
     else:  # limits: bulk_create, and the runs a saturated key holds
         runs, _ = new_runs(0, len(calls))
