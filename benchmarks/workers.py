@@ -54,6 +54,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     arg = parser.add_argument
     arg("--database", default=os.environ.get("BENCH_DB", "bench_workers"), help="database name")
     arg("--fill", type=int, default=0, help="finished runs to fill a new database with")
+    arg("--parked", type=int, default=1_000_000, help="sleeping + waiting runs beside them")
     arg("--runs", type=int, default=20_000, help="runs per way through")
     arg("--workers", type=int, default=20, help="runjobs processes")
     arg("--concurrency", type=int, default=2, help="--concurrency of each")
@@ -68,7 +69,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def use_database(name: str, fill_size: int) -> None:
+def use_database(name: str, fill_size: int, parked: int) -> None:
     """Point Django (and the workers: ``BENCH_DB``) at ``name``; create, migrate and
     fill it only when it does not exist."""
     import psycopg
@@ -90,7 +91,7 @@ def use_database(name: str, fill_size: int) -> None:
     if fill_size:
         from benchmarks.scale_fill import fill
 
-        fill(fill_size, fill_size, 100_000)
+        fill(fill_size, parked, 100_000)
         run_sql("CREATE TABLE bench_scale_filled AS SELECT true AS filled")
 
 
@@ -344,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.harness import WORK, say
 
     WORK.mkdir(parents=True, exist_ok=True)
-    use_database(args.database, args.fill)
+    use_database(args.database, args.fill, args.parked)
     made_table = prepare_table()
     bouncer = None
     try:
