@@ -187,13 +187,17 @@ BEGIN
     END IF;
     -- The candidates: while nothing is paused, the statement as it was before pauses
     -- (a filter on them, even one that keeps every run, made the generic plan
-    -- estimate one row, read every due run and sort them).
+    -- estimate one row, read every due run and sort them). One queue is compared by
+    -- equality (the plan of each call folds the rest away): durable_run_runnable then
+    -- gives its runs in order, where "= ANY" read and sorted the queue's whole backlog
+    -- on every claim (65 ms behind 100,000 queued runs).
     IF p_paused_queues IS NULL AND p_paused_jobs IS NULL THEN
         OPEN candidates FOR
         SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
         FROM "django_durable_jobs_jobrun" r
         WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
-            AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND (p_queues IS NULL OR r.queue = p_queues[1]
+                OR (cardinality(p_queues) > 1 AND r.queue = ANY (p_queues)))
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
@@ -204,7 +208,8 @@ BEGIN
         SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
         FROM "django_durable_jobs_jobrun" r
         WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
-            AND (p_queues IS NULL OR r.queue = ANY (p_queues))
+            AND (p_queues IS NULL OR r.queue = p_queues[1]
+                OR (cardinality(p_queues) > 1 AND r.queue = ANY (p_queues)))
             AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
                 OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
                     AND r.wake_at <= p_overdue))
