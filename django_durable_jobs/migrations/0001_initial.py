@@ -350,6 +350,7 @@ class Migration(migrations.Migration):
                 (
                     "run",
                     models.ForeignKey(
+                        db_constraint=False,
                         db_index=False,
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="steps",

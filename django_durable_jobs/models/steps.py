@@ -31,8 +31,20 @@ class StepRecord(models.Model):
     """One step of one run: its status, memoized output, timing and error."""
 
     #: Found by ``durable_step_run_name`` (run, name), whose first column it is: an
-    #: index of its own would be a second copy of it.
-    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    #: index of its own would be a second copy of it. No constraint in the database: a
+    #: record is written only by the statement that checks its run's lease
+    #: (``db/fenced.py``, ``insert_steps``), and goes with its run (a purge deletes both
+    #: in one transaction, ``delete()`` through Django's cascade). The constraint's check
+    #: cost each step write an index lookup and a lock on its run's row, and each purged
+    #: run a lookup of its records (docs/explanation/guarantees.md, "Step records and
+    #: their run").
+    run = models.ForeignKey(
+        JobRun,
+        on_delete=models.CASCADE,
+        related_name="steps",
+        db_index=False,
+        db_constraint=False,
+    )
     name = ExactCharField(max_length=200)
     status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in StepStatus])
     output = models.JSONField(null=True, blank=True)

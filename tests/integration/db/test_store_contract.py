@@ -21,7 +21,7 @@ from django_durable_jobs.engine.sync_steps import (
     StepStore,
 )
 from django_durable_jobs.exceptions import RunCancelled
-from django_durable_jobs.models import StepRecord
+from django_durable_jobs.models import JobRun, StepRecord
 from django_durable_jobs.verbs.events import EventLog
 from tests.factories import T0, EventFactory, JobRunFactory, StepRecordFactory
 
@@ -176,6 +176,23 @@ def test_orm_store_is_fenced_by_the_lease() -> None:
     got = mine.get(str(run.id), "a")
     assert got is not None and got.output == {"v": "a"}
     assert [r.name for r in mine.list(str(run.id))] == ["a"]
+
+
+@pytest.mark.django_db(transaction=True)  # each write commits, as a worker's does
+def test_a_record_for_a_run_that_is_gone_is_refused_and_not_written() -> None:
+    """Step records have no foreign-key constraint in the database (models/steps.py):
+    the fenced write's check of the run is what keeps a record from outliving it, one
+    by one and in a batch (one statement on PostgreSQL)."""
+    gone, kept = (JobRunFactory.create(status="running", lease_owner="w") for _ in range(2))
+    store = OrmStepStore(owner="w")
+    JobRun.objects.filter(pk=gone.pk).delete()
+    with pytest.raises(LeaseLost):
+        store.put(record(str(gone.id), "alone"))
+    errors = put_many(
+        [(store, record(str(gone.id), "batched")), (store, record(str(kept.id), "a"))]
+    )
+    assert isinstance(errors[0], LeaseLost) and errors[1] is None
+    assert list(StepRecord.objects.values_list("run_id", "name")) == [(kept.id, "a")]
 
 
 @pytest.mark.psycopg3(reason="psycopg 3 writes a batch's step records in one statement")

@@ -165,3 +165,14 @@ def test_the_command_tells_its_progress_on_stderr_with_verbosity_2(clock: FakeCl
     )  # fmt: skip
     assert out.getvalue() == "deleted 3 runs and their steps\n"
     assert err.getvalue().splitlines() == ["deleted 2 runs so far", "deleted 3 runs so far"]
+
+
+def test_a_run_deleted_through_django_takes_what_references_it(clock: FakeClock) -> None:
+    """The step records' and messages' ``run`` has no constraint in the database
+    (``models/steps.py``): Django's cascade is what deletes them with a run deleted in
+    the admin or by ``QuerySet.delete()``."""
+    gone, kept = finished(clock), finished(clock)
+    owned(gone)
+    JobRun.objects.filter(pk=gone.pk).delete()
+    assert orphans() == {}
+    assert StepRecord.objects.filter(run=kept).count() == 2
