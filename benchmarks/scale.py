@@ -107,10 +107,10 @@ def measure(size: int, args: argparse.Namespace) -> dict[str, Any]:
     if args.pass_runs:
         out.update(run_through(args.pass_runs))
     say(f"scale {size:,}: the claim without a purge, then during one")
-    _, quiet = probe.during(lambda: time.sleep(10), 10_000)
+    _, quiet = probe.during(lambda: time.sleep(10), probe.PURGE_BACKLOG)
     out["claim_p99_without_purge_ms"] = probe.percentiles(quiet)[1]
     before = probe.finished_runs()
-    seconds, busy = probe.during(probe.purge_oldest(args.purge), 100_000)
+    seconds, busy = probe.during(probe.purge_oldest(args.purge), probe.PURGE_BACKLOG)
     out["purged"] = before - probe.finished_runs()
     out["purge_s"] = round(seconds, 1)
     out["claim_p99_during_purge_ms"] = probe.percentiles(busy)[1]

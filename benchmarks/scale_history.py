@@ -10,7 +10,9 @@ the dead tuples a pass of runs through 4 workers leaves with autovacuum at work.
 
 Each repeat starts from ``--db`` made anew as a copy of ``--template`` (``CREATE
 DATABASE … TEMPLATE``: seconds, where a fill takes minutes), migrated, with the
-tables' autovacuum settings as migrated or as ``--storage`` says.
+tables' autovacuum settings as migrated or as ``--storage`` says. Without
+``--template``, ``--db`` itself is measured, each repeat after the last (at 10M
+runs a copy takes longer than the purge it is for).
 
 ``purge``: the claim probe's latencies for ``--quiet`` seconds without a purge, then
 during ``manage.py jobs purge`` of the oldest ``--purge`` finished runs (what follows
@@ -47,7 +49,11 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     option = parser.add_argument
     option("--db", required=True, help="the database measured, made anew from --template")
-    option("--template", required=True, help="a database benchmarks/scale.py filled")
+    option(
+        "--template",
+        help="a database benchmarks/scale.py filled; without it --db is measured as it is "
+        "(a purge deletes its oldest runs for good)",
+    )
     option(
         "--storage",
         choices=("as-migrated", "on", "off"),
@@ -66,7 +72,8 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 
 def fresh(args: argparse.Namespace) -> None:
-    """``--db``, a copy of ``--template``, migrated as asked; Django pointed at it."""
+    """``--db``, a copy of ``--template`` (or as it is, without one), migrated as
+    asked; Django pointed at it."""
     import psycopg
     from django.conf import settings
     from django.core.management import call_command
@@ -75,9 +82,10 @@ def fresh(args: argparse.Namespace) -> None:
     from benchmarks.db import pg_params
 
     connections.close_all()
-    with psycopg.connect(autocommit=True, **pg_params("postgres")) as pg:
-        pg.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
-        pg.execute(f'CREATE DATABASE "{args.db}" TEMPLATE "{args.template}"')
+    if args.template:
+        with psycopg.connect(autocommit=True, **pg_params("postgres")) as pg:
+            pg.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
+            pg.execute(f'CREATE DATABASE "{args.db}" TEMPLATE "{args.template}"')
     settings.DATABASES["default"]["NAME"] = args.db
     os.environ["BENCH_DB"] = args.db  # the worker's and the purge's processes
     call_command("migrate", "django_durable_jobs", verbosity=0)
@@ -94,11 +102,11 @@ def purge(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     from benchmarks import scale_probes as probe
 
     out: dict[str, Any] = {"purge": args.purge, "options": extra, "load": os.getloadavg()[0]}
-    _, quiet = probe.during(lambda: time.sleep(args.quiet), 10_000)
+    _, quiet = probe.during(lambda: time.sleep(args.quiet), probe.PURGE_BACKLOG)
     out["claims_without"] = len(quiet)
     out["claim_p50_without_purge_ms"], out["claim_p99_without_purge_ms"] = probe.percentiles(quiet)
     before = probe.finished_runs()
-    seconds, busy = probe.during(probe.purge_oldest(args.purge, *extra), 100_000)
+    seconds, busy = probe.during(probe.purge_oldest(args.purge, *extra), probe.PURGE_BACKLOG)
     out["purged"] = before - probe.finished_runs()
     out["purge_s"] = round(seconds, 1)
     out["claims_during"] = len(busy)

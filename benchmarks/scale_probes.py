@@ -146,6 +146,12 @@ def claims(n: int) -> list[float]:
     return probe.latencies
 
 
+#: Runs queued for the claim probe beside a purge and without one: the same backlog for
+#: both, or the figures compare two backlogs (a claim that read its queue's backlog
+#: made 10,000 against 100,000 look like 7.6x the purge's doing).
+PURGE_BACKLOG = 100_000
+
+
 def during(work: Callable[[], None], budget_runs: int) -> tuple[float, list[float]]:
     """Seconds ``work`` took, and the claim probe's latencies while it ran."""
     prime_probe(budget_runs)
