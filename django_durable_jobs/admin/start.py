@@ -22,7 +22,6 @@ from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, transaction
-from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -181,8 +180,8 @@ def _waiting_for(name: str, key: str | None) -> int:
     if not isinstance(name, str) or not name:
         return 0
     using = conf.database()
-    steps = StepRecord.objects.using(using).waiting_for(name, key).filter(run=OuterRef("pk"))
-    return JobRun.objects.using(using).filter(Exists(steps), status=RunStatus.WAITING).count()
+    steps = StepRecord.objects.using(using).waiting_runs(name, key)
+    return JobRun.objects.using(using).filter(pk__in=steps, status=RunStatus.WAITING).count()
 
 
 def _published(event: Event, waiting: int) -> str:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, connections
-from django.db.models import BigIntegerField, Exists, Func, OuterRef, Subquery, Value
+from django.db.models import BigIntegerField, Func, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from .. import conf
@@ -21,7 +21,7 @@ from ..db.event_log import OrmEventLog
 from ..db.store import child_run_outcome
 from ..engine import clock
 from ..engine.records import RecordedStep
-from ..engine.vocabulary import StepKind, StepStatus
+from ..engine.vocabulary import StepKind
 from ..models import Event, JobRun, JobRunQuerySet, Message, RunStatus, StepRecord
 
 log = logging.getLogger("django_durable_jobs.events")
@@ -90,17 +90,7 @@ def waiters(event: Event) -> JobRunQuerySet:
         Value(_AFTER_EVERY_CURSOR, output_field=BigIntegerField()),
     )
     steps = StepRecord.objects.using(using).filter(event_cursor__lt=committed_after)
-    if event.key is None:
-        waiting = steps.waiting_for(event.name).filter(run=OuterRef("pk"))
-        return JobRun.objects.using(using).filter(Exists(waiting))
-    # The waits for this key and those for any key, each its own probe of
-    # durable_step_waiting (event, key): as one condition (key = k OR key IS NULL) the
-    # plan read every wait for the event and kept this key's, 100-170 ms an event
-    # behind 500,000 runs waiting for it with keys of their own.
-    keyed = steps.filter(status=StepStatus.WAITING, event=event.name, correlation_key=event.key)
-    unkeyed = steps.waiting_for(event.name)
-    run_ids = keyed.order_by().values("run_id").union(unkeyed.order_by().values("run_id"), all=True)
-    return JobRun.objects.using(using).filter(pk__in=run_ids)
+    return JobRun.objects.using(using).filter(pk__in=steps.waiting_runs(event.name, event.key))
 
 
 def recheck_after_park(run_id: Any, record: RecordedStep, now: datetime) -> None:
