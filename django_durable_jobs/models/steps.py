@@ -15,25 +15,18 @@ from .runs import JobRun
 
 
 class StepRecordQuerySet(models.QuerySet["StepRecord"]):
-    def waiting_for(self, event: str, key: str | None = None) -> StepRecordQuerySet:
-        """Steps waiting for ``event``; with ``key``, those whose match is that key or none."""
-        qs = self.filter(status=StepStatus.WAITING, event=event)
-        if key is None:
-            return qs.filter(correlation_key__isnull=True)
-        return qs.filter(Q(correlation_key__isnull=True) | Q(correlation_key=key))
-
     def waiting_runs(self, event: str, key: str | None = None) -> models.QuerySet[Any]:
-        """The ids (``run_id``) of the runs whose steps wait for ``event``; with ``key``,
-        for that key or for any. Each match is its own probe of ``durable_step_waiting``
-        (event, key): as one condition (``key = k OR key IS NULL``) the planner read
-        every wait for the event and kept this key's, 100-170 ms behind 500,000 runs
-        waiting for it with keys of their own (benchmarks/README.md, "The wake-up at
-        10M")."""
-        anyone = self.waiting_for(event).order_by().values("run_id")
+        """The ids (``run_id``) of the runs whose steps wait for ``event``: for any key,
+        and with ``key`` also for that key (NULL means "any key"; "" is a key like any
+        other). Each match is its own probe of ``durable_step_waiting`` (event, key): as
+        one condition (``key = k OR key IS NULL``) the planner read every wait for the
+        event and kept this key's, 100-170 ms behind 500,000 runs waiting for it with
+        keys of their own (benchmarks/README.md, "The wake-up at 10M")."""
+        waits = self.filter(status=StepStatus.WAITING, event=event).order_by()
+        anyone = waits.filter(correlation_key__isnull=True).values("run_id")
         if key is None:
             return anyone
-        keyed = self.filter(status=StepStatus.WAITING, event=event, correlation_key=key)
-        return keyed.order_by().values("run_id").union(anyone, all=True)
+        return waits.filter(correlation_key=key).values("run_id").union(anyone, all=True)
 
     def wake(self, now: datetime) -> int:
         """Sleeping steps end their sleep at ``now`` (with their run's ``wake``: else the
