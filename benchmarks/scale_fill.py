@@ -142,12 +142,17 @@ def fill_finished(t: Templates, count: int) -> None:
 
 def fill_parked(t: Templates, count: int) -> None:
     """``count`` parked runs: half sleeping until a day in the next month, half waiting
-    for ``bench.go`` with a key of their own (``park-<g>``) and a week's timeout."""
+    for ``bench.go`` with a key of their own (``park-<g>``) and a week's timeout; each
+    wakes at a time of its own, a millisecond apart, as runs parked by real traffic
+    do. (With one ``now()`` per INSERT, half a million runs shared a wake time, the
+    claim's index stored them as a few deduplicated entries, and a scan past them
+    looked free: benchmarks/README.md, "An idle claim behind parked runs".)"""
     sleeping, waiting = count // 2, count - count // 2
-    wake = "now() + (1 + g %% 30) * interval '1 day'"
+    apart = "g * interval '1 millisecond'"
+    wake = f"now() + (1 + g %% 30) * interval '1 day' + {apart}"
     runs = {"id": run_id("s"), "queue": "'default'", "wake_at": wake}
     _chunked("sleeping runs", sleeping, t.sleeping, runs, {"run_id": run_id("s"), "wake_at": wake})
-    week = "now() + interval '7 days'"
+    week = f"now() + interval '7 days' + {apart}"
     runs = {"id": run_id("w"), "queue": "'default'", "wake_at": week}
     steps = {"run_id": run_id("w"), "correlation_key": "'park-' || g", "deadline": week}
     _chunked("waiting runs", waiting, t.waiting, runs, steps)
