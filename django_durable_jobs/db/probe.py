@@ -36,18 +36,29 @@ def any_due(
     """Whether ``JobRun.objects.runnable(now, queues)`` has a run: what a claim at
     ``now`` would look at (under a limit or not); with ``paused``, none of a paused
     queue or job (their due runs would make every poll a whole claim)."""
+    bound = statement(using, now, queues, paused)
+    if bound is None:
+        return True
+    with connections[using].cursor() as cursor:
+        cursor.execute(*bound)
+        return cursor.fetchone() is not None
+
+
+def statement(
+    using: str, now: datetime, queues: Sequence[str] | None, paused: Paused | None = None
+) -> tuple[str, list[Any]] | None:
+    """``any_due``'s SQL and its parameters at ``now``; None where the time could not be
+    told apart among the compiled parameters (then every poll claims)."""
     key = (using, None if queues is None else tuple(queues), paused or None)
     if key not in _COMPILED:
         _COMPILED[key] = _compile(using, queues, paused or None)
     compiled = _COMPILED[key]
     if compiled is None:
-        return True
+        return None
     sql, params, at = compiled
     params = [*params]
     params[at] = _adapted(using, now)
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone() is not None
+    return sql, params
 
 
 def _compile(

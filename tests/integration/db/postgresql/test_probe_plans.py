@@ -38,10 +38,9 @@ def test_an_idle_workers_look_for_a_due_run_reads_a_claim_index_not_the_table(
     clock.advance("1s")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE django_durable_jobs_jobrun")
-    compiled = probe._compile("default", ["busy"], None)
-    assert compiled is not None
-    sql, params, at = compiled
-    params[at] = probe._adapted("default", clock.now())
+    bound = probe.statement("default", clock.now(), ["busy"])
+    assert bound is not None
+    sql, params = bound
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
