@@ -10,6 +10,7 @@ from django.db import connections, transaction
 
 from django_durable_jobs import publish_event
 from django_durable_jobs.models import JobRun, RunStatus
+from tests.processes.worker.test_lane import run_statuses
 from tests.processes.worker.test_worker import Workers, wait_until, workers  # noqa: F401
 from tests.testapp.event_jobs import waiter
 
@@ -26,6 +27,7 @@ def test_every_waiting_run_gets_its_own_event(workers: Workers) -> None:  # noqa
         timeout=60,
         what="100 runs to wait",
         workers=pool,
+        detail=run_statuses,
     )
     with transaction.atomic():
         for key in reversed(runs):  # publish order differs from enqueue order
@@ -36,6 +38,7 @@ def test_every_waiting_run_gets_its_own_event(workers: Workers) -> None:  # noqa
         timeout=20,
         what="100 runs to receive their events",
         workers=pool,
+        detail=run_statuses,
     )
     results = dict(JobRun.objects.values_list("id", "result"))
     assert all(results[run.pk] == {"key": key} for key, run in runs.items())
