@@ -12,7 +12,7 @@ database alias.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -21,7 +21,16 @@ from django.db import connections, transaction
 from django.db.models import Min, QuerySet
 
 from ..engine.serialization import Arguments
-from ..models import RUNNABLE, FlowKey, JobRun, JobRunQuerySet, RunStatus, Schedule, best
+from ..models import (
+    RUNNABLE,
+    FlowKey,
+    JobRun,
+    JobRunQuerySet,
+    RunStatus,
+    Schedule,
+    best,
+    read_best,
+)
 from .executable import Executable
 from .params import numbered, prepared
 from .paused import Paused
@@ -165,7 +174,7 @@ class Dialect:
     def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
         """The ``PICKED`` values of up to ``limit`` of the best candidates, locked where
         the database can lock rows."""
-        return list(candidates.values_list(*PICKED)[:limit])
+        return _picked(read_best(candidates.only(*PICKED), limit))
 
     # -- writes ------------------------------------------------------------------
     def insert_run(self, run: JobRun, arguments: Arguments | None = None) -> None:
@@ -315,7 +324,12 @@ class Locking(Dialect):
         return transaction.atomic(using=self.using)
 
     def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
-        return list(candidates.select_for_update(skip_locked=True).values_list(*PICKED)[:limit])
+        locking = candidates.only(*PICKED).select_for_update(skip_locked=True)
+        return _picked(read_best(locking, limit))
+
+
+def _picked(runs: Iterable[JobRun]) -> list[tuple[Any, ...]]:
+    return [(run.id, run.status, run.started_at) for run in runs]
 
 
 class MySQL(Locking):

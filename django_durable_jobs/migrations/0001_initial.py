@@ -499,7 +499,7 @@ class Migration(migrations.Migration):
             model_name="jobrun",
             index=django_durable_jobs.db.schema.PartialIndex(
                 elsewhere=("status", "queue", "wake_at", "priority"),
-                fields=["queue", "-priority", "wake_at"],
+                fields=["-priority", "queue", "wake_at"],
                 name="durable_run_runnable",
                 where=models.Q(("status__in", ("queued", "sleeping", "waiting"))),
             ),
@@ -508,7 +508,7 @@ class Migration(migrations.Migration):
             model_name="jobrun",
             index=django_durable_jobs.db.schema.PartialIndex(
                 elsewhere=("status", "wake_at", "priority"),
-                fields=["-priority", "wake_at"],
+                fields=["-priority", "wake_at", "queue"],
                 name="durable_run_runnable_all",
                 where=models.Q(("status__in", ("queued", "sleeping", "waiting"))),
             ),

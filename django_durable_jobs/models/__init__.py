@@ -37,3 +37,5 @@ from .runs import JobRunQuerySet as JobRunQuerySet
 from .steps import StepRecord as StepRecord
 from .steps import StepRecordQuerySet as StepRecordQuerySet
 from .transitions import best as best
+from .transitions import by_priority as by_priority
+from .transitions import read_best as read_best

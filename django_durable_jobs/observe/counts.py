@@ -28,6 +28,8 @@ EXACT_UP_TO = 10_000
 PENDING = (*RUNNABLE, RunStatus.RUNNING)
 #: Queues whose runs are estimated per status, at most (the first, by name).
 MOST_QUEUES = 100
+#: (priority, queue) pairs of runnable runs read to find those queues, at most.
+MOST_PAIRS = 1_000
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,9 @@ def depth(using: str, estimated: Collection[str]) -> tuple[dict[str, dict[str, i
     ``queue.status`` pairs estimated. ``estimated`` names the statuses whose totals
     were (``by_status``); the others are counted in one grouped query, of at most
     ``EXACT_UP_TO`` runs per status. For the estimated ones, each queue that holds
-    runnable runs (found one index descent each, ``MOST_QUEUES`` at most) is counted
-    exactly when it holds at most ``EXACT_UP_TO`` runnable runs, else estimated."""
+    runnable runs (found one index descent per priority it has, ``MOST_QUEUES`` at
+    most) is counted exactly when it holds at most ``EXACT_UP_TO`` runnable runs,
+    else estimated."""
     runs = JobRun.objects.using(using).order_by()
     found: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(PENDING, 0))
     big = [s for s in PENDING if s in estimated and s in RUNNABLE]
@@ -89,10 +92,11 @@ def depth(using: str, estimated: Collection[str]) -> tuple[dict[str, dict[str, i
     for queue, status, n in rows:
         found[queue][status] = n
     pairs, planner = [], dialect.of(using)
-    for queue in _runnable_queues(runs) if big else []:
-        # Index-only, in the claim's partial index: the queue's runnable runs, bounded.
-        runnable = runs.filter(queue=queue, status__in=RUNNABLE)
-        if runnable.values("queue")[: EXACT_UP_TO + 1].count() <= EXACT_UP_TO:
+    for queue, priorities in _runnable_queues(runs).items() if big else []:
+        # Index-only, in the claim's partial index: the queue's runnable runs of each
+        # priority it has, bounded.
+        runnable = runs.filter(queue=queue, priority__in=priorities, status__in=RUNNABLE)
+        if _at_most(runnable, priorities, EXACT_UP_TO + 1) <= EXACT_UP_TO:
             small = runnable.filter(status__in=big).values_list("status").annotate(n=Count("*"))
             for status, n in small:
                 found[queue][status] = n
@@ -103,16 +107,31 @@ def depth(using: str, estimated: Collection[str]) -> tuple[dict[str, dict[str, i
     return dict(sorted(found.items())), pairs
 
 
-def _runnable_queues(runs: QuerySet[Any, Any]) -> list[str]:
-    """The queues of the runnable runs, in order: each the first entry after the last
-    in the claim's index ``durable_run_runnable`` (queue first), not a scan of them."""
-    queues: list[str] = []
-    while len(queues) < MOST_QUEUES:
-        after = runs.filter(status__in=RUNNABLE)
-        if queues:
-            after = after.filter(queue__gt=queues[-1])
-        step = list(after.order_by("queue").values_list("queue", flat=True)[:1])
+def _at_most(runnable: QuerySet[Any, Any], priorities: list[int], most: int) -> int:
+    """How many of ``runnable`` there are, up to ``most``: a bounded range of the
+    claim's index per priority."""
+    seen = 0
+    for priority in priorities:
+        seen += runnable.filter(priority=priority).values("pk")[: most - seen].count()
+        if seen >= most:
+            break
+    return seen
+
+
+def _runnable_queues(runs: QuerySet[Any, Any]) -> dict[str, list[int]]:
+    """The queues of the runnable runs (the first ``MOST_QUEUES`` by name), each with
+    the priorities its runnable runs have. Each (priority, queue) is the first entry
+    after the last in the claim's index ``durable_run_runnable`` (priority, then
+    queue): one index descent each, ``MOST_PAIRS`` at most, not a scan of the runs."""
+    ordered = runs.filter(status__in=RUNNABLE).order_by("-priority", "queue")
+    entries = ordered.values_list("priority", "queue")
+    found: dict[str, list[int]] = defaultdict(list)
+    step = list(entries[:1])
+    for _ in range(MOST_PAIRS):
         if not step:
             break
-        queues.append(step[0])
-    return queues
+        priority, queue = step[0]
+        found[queue].append(priority)
+        step = list(entries.filter(priority=priority, queue__gt=queue)[:1])
+        step = step or list(entries.filter(priority__lt=priority)[:1])
+    return dict(sorted(found.items())[:MOST_QUEUES])

@@ -274,6 +274,7 @@ def _body(
     limited = queries["claim_limited_due"] if looking else "NULL"
     body = queries["claim"].format(
         outcomes=done.format(table=table),
+        picked=queries["claim_picked"].format(table=table, queues=queue_filter),
         table=table,
         queues=queue_filter,
         columns=_COLUMNS,

@@ -166,6 +166,7 @@ CREATE OR REPLACE FUNCTION durable_claim_concurrency(p_now timestamp with time z
 AS $function$
 DECLARE
     candidates refcursor;
+    part text;
     cand record;
     best record;
     done text[] := '{}';
@@ -185,39 +186,39 @@ BEGIN
     IF cardinality(p_ids) > 0 THEN
         recorded_then := durable_finish_concurrency(p_now, p_status, p_result, p_finished_at, p_wake_at, p_error_code, p_error, p_error_type, p_traceback, p_ids, p_owners, p_jobs, p_keys);
     END IF;
-    -- The candidates: while nothing is paused, the statement as it was before pauses
-    -- (a filter on them, even one that keeps every run, made the generic plan
-    -- estimate one row, read every due run and sort them). One queue is compared by
-    -- equality (the plan of each call folds the rest away): durable_run_runnable then
-    -- gives its runs in order, where "= ANY" read and sorted the queue's whole backlog
-    -- on every claim (65 ms behind 100,000 queued runs).
-    IF p_paused_queues IS NULL AND p_paused_jobs IS NULL THEN
-        OPEN candidates FOR
-        SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
-        FROM "django_durable_jobs_jobrun" r
-        WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
-            AND (p_queues IS NULL OR r.queue = p_queues[1]
-                OR (cardinality(p_queues) > 1 AND r.queue = ANY (p_queues)))
-            AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
-                OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
-                    AND r.wake_at <= p_overdue))
-        ORDER BY r.priority DESC, r.wake_at
-        LIMIT p_candidates;
-    ELSE
-        OPEN candidates FOR
-        SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit
-        FROM "django_durable_jobs_jobrun" r
-        WHERE r.status IN ('queued', 'sleeping', 'waiting') AND r.wake_at <= p_now
-            AND (p_queues IS NULL OR r.queue = p_queues[1]
-                OR (cardinality(p_queues) > 1 AND r.queue = ANY (p_queues)))
-            AND (p_mine IS NULL OR (r.job_version::text || ':' || r.job_name) = ANY (p_mine)
-                OR ((r.job_version::text || ':' || r.job_name) <> ALL (p_anyone)
-                    AND r.wake_at <= p_overdue))
-            AND NOT (r.queue = ANY (coalesce(p_paused_queues, '{}'))
-                OR r.job_name = ANY (coalesce(p_paused_jobs, '{}')))
-        ORDER BY r.priority DESC, r.wake_at
-        LIMIT p_candidates;
-    END IF;
+    -- The candidates, best first, a priority range at a time as the claim reads
+    -- (queries.sql claim_picked): at the default priority the read stops at the
+    -- queue's first parked run instead of walking all of them. Built for the call and
+    -- planned with its values (EXECUTE): one queue compared by equality, the filters
+    -- of a rolling deploy and of pauses only when they are set. A statement planned
+    -- once for every call kept "p_queues IS NULL OR r.queue = ..." as a filter (read
+    -- past every other queue's due runs), and a filter on pauses, even one that keeps
+    -- every run, made it estimate one row, read every due run and sort them; with
+    -- "= ANY" for one queue a claim read and sorted the queue's whole backlog (65 ms
+    -- behind 100,000 queued runs).
+    part := 'SELECT r.job_name, r.concurrency_key, r.concurrency_limit, r.throttle_limit'
+        || ' FROM "django_durable_jobs_jobrun" r'
+        || ' WHERE r.status IN (''queued'', ''sleeping'', ''waiting'') AND r.wake_at <= $1'
+        || CASE WHEN p_queues IS NULL THEN ''
+            WHEN cardinality(p_queues) = 1 THEN ' AND r.queue = ($2)[1]'
+            ELSE ' AND r.queue = ANY ($2)' END
+        || CASE WHEN p_mine IS NULL THEN ''
+            ELSE ' AND ((r.job_version::text || '':'' || r.job_name) = ANY ($3)'
+                || ' OR ((r.job_version::text || '':'' || r.job_name) <> ALL ($4)'
+                || ' AND r.wake_at <= $5))' END
+        || CASE WHEN p_paused_queues IS NULL AND p_paused_jobs IS NULL THEN ''
+            ELSE ' AND NOT (r.queue = ANY (coalesce($6, ''{}''))'
+                || ' OR r.job_name = ANY (coalesce($7, ''{}'')))' END;
+    OPEN candidates FOR EXECUTE
+        'SELECT * FROM (' || part || ' AND r.priority > 0'
+            || ' ORDER BY r.priority DESC, r.wake_at LIMIT $8) AS above'
+        || ' UNION ALL SELECT * FROM (' || part || ' AND r.priority = 0'
+            || ' ORDER BY r.priority DESC, r.wake_at LIMIT $8) AS at'
+        || ' UNION ALL SELECT * FROM (' || part || ' AND r.priority < 0'
+            || ' ORDER BY r.priority DESC, r.wake_at LIMIT $8) AS below'
+        || ' LIMIT $8'
+        USING p_now, p_queues, p_mine, p_anyone, p_overdue, p_paused_queues, p_paused_jobs,
+            p_candidates;
     LOOP
         FETCH candidates INTO cand;
         EXIT WHEN NOT FOUND;

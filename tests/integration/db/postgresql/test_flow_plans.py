@@ -17,6 +17,7 @@ from django_durable_jobs.db.postgresql import claims as postgres
 from django_durable_jobs.db.postgresql import flow as postgres_flow
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun
+from tests.integration.db.postgresql.plans import nested_plans
 from tests.testapp import flow_jobs, jobs
 
 pytestmark = pytest.mark.postgres(reason="the PL/pgSQL claim of runs under a limit")
@@ -24,36 +25,7 @@ pytestmark = pytest.mark.postgres(reason="the PL/pgSQL claim of runs under a lim
 KEYS = 300
 
 
-def _nested_plans(call: Any) -> list[str]:
-    """Run ``call()`` with auto_explain on for this connection; the plans of every
-    statement it ran, nested ones included."""
-    plans: list[str] = []
-    connection.ensure_connection()
-    raw = connection.connection
-    assert raw is not None
-
-    def keep(diagnostic: Any) -> None:
-        plans.append(str(diagnostic.message_primary))
-
-    raw.add_notice_handler(keep)
-    with connection.cursor() as cursor:
-        cursor.execute("LOAD 'auto_explain'")
-        for setting in (
-            "auto_explain.log_min_duration = 0",
-            "auto_explain.log_nested_statements = on",
-            "auto_explain.log_analyze = on",
-            "auto_explain.log_level = notice",
-        ):
-            cursor.execute(f"SET {setting}")
-    try:
-        call()
-    finally:
-        raw.remove_notice_handler(keep)
-        connection.close()  # auto_explain stays loaded in this session: start afresh
-    return plans
-
-
-#: How a key's runs are compared in the functions' statements (migration 0017).
+#: How a key's runs are compared in the functions' statements (schema.sql).
 _BY_KEY = re.compile(r"r\.concurrency_key (= \w+\.concurrency_key|IS NULL)")
 
 
@@ -98,7 +70,7 @@ def test_every_statement_on_one_key_reads_it_through_an_index(
         ]
         recorded.extend(postgres_flow.finish_concurrency("default", finishes, clock.now()))
 
-    plans = _nested_plans(claim_then_finish)
+    plans = nested_plans(claim_then_finish)
     assert len(claimed) == 32 and len({run.concurrency_key for run in claimed}) == 32
     assert set(recorded) == {run.pk for run in claimed}
     held = JobRun.objects.filter(wake_at__isnull=True, status="queued").count()
@@ -147,7 +119,7 @@ def test_a_worker_of_one_queue_finds_its_candidates_without_reading_its_backlog(
                 "w-queue", now=clock.now(), lease=timedelta(seconds=30), queues=["busy"]
             )
 
-    plans = [plan for plan in _nested_plans(claims) if "LIMIT p_candidates" in plan]
+    plans = [plan for plan in nested_plans(claims) if ") AS above" in plan]
     assert len(plans) == 8
     for plan in plans:
         # Neither sorted nor walked past the other queue's runs: the first due run of
