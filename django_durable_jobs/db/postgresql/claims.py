@@ -218,6 +218,10 @@ def finish(using: str, finishes: Sequence[Finish], now: datetime) -> frozenset[A
     return claim(using, "", now, timedelta(0), None, 0, finishes).recorded
 
 
+#: The parts of a claim's picks, in the claim's order (``models.by_priority``): the
+#: runs above the default priority, at it, below it.
+_PARTS = (("above", "> 0"), ("at", "= 0"), ("below", "< 0"))
+
 #: (variant, finishing, looking, filtering, pausing) -> (types, body): built once per process.
 _BODIES: dict[tuple[str, bool, bool, bool, bool], tuple[list[str], str]] = {}
 
@@ -274,7 +278,12 @@ def _body(
     limited = queries["claim_limited_due"] if looking else "NULL"
     body = queries["claim"].format(
         outcomes=done.format(table=table),
-        picked=queries["claim_picked"].format(table=table, queues=queue_filter),
+        picked="\nUNION ALL\n".join(
+            queries["claim_picked"].format(
+                table=table, queues=queue_filter, priority=priority, part=part
+            )
+            for part, priority in _PARTS
+        ),
         table=table,
         queues=queue_filter,
         columns=_COLUMNS,

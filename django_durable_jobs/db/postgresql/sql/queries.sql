@@ -30,38 +30,23 @@ claimed AS (
 SELECT {recorded}, {limited_due}, claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON true;
 
 -- claim_picked --
--- The runs a claim takes, best first, one priority range at a time: those above the
--- default priority, those at it, those below, each part locked as it is read and read
--- only while the claim wants more (the parts run in turn, and the claim's LIMIT stops
--- them). The claim's indexes keep a priority's parked runs (sleeping, waiting, delayed)
--- after its due ones, and a wake time is a bound of the scan only under one priority:
--- read as one range, a claim that found fewer due runs than it wanted read every
--- parked run of its queue (50 ms behind a million). At the default priority the read
--- stops at the first parked run; above and below it, at the end of their parked runs.
+-- One part of the runs a claim takes (claims.py joins them with UNION ALL): those
+-- above the default priority, those at it, those below ({priority}), each part locked
+-- as it is read and read only while the claim wants more (the parts run in turn, and
+-- the claim's LIMIT stops them). The claim's indexes keep a priority's parked runs
+-- (sleeping, waiting, delayed) after its due ones, and a wake time is a bound of the
+-- scan only under one priority: read as one range, a claim that found fewer due runs
+-- than it wanted read every parked run of its queue (50 ms behind a million). At the
+-- default priority the read stops at the first parked run; above and below it, at the
+-- end of their parked runs.
 SELECT * FROM (SELECT id, status, started_at FROM {table}
     WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= $1 {queues}
-        AND priority > 0
+        AND priority {priority}
         -- runs under a limit are claimed one key at a time (db/flow/limits.py)
         AND concurrency_limit IS NULL AND throttle_limit IS NULL
     ORDER BY priority DESC, wake_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED) AS above
-UNION ALL
-SELECT * FROM (SELECT id, status, started_at FROM {table}
-    WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= $1 {queues}
-        AND priority = 0
-        AND concurrency_limit IS NULL AND throttle_limit IS NULL
-    ORDER BY priority DESC, wake_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED) AS at
-UNION ALL
-SELECT * FROM (SELECT id, status, started_at FROM {table}
-    WHERE status IN ('queued', 'sleeping', 'waiting') AND wake_at <= $1 {queues}
-        AND priority < 0
-        AND concurrency_limit IS NULL AND throttle_limit IS NULL
-    ORDER BY priority DESC, wake_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED) AS below
+    FOR UPDATE SKIP LOCKED) AS {part}
 
 -- claim_outcomes --
 -- The outcomes of the worker's previous runs, written with its next claim: one JSON
