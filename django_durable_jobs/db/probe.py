@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..models import JobRun, by_priority
+from ..models import JobRun, by_priority, in_turn
 from .paused import Paused
 
 #: A time no run is due at, to find the time's place among the compiled parameters.
@@ -69,32 +69,26 @@ def _compile(
     runnable = JobRun.objects.using(using).runnable(_MARK, queues)
     if paused is not None:
         runnable = runnable.filter(paused.q())
+    pks = runnable.values_list("pk")
     if not connections[using].features.supports_partial_indexes:
         # Unordered there: the claim's index (status, queue, wake time, priority:
         # ``JobRun``'s indexes) gives the due runs as a range.
-        parts = [runnable.order_by()]
+        sql, params = pks.order_by()[:1].query.get_compiler(using).as_sql()
+        parts = 1
     else:
-        # Read as the claim reads, a priority range at a time (``models.by_priority``):
+        # Read as the claim reads, a priority range at a time (``models.in_turn``):
         # at the default priority the read stops at the first parked run. One
         # statement, ordered and unordered alike, had PostgreSQL read the whole table
         # (it expected a due run among the first rows: most runnable runs are the
         # queue's parked ones), 400 ms at 2 million runs; then, in the claim's order,
         # every parked run of the queue (30-40 ms behind a million), at every poll.
-        parts = by_priority(runnable)
-    compiled = [part.values_list("pk")[:1].query.get_compiler(using).as_sql() for part in parts]
-    if len(compiled) == 1:
-        sql, params = compiled[0]
-    else:
-        # Each part ordered, in a subquery of its own: as EXISTS, PostgreSQL dropped
+        # Each part is ordered in a subquery of its own: as EXISTS, PostgreSQL dropped
         # the order and read a part by a table scan.
-        sql = " UNION ALL ".join(
-            f"SELECT * FROM ({part}) AS p{n}" for n, (part, _) in enumerate(compiled)
-        )
-        sql += " LIMIT 1"
-        params = tuple(value for _, values in compiled for value in values)
+        sql, params = in_turn(pks, 1)
+        parts = len(by_priority(pks))
     mark = _adapted(using, _MARK)
     places = [index for index, value in enumerate(params) if value == mark]
-    return (sql, list(params), places) if len(places) == len(compiled) else None
+    return (sql, list(params), places) if len(places) == parts else None
 
 
 def _adapted(using: str, when: datetime) -> Any:

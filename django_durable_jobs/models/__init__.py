@@ -38,4 +38,5 @@ from .steps import StepRecord as StepRecord
 from .steps import StepRecordQuerySet as StepRecordQuerySet
 from .transitions import best as best
 from .transitions import by_priority as by_priority
+from .transitions import in_turn as in_turn
 from .transitions import read_best as read_best

@@ -96,20 +96,26 @@ def by_priority(runs: Runs) -> list[Runs]:
 
 def read_best(runs: Runs, count: int) -> Iterable[Any]:
     """Up to ``count`` of ``runs`` (model instances) in the claim's order; where indexes
-    are partial, one statement that reads the parts of ``by_priority`` in turn, each
-    part only while fewer were found (each part's SQL as the ORM compiles it, ``FOR
-    UPDATE`` included)."""
+    are partial, the statement of ``in_turn``."""
     if not connections[runs.db].features.supports_partial_indexes:
         return runs[:count]
+    manager = runs.model._default_manager.db_manager(runs.db)
+    found: Iterable[Any] = manager.raw(*in_turn(runs, count))
+    return found
+
+
+def in_turn(runs: Runs, count: int) -> tuple[str, list[Any]]:
+    """One statement (its SQL and parameters) that reads the parts of
+    ``by_priority(runs)`` in turn, each an ordered subquery of at most ``count`` rows as
+    the ORM compiles it (``FOR UPDATE`` included), ``count`` rows in all: a part is read
+    only while fewer were found."""
     compiled = [part[:count].query.get_compiler(runs.db).as_sql() for part in by_priority(runs)]
     sql = " UNION ALL ".join(
         f"SELECT * FROM ({part}) AS {name}"
         for (part, _), name in zip(compiled, ("above", "at", "below"), strict=True)
     )
     params = [value for _, values in compiled for value in values]
-    manager = runs.model._default_manager.db_manager(runs.db)
-    found: Iterable[Any] = manager.raw(f"{sql} LIMIT {int(count)}", params)
-    return found
+    return f"{sql} LIMIT {int(count)}", params
 
 
 def best(runs: Runs, count: int) -> list[Any]:
