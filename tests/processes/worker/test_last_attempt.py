@@ -41,11 +41,13 @@ def test_runs_of_a_killed_batch_that_never_began_keep_their_one_attempt(
     ids = {str(run.id) for run in runs}
     first = workers.start("first")
     # retries=0: each run is on its last attempt. Before, such runs were given back from
-    # a batch at once and claimed one by one: none ever waited beside another.
+    # a batch at once and claimed one by one: none ever waited beside another. A batch of
+    # two is enough: the worker's batches double only after runs quicker than
+    # worker.loop.QUICK_RUN (20 ms), which a loaded machine rarely gives several in a row.
     wait_until(
         gate.exists,
         timeout=90,
-        what="a run to begin with four runs of its batch waiting in hand",
+        what="a run to begin with another run of its batch waiting in hand",
         workers=[first],
     )
     [blocked] = Execution.objects.filter(pid=first.pid, ended_ns=0).values_list("run_id", flat=True)
@@ -63,7 +65,7 @@ def test_runs_of_a_killed_batch_that_never_began_keep_their_one_attempt(
     assert first.kill() == -signal.SIGKILL
     began = set(Execution.objects.filter(pid=first.pid).values_list("run_id", flat=True))
     waiting = in_hand - began
-    assert len(waiting) >= 4, (in_hand, began)
+    assert waiting, (in_hand, began)
 
     second = workers.start("second")
     wait_until(
