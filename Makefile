@@ -80,8 +80,12 @@ FIRST_LEG := $(firstword $(LEGS))
 # The leg a single-leg target works on (test-leg, venv-leg); defaults to the first.
 LEG ?= $(FIRST_LEG)
 BIN = .venv/$(LEG)/bin
-# Every tool runs from the repo root with no inherited database or settings choice.
-CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE
+# Every tool runs from the repo root with no inherited database or settings choice, and
+# with bytecode written: PYTHONDONTWRITEBYTECODE (set in many container images, this
+# machine's too) makes every process compile the package's modules afresh and pytest
+# rewrite every test module in each xdist process: collecting the tests took 7.2 s of
+# CPU instead of 2.5, a runjobs start 0.55 s instead of 0.4, hundreds of times a run.
+CLEAN_ENV := env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE -u PYTHONDONTWRITEBYTECODE
 # $(call pytest,TIERS): pytest on those tiers narrowed by MARKERS; exit code 5 (nothing
 # selected, e.g. MARKERS=unit on PostgreSQL) is not a failure.
 pytest = $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
