@@ -23,7 +23,8 @@ from django_durable_jobs.db.postgresql import sql as postgresql_sql
 from django_durable_jobs.definitions.registry import all_versions
 from django_durable_jobs.engine.async_steps import inline
 from django_durable_jobs.engine.clock import SystemClock, current
-from django_durable_jobs.observe import counters, hours, stats
+from django_durable_jobs.engine.durations import parse_duration
+from django_durable_jobs.observe import counters, rollups, stats
 from django_durable_jobs.verbs import bulk
 from django_durable_jobs.verbs.enqueue import enqueue
 from django_durable_jobs.worker.execution import arun_to_stop, execute
@@ -54,9 +55,10 @@ __all__ = [
     "database_now",
     "enqueue",
     "execute",
-    "hours",
     "inline",
+    "parse_duration",
     "postgresql_sql",
+    "rollups",
     "settle",
     "stats",
     "stop_heartbeat",

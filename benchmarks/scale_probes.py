@@ -203,13 +203,14 @@ def finished_runs() -> int:
 
 def fold_ms() -> float:
     """The first dashboard page after an upgrade, or after a day without one: the
-    day's hours folded into the rollup (observe/hours.py) at once, in ms."""
+    day's hours and the last two hours' minutes folded into their rollups
+    (observe/rollups.py) at once, in ms."""
     from datetime import UTC, datetime
 
-    from benchmarks.internals import hours, stats
+    from benchmarks.internals import rollups, stats
     from django_durable_jobs.models import RunTally
 
-    RunTally.objects.filter(name=hours.NAME).delete()
+    RunTally.objects.filter(name__in=(rollups.HOURS.name, rollups.MINUTES.name)).delete()
     started = time.perf_counter()
     stats.series(datetime.now(UTC), step=timedelta(hours=1), buckets=24)
     return (time.perf_counter() - started) * 1000

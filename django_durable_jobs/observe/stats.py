@@ -7,8 +7,9 @@ seconds does not change what they say (docs/explanation/past-one-database.md).
 Each figure is one aggregate query that an index serves (see the indexes on
 ``JobRun``) over a bounded window, or a count that stays bounded at any size
 (``counts.py``: exact up to ``EXACT_UP_TO``, on PostgreSQL the planner's estimate
-above it, listed in ``Stats.estimates``); the last day per hour comes from a rollup
-(``hours.py``). benchmarks/dashboard.py times them at 1,000,000 runs,
+above it, listed in ``Stats.estimates``); the runs started and finished per minute and
+per hour, and the last hour's throughput, come from rollups (``rollups.py``).
+benchmarks/dashboard.py times them at 1,000,000 runs (``--over 1h``: in one hour),
 benchmarks/scale.py (``dashboard_ms``, ``stats_ms``) at 10 million.
 """
 
@@ -16,17 +17,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db.models import Count
-from django.db.models.functions import TruncHour, TruncMinute
 
 from .. import conf
 from ..db import dialect
 from ..engine.serialization import shown_type
-from ..models import FINISHED, JobRun, Pause, RunStatus, Worker, WorkerStatus
-from . import hours
+from ..models import JobRun, Pause, RunStatus, Worker, WorkerStatus
+from . import rollups
 from .counts import EXACT_UP_TO, PENDING, by_status, depth
 
 __all__ = ["EXACT_UP_TO", "PENDING", "Stats", "collect", "series"]
@@ -92,8 +92,8 @@ def collect(*, now: datetime) -> Stats:
         queue_depth=queues,
         oldest_runnable_age_seconds=oldest_runnable_age(now),
         throughput={
-            "last_minute": throughput(now - timedelta(minutes=1)),
-            "last_hour": throughput(now - timedelta(hours=1)),
+            "last_minute": throughput(now - timedelta(minutes=1), now),
+            "last_hour": throughput(now - timedelta(hours=1), now),
         },
         durations=durations(now - timedelta(hours=1)),
         top_errors=top_errors(now - timedelta(days=1)),
@@ -143,18 +143,20 @@ def oldest_runnable_age(now: datetime) -> float | None:
     return None if oldest is None else max((now - oldest).total_seconds(), 0.0)
 
 
-def throughput(since: datetime) -> dict[str, int]:
-    """Runs started since ``since`` (first start), and runs finished since, per status."""
-    counts = dict.fromkeys(("started", *FINISHED), 0)
-    counts["started"] = _runs().filter(started_at__gte=since).count()
-    finished = (
-        _runs()
-        .filter(status__in=FINISHED, finished_at__gte=since)
-        .values_list("status")
-        .annotate(n=Count("*"))
-    )
-    for status, n in finished:
-        counts[status] = n
+def throughput(since: datetime, now: datetime) -> dict[str, int]:
+    """Runs started (first start) and runs finished, per status, since ``since``: the
+    whole minutes in the minute rollup (``rollups.py``), the rest (at most a minute at
+    either end) counted live."""
+    counts = rollups.zeros()
+    minutes = rollups.MINUTES.folded(now)
+    whole = sorted(minute for minute in minutes if minute >= since)
+    ranges: list[tuple[datetime, datetime | None]] = [(since, None)]
+    if whole:
+        ranges = [(since, whole[0]), (whole[-1] + rollups.MINUTE, None)]
+    live = rollups.count(conf.read_database(), ranges, rollups.MINUTE)
+    for tally in [*(minutes[minute] for minute in whole), *live.values()]:
+        for key in counts:
+            counts[key] += tally.get(key, 0)
     return counts
 
 
@@ -223,49 +225,28 @@ SERIES_KEYS = ("started", RunStatus.SUCCEEDED, RunStatus.FAILED)
 
 
 def series(now: datetime, *, step: timedelta, buckets: int) -> Series:
-    """Two grouped queries (starts; successes and failures), each an index range scan;
-    per hour, only over the hour not yet in the rollup (``hours.py``), which gives the
-    complete hours.
+    """The complete minutes and hours from their rollups (``rollups.py``); the current
+    hour from its complete minutes; the last minute or two counted live (two grouped
+    index range scans).
 
     ``step`` is a minute or an hour: buckets are truncated in UTC, so that an hour is
     the same hour in every time zone with a half-hour offset too."""
-    trunc = {timedelta(minutes=1): TruncMinute, timedelta(hours=1): TruncHour}[step]
-    last = _floor(now, step)
+    last = rollups.floor(now, step)
     first = last - step * (buckets - 1)
     starts = [first + step * i for i in range(buckets)]
     counts = {key: [0] * buckets for key in SERIES_KEYS}
 
-    def put(key: str, bucket: datetime | None, n: int) -> None:
-        if bucket is not None and first <= bucket <= last:
-            counts[key][int((bucket - first) / step)] += n
+    def put(bucket: datetime, tally: dict[str, int]) -> None:
+        if first <= bucket <= last:
+            for key in SERIES_KEYS:
+                counts[key][int((bucket - first) / step)] += tally.get(key, 0)
 
     live_from = first
-    if step == hours.HOUR:
-        for hour, tally in hours.folded(now).items():
-            for key in SERIES_KEYS:
-                put(key, hour, tally.get(key, 0))
-        live_from = max(first, hours.complete_until(now))
-    started = (
-        _runs()
-        .filter(started_at__gte=live_from)
-        .annotate(bucket=trunc("started_at", tzinfo=UTC))
-        .values_list("bucket")
-        .annotate(n=Count("*"))
-    )
-    for bucket, n in started:
-        put("started", bucket, n)
-    ended = (
-        _runs()
-        .filter(status__in=(RunStatus.SUCCEEDED, RunStatus.FAILED), finished_at__gte=live_from)
-        .annotate(bucket=trunc("finished_at", tzinfo=UTC))
-        .values_list("status", "bucket")
-        .annotate(n=Count("*"))
-    )
-    for status, bucket, n in ended:
-        put(status, bucket, n)
+    for rollup in (rollups.HOURS, rollups.MINUTES) if step == rollups.HOUR else (rollups.MINUTES,):
+        for when, tally in rollup.folded(now).items():
+            if when >= live_from:  # not in a coarser rollup's buckets already
+                put(rollups.floor(when, step), tally)
+        live_from = max(live_from, rollup.complete_until(now))
+    for bucket, tally in rollups.count(conf.read_database(), [(live_from, None)], step).items():
+        put(bucket, tally)
     return Series(step=step, starts=starts, counts=counts)
-
-
-def _floor(when: datetime, step: timedelta) -> datetime:
-    when = when.astimezone(UTC).replace(second=0, microsecond=0)
-    return when.replace(minute=0) if step >= timedelta(hours=1) else when
