@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import Count
-
 from .. import conf
 from ..db import dialect
 from ..engine.serialization import shown_type
@@ -86,17 +84,18 @@ def collect(*, now: datetime) -> Stats:
     using = conf.read_database()
     statuses, estimated = by_status(using)
     queues, pairs = depth(using, estimated)
+    folded = rollups.read(now)
     return Stats(
         now=now,
         runs_by_status=statuses,
         queue_depth=queues,
         oldest_runnable_age_seconds=oldest_runnable_age(now),
         throughput={
-            "last_minute": throughput(now - timedelta(minutes=1), now),
-            "last_hour": throughput(now - timedelta(hours=1), now),
+            "last_minute": throughput(now - timedelta(minutes=1), folded),
+            "last_hour": throughput(now - timedelta(hours=1), folded),
         },
         durations=durations(now - timedelta(hours=1)),
-        top_errors=top_errors(now - timedelta(days=1)),
+        top_errors=top_errors(now - timedelta(days=1), folded),
         workers_alive=workers_alive(now),
         pauses=pauses(),
         estimates=[
@@ -143,18 +142,13 @@ def oldest_runnable_age(now: datetime) -> float | None:
     return None if oldest is None else max((now - oldest).total_seconds(), 0.0)
 
 
-def throughput(since: datetime, now: datetime) -> dict[str, int]:
+def throughput(since: datetime, folded: rollups.Folded) -> dict[str, int]:
     """Runs started (first start) and runs finished, per status, since ``since``: the
-    whole minutes in the minute rollup (``rollups.py``), the rest (at most a minute at
-    either end) counted live."""
-    counts = rollups.zeros()
-    minutes = rollups.MINUTES.folded(now)
-    whole = sorted(minute for minute in minutes if minute >= since)
-    ranges: list[tuple[datetime, datetime | None]] = [(since, None)]
-    if whole:
-        ranges = [(since, whole[0]), (whole[-1] + rollups.MINUTE, None)]
+    whole hours and minutes from their rollups (``rollups.py``), the rest counted live."""
+    tallies, ranges = folded.whole(since)
     live = rollups.count(conf.read_database(), ranges, rollups.MINUTE)
-    for tally in [*(minutes[minute] for minute in whole), *live.values()]:
+    counts = dict.fromkeys(rollups.KEYS, 0)
+    for tally in [*tallies, *live.values()]:
         for key in counts:
             counts[key] += tally.get(key, 0)
     return counts
@@ -184,20 +178,18 @@ def _percentiles(ordered: list[float]) -> dict[str, float]:
     return figures
 
 
-def top_errors(since: datetime, most: int = TOP_ERRORS) -> list[ErrorCount]:
+def top_errors(since: datetime, folded: rollups.Folded, most: int = TOP_ERRORS) -> list[ErrorCount]:
     """The runs that failed since ``since``, by error code or, without one, by the
-    exception's type, most frequent first. Most failures are the job's own exceptions
-    (``ValueError: card declined``), which have no code: grouped by code alone they
-    would all be one anonymous bar."""
-    rows = (
-        _runs()
-        .filter(status=RunStatus.FAILED, finished_at__gte=since)
-        .values_list("error_code", "error_type")
-        .annotate(n=Count("*"))
-    )
+    exception's type, most frequent first: the whole hours and minutes from their
+    rollups (``rollups.py``), the rest counted live. Most failures are the job's own
+    exceptions (``ValueError: card declined``), which have no code: grouped by code
+    alone they would all be one anonymous bar."""
+    tallies, ranges = folded.whole(since)
+    live = rollups.failures(conf.read_database(), ranges, rollups.HOUR)
     counts: dict[tuple[str, str], int] = defaultdict(int)
-    for code, error_type, n in rows:
-        counts[(code or shown_type(error_type) or NO_ERROR, code)] += n
+    for tally in [*tallies, *live.values()]:
+        for code, error_type, n in tally.get(rollups.ERRORS, ()):
+            counts[(code or shown_type(error_type) or NO_ERROR, code)] += n
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     return [ErrorCount(error, code, n) for (error, code), n in ranked[:most]]
 

@@ -84,9 +84,10 @@ def test_each_minute_and_hour_is_folded_once(
         day(clock)
     clock.advance(HOUR)  # 11:30: 10:00 has ended, and 10:29-11:28
     finish(clock, RunStatus.FAILED, minutes_ago=45)  # 10:45
-    # + the new minutes' two counts and the minute rollup's write, the hour rollup's
-    # write (the hour summed from its minutes), and the minute rollup read again
-    with django_assert_num_queries(9):
+    # + the new minutes' three counts (starts, finishes, failures by error) and the
+    # minute rollup's write, the hour rollup's write (the hour summed from its
+    # minutes), and the minute rollup read again
+    with django_assert_num_queries(10):
         counts = day(clock)
     assert counts["failed"][-2] == 1
     row = RunTally.objects.get(name=rollups.HOURS.name)
@@ -132,9 +133,32 @@ def test_the_last_hours_throughput_is_exact_at_its_ends_and_kept_in_between(
     retried = finish(clock, RunStatus.FAILED, minutes_ago=30)  # a folded minute
     finish(clock, RunStatus.CANCELLED, minutes_ago=0.2)  # the tail, live
     expected = {"started": 3, "succeeded": 1, "failed": 1, "cancelled": 1, "skipped": 0}
-    assert stats.throughput(clock.now() - HOUR, clock.now()) == expected
+    assert stats.throughput(clock.now() - HOUR, rollups.read(clock.now())) == expected
     runs.retry(retried.pk)
     # The minute keeps its failure; the live ends count the table as it is.
-    assert stats.throughput(clock.now() - HOUR, clock.now()) == expected
-    minute = stats.throughput(clock.now() - MINUTE, clock.now())
-    assert minute == {**rollups.zeros(), "started": 1, "cancelled": 1}
+    assert stats.throughput(clock.now() - HOUR, rollups.read(clock.now())) == expected
+    minute = stats.throughput(clock.now() - MINUTE, rollups.read(clock.now()))
+    assert minute == {**dict.fromkeys(rollups.KEYS, 0), "started": 1, "cancelled": 1}
+
+
+def test_the_days_top_errors_keep_folded_failures_and_count_the_ends_live(
+    clock: FakeClock,
+) -> None:
+    clock.advance("1d10h30m15s")
+    day_ago = clock.now() - timedelta(days=1)
+
+    def fail(minutes_ago: float, error_type: str, code: str = "") -> JobRun:
+        run = finish(clock, RunStatus.FAILED, minutes_ago)
+        JobRun.objects.filter(pk=run.pk).update(error_type=error_type, error_code=code)
+        return run
+
+    fail(24 * 60 + 1, "shop.errors.Old")  # before the day
+    fail(24 * 60 - 1, "shop.errors.Declined")  # the day's first, partial hour: live
+    retried = fail(5 * 60, "shop.errors.Declined")  # a folded hour
+    fail(20, "builtins.TimeoutError", code="X_JOB_TIMEOUT")  # a folded minute
+    fail(0.2, "shop.errors.Declined")  # the last minute: live
+    folded = rollups.read(clock.now())
+    expected = [("shop.errors.Declined", "", 3), ("X_JOB_TIMEOUT", "X_JOB_TIMEOUT", 1)]
+    assert stats.top_errors(day_ago, folded) == expected
+    runs.retry(retried.pk)  # no longer a failure in the table; its hour keeps it
+    assert stats.top_errors(day_ago, rollups.read(clock.now())) == expected
