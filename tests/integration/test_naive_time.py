@@ -19,6 +19,7 @@ from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.engine.records import RecordedStep
 from django_durable_jobs.engine.vocabulary import StepStatus
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
+from django_durable_jobs.observe import stats
 from tests.conftest import Driver
 from tests.factories import JobRunFactory
 from tests.testapp import jobs
@@ -125,3 +126,25 @@ def test_step_records_written_together_hold_local_time(naive: None) -> None:
         assert (record.started_at, record.completed_at) == (at, at + timedelta(seconds=1))
     local = datetime(2026, 7, 1, 12, 0)
     assert StepRecord.objects.filter(name="s", started_at=local).count() == 3
+
+
+@pytest.mark.django_db
+def test_the_dashboard_and_stats_count_runs_with_use_tz_false(
+    naive: None, clock: FakeClock, admin_client: Any
+) -> None:
+    clock.advance("1d10h30m")
+    for minutes_ago, status in (
+        (90, RunStatus.FAILED),
+        (20, RunStatus.SUCCEEDED),
+        (0.2, RunStatus.SUCCEEDED),
+    ):
+        end = clock.now() - timedelta(minutes=minutes_ago)
+        JobRunFactory.create(status=status, started_at=end - timedelta(seconds=1), finished_at=end)
+    for _ in range(2):  # the first folds the rollups, the second reads them
+        page = admin_client.get(reverse("admin:django_durable_jobs_dashboard_changelist"))
+        assert page.status_code == 200
+        assert "succeeded 2</li>" in page.content.decode()  # the hour's: 20 min and 12 s ago
+    figures = stats.collect(now=clock.now())
+    assert figures.throughput["last_hour"]["succeeded"] == 2
+    assert figures.throughput["last_minute"]["succeeded"] == 1
+    assert [e.runs for e in figures.top_errors] == [1]
