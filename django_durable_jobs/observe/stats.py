@@ -80,11 +80,13 @@ class Stats:
         return value
 
 
-def collect(*, now: datetime) -> Stats:
+def collect(*, now: datetime, folded: rollups.Folded | None = None) -> Stats:
+    """The figures at ``now``; ``folded``: the rollups as already read at ``now`` (the
+    dashboard reads them once for these figures and its charts)."""
     using = conf.read_database()
     statuses, estimated = by_status(using)
     queues, pairs = depth(using, estimated)
-    folded = rollups.read(now)
+    folded = folded or rollups.read(now)
     return Stats(
         now=now,
         runs_by_status=statuses,
@@ -216,13 +218,16 @@ class Series:
 SERIES_KEYS = ("started", RunStatus.SUCCEEDED, RunStatus.FAILED)
 
 
-def series(now: datetime, *, step: timedelta, buckets: int) -> Series:
-    """The complete minutes and hours from their rollups (``rollups.py``); the current
-    hour from its complete minutes; the last minute or two counted live (two grouped
-    index range scans).
+def series(
+    now: datetime, *, step: timedelta, buckets: int, folded: rollups.Folded | None = None
+) -> Series:
+    """The complete minutes and hours from their rollups (``rollups.py``; ``folded``:
+    as already read at ``now``); the current hour from its complete minutes; the last
+    minute or two counted live (two grouped index range scans).
 
     ``step`` is a minute or an hour: buckets are truncated in UTC, so that an hour is
     the same hour in every time zone with a half-hour offset too."""
+    folded = folded or rollups.read(now)
     last = rollups.floor(now, step)
     first = last - step * (buckets - 1)
     starts = [first + step * i for i in range(buckets)]
@@ -234,8 +239,9 @@ def series(now: datetime, *, step: timedelta, buckets: int) -> Series:
                 counts[key][int((bucket - first) / step)] += tally.get(key, 0)
 
     live_from = first
-    for rollup in (rollups.HOURS, rollups.MINUTES) if step == rollups.HOUR else (rollups.MINUTES,):
-        for when, tally in rollup.folded(now).items():
+    read = [(rollups.HOURS, folded.hours)] if step == rollups.HOUR else []
+    for rollup, tallies in [*read, (rollups.MINUTES, folded.minutes)]:
+        for when, tally in tallies.items():
             if when >= live_from:  # not in a coarser rollup's buckets already
                 put(rollups.floor(when, step), tally)
         live_from = max(live_from, rollup.complete_until(now))

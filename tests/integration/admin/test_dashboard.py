@@ -82,10 +82,10 @@ def test_dashboard_page(
     JobRunFactory.create(status=RunStatus.QUEUED, queue="mail", wake_at=clock.now() - MINUTE)
     admin_client.get(DASHBOARD)  # warm the session
     # session, user, 10 figures (PostgreSQL: a bounded count per status, +7, and the
-    # oldest due run per priority in use, +2), the pauses, 2 x 2 series, the day's
-    # rollup and the minutes' (read by each series and each throughput, +4): the same
-    # for ten million runs
-    with django_assert_num_queries(22 + (9 if connection.vendor == "postgresql" else 0)):
+    # oldest due run per priority in use, +2), the pauses, 2 x 2 series, and the hours'
+    # and the minutes' rollups, read once for the figures and the charts: the same for
+    # ten million runs
+    with django_assert_num_queries(19 + (9 if connection.vendor == "postgresql" else 0)):
         page = admin_client.get(DASHBOARD)
     assert page.status_code == 200
     html = page.content.decode()
