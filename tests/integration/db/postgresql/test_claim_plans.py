@@ -83,8 +83,11 @@ def test_an_idle_claim_stops_at_its_queues_first_parked_run(clock: FakeClock) ->
         # 'busy' in a custom plan, the parameter in a generic one
         assert re.search(r"\(queue\)::text = ('busy'::text|\(\$5\)\[1\])", cond[1]), plan
         assert "Rows Removed by Filter" not in plan, plan
-        # A walk past the parked runs reads twenty index pages and more.
-        assert _buffers(at) < 10, plan
+        # A walk past the 5,000 parked runs reads 25 index pages and more (about 200
+        # entries a page); through the index of every queue, the read of the due runs
+        # passes the other queue's 500 due entries in the index (10 pages seen in CI's
+        # suite with the connection options), none from the table.
+        assert _buffers(at) < 20, plan
     runs = claims.claim("default", "w", clock.now(), timedelta(seconds=30), ["busy"], 8).runs
     assert runs == []
     woken = jobs.noop.using(queue="busy").enqueue()
