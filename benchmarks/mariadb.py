@@ -163,6 +163,7 @@ def measure_explain(scale: int) -> list[str]:
     show(f"5 queued beside {finished:,} finished and {sleeping:,} sleeping for 3 days", ["default"])
     insert_runs(backlog, "queued", wake_in=timedelta(seconds=-1))
     show(f"a backlog of {backlog:,} queued runs", None)
+    show(f"a backlog of {backlog:,} queued runs", ["default"])
     truncate()
     return out
 

@@ -351,8 +351,10 @@ class MySQL(Locking):
         meanwhile is dropped here by its status; the claim's guarded UPDATE checks
         the rest.
         """
-        shortlist = best(
-            candidates.values_list("id", "priority", "wake_at"), limit + SHORTLIST_SPARE
+        shortlist = best(  # claims.claim_unlimited's: no run under a limit
+            candidates.values_list("id", "priority", "wake_at"),
+            limit + SHORTLIST_SPARE,
+            limited=False,
         )
         ids = [run_id for run_id, _, _ in shortlist]
         by_id = JobRun.objects.using(self.using).order_by()

@@ -13,6 +13,7 @@ from django.db.models import Case, F, Func, PositiveIntegerField, Value, When
 from django.db.models.functions import Coalesce
 
 from ..db.fields import InstantField
+from ..db.schema import through
 from .rules import AGAIN, REPLAYABLE, RETRYABLE, RUNNABLE, WAKEABLE, Rule, RunStatus
 
 #: The run model (``runs.JobRun``, which imports this module: named by the subclass).
@@ -118,28 +119,40 @@ def in_turn(runs: Runs, count: int) -> tuple[str, list[Any]]:
     return f"{sql} LIMIT {int(count)}", params
 
 
-def best(runs: Runs, count: int) -> list[Any]:
-    """The first ``count`` of ``runs`` (``JobRunQuerySet.runnable``), in the claim's order.
+#: MariaDB's and MySQL's indexes of queued runs under no limit in the claim's order
+#: (status, [queue,] concurrency limit, priority descending, wake time): built by
+#: migration 0002 there only.
+IN_ORDER = ("durable_run_unlimited_order", "durable_run_unlimited_order_all")
+
+
+def best(runs: Runs, count: int, *, limited: bool = True) -> list[Any]:
+    """The first ``count`` of ``runs`` (``JobRunQuerySet.runnable``), in the claim's order;
+    ``limited=False`` where ``runs`` hold no run under a flow-control limit.
 
     Where indexes are partial (PostgreSQL, SQLite), a priority range at a time
     (``by_priority``). Where they cannot be (MariaDB, MySQL), the claim's lead with
     ``status`` then the wake time (``durable_run_runnable``: due runs only, not those
     sleeping for days), so one ordered read of the three runnable statuses sorts every
-    due run: behind a backlog of 100,000 queued runs, 100 ms a claim. There, each
-    status is read on its own, queued runs under no limit in the order of an index of
-    their own (``durable_run_unlimited_order``, migration 0002: no sort, it stops after
-    ``count``), and the parts are merged. The columns it orders by must be among those read.
+    due run. There, each status is read on its own and the parts are merged. Queued
+    runs under no limit, where a backlog gathers, are read through an index in the
+    claim's order (``IN_ORDER``, named: ``db.schema.through``), a priority range at a
+    time as above, each part stopping after ``count``. Left to itself, MariaDB's optimizer
+    read them through the wake time and sorted the whole backlog whenever its
+    statistics put that plan a hair below the ordered read: 120 ms a claim behind
+    100,000 runs. Queued runs under a limit are read through their wake time, which
+    leaves out those held by a full key (no wake time: sorted first, they were read by
+    every claim); where there are none that read is left out (MariaDB does not always
+    see that a limit ``IS NULL`` and ``IS NOT NULL`` contradict each other, and then
+    reads every queued run). The columns it orders by must be among those read.
     """
     if connections[runs.db].features.supports_partial_indexes:
         return list(read_best(runs, count))
     ordering = runs.query.order_by
     queued = runs.filter(status=RunStatus.QUEUED)
+    unlimited = through(queued.filter(concurrency_limit__isnull=True), *IN_ORDER)
     each = [
-        # Runs under no limit in the claim's order (``durable_run_unlimited_order``,
-        # MariaDB/MySQL only); runs under one through the wake time, which leaves out those
-        # held by a full key (no wake time: sorted first, they were read by every claim).
-        queued.filter(concurrency_limit__isnull=True)[:count],
-        queued.filter(concurrency_limit__isnull=False)[:count],
+        *(part[:count] for part in by_priority(unlimited)),
+        *([queued.filter(concurrency_limit__isnull=False)[:count]] if limited else []),
         *(runs.filter(status=status)[:count] for status in RUNNABLE if status != RunStatus.QUEUED),
     ]
     return list(each[0].union(*each[1:], all=True).order_by(*ordering)[:count])
