@@ -11,8 +11,8 @@ worker, the 10-step steps/s, and the event wake-up latency (here the idle worker
 there is no LISTEN/NOTIFY). Then the plans of the claim's two SELECTs (a shortlist read
 without locks, then ``FOR UPDATE SKIP LOCKED`` by primary key: claims.lock_shortlisted)
 under ``ANALYZE`` (executed, rolled back): 5 runnable runs beside many finished and
-sleeping ones, and behind a backlog of queued runs. Prints the report; ``--json``
-also writes the figures for run.py.
+sleeping ones, behind a backlog of queued runs, and while as many sleeping runs are
+due at once. Prints the report; ``--json`` also writes the figures for run.py.
 """
 
 from __future__ import annotations
@@ -164,6 +164,10 @@ def measure_explain(scale: int) -> list[str]:
     insert_runs(backlog, "queued", wake_in=timedelta(seconds=-1))
     show(f"a backlog of {backlog:,} queued runs", None)
     show(f"a backlog of {backlog:,} queued runs", ["default"])
+    from django_durable_jobs.models import JobRun
+
+    JobRun.objects.filter(status="queued").update(status="sleeping")
+    show(f"{backlog + 5:,} sleeping runs due at once (the backlog's, woken)", None)
     truncate()
     return out
 

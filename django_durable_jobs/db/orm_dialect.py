@@ -108,7 +108,7 @@ class Dialect:
         if paused:
             candidates = candidates.filter(paused.q())
         with self.claiming():
-            picked = self.pick(candidates, limit)
+            picked = self.pick(candidates, limit, queues)
             before = {run_id: status for run_id, status, _ in picked}
             fresh = {run_id for run_id, _, started_at in picked if started_at is None}
             if not before:
@@ -171,9 +171,11 @@ class Dialect:
         waiting for the writer."""
         return nullcontext()
 
-    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
-        """The ``PICKED`` values of up to ``limit`` of the best candidates, locked where
-        the database can lock rows."""
+    def pick(
+        self, candidates: JobRunQuerySet, limit: int, queues: list[str] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The ``PICKED`` values of up to ``limit`` of the best candidates (runs of
+        ``queues``, or of every queue), locked where the database can lock rows."""
         return _picked(read_best(candidates.only(*PICKED), limit))
 
     # -- writes ------------------------------------------------------------------
@@ -323,7 +325,9 @@ class Locking(Dialect):
     def claiming(self) -> Any:
         return transaction.atomic(using=self.using)
 
-    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+    def pick(
+        self, candidates: JobRunQuerySet, limit: int, queues: list[str] | None = None
+    ) -> list[tuple[Any, ...]]:
         locking = candidates.only(*PICKED).select_for_update(skip_locked=True)
         return _picked(read_best(locking, limit))
 
@@ -337,7 +341,9 @@ class MySQL(Locking):
     late_wake = "worker"
     now_sql = "SELECT UTC_TIMESTAMP(6)"
 
-    def pick(self, candidates: JobRunQuerySet, limit: int) -> list[tuple[Any, ...]]:
+    def pick(
+        self, candidates: JobRunQuerySet, limit: int, queues: list[str] | None = None
+    ) -> list[tuple[Any, ...]]:
         """Lock up to ``limit`` of the best runnable runs.
 
         The claim's indexes lead with ``status`` here (``schema.PartialIndex``: no
@@ -355,6 +361,7 @@ class MySQL(Locking):
             candidates.values_list("id", "priority", "wake_at"),
             limit + SHORTLIST_SPARE,
             limited=False,
+            queues=queues,
         )
         ids = [run_id for run_id, _, _ in shortlist]
         by_id = JobRun.objects.using(self.using).order_by()

@@ -126,7 +126,9 @@ def _claim_by_key(
     claimed: list[JobRun] = []
     done: set[tuple[KeyId, ...]] = set()  # keys with nothing more to take now
     for run in best(
-        candidates.only(*_CANDIDATE_FIELDS, "priority", "wake_at"), max(limit, CANDIDATES)
+        candidates.only(*_CANDIDATE_FIELDS, "priority", "wake_at"),
+        max(limit, CANDIDATES),
+        queues=queue_list,
     ):
         if run.concurrency_limit is None and run.throttle_limit is None:
             break
