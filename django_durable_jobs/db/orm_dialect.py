@@ -358,12 +358,12 @@ class MySQL(Locking):
         the rest.
         """
         shortlist = best(  # claims.claim_unlimited's: no run under a limit
-            candidates.values_list("id", "priority", "wake_at"),
+            candidates.only("id", "priority", "wake_at"),
             limit + SHORTLIST_SPARE,
             limited=False,
             queues=queues,
         )
-        ids = [run_id for run_id, _, _ in shortlist]
+        ids = [run.id for run in shortlist]
         by_id = JobRun.objects.using(self.using).order_by()
         picked: list[tuple[Any, ...]] = []
         while ids and len(picked) < limit:

@@ -10,25 +10,18 @@ giving MariaDB and MySQL what they lack or do differently:
   SQLite.
 - ``PartialIndex``: they have no partial indexes (Django warns, W037, and builds the
   index over every row); there the index leads with the columns the condition tests.
-- ``through``: so each index of runnable runs also holds every finished one under its
-  status, and for the claim's read of a backlog their optimizer costs reading an index
-  in the claim's order and reading another one then sorting every row nearly alike,
-  taking either by the statistics of the day (``models.transitions.best``). A read
-  can name the indexes it may use; elsewhere (partial indexes the planner sees) it
-  changes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.ddl_references import Statement
-from django.db.models import Q, QuerySet
-from django.db.models.sql.datastructures import BaseTable
+from django.db.models import Q
 
 
 def exact_collation(connection: BaseDatabaseWrapper) -> str | None:
@@ -111,34 +104,3 @@ class PartialIndex(models.Index):
     ) -> Statement:
         index = self.on(schema_editor.connection)
         return index.create_sql(model, schema_editor, using=using, **kwargs)
-
-
-_QS = TypeVar("_QS", bound=QuerySet[Any, Any])
-
-
-class _Through(BaseTable):
-    """The query's own table, read through one of ``indexes`` on MariaDB and MySQL
-    (``FORCE INDEX``; the names must exist: migrations create them)."""
-
-    def __init__(self, table_name: str, alias: str | None, indexes: tuple[str, ...]) -> None:
-        super().__init__(table_name, alias)
-        self.indexes = indexes
-
-    def as_mysql(self, compiler: Any, connection: Any) -> tuple[str, Any]:
-        sql, params = self.as_sql(compiler, connection)
-        names = ", ".join(connection.ops.quote_name(name) for name in self.indexes)
-        return f"{sql} FORCE INDEX ({names})", params
-
-    def relabeled_clone(self, change_map: dict[str | None, str]) -> _Through:
-        alias = change_map.get(self.table_alias, self.table_alias)
-        return self.__class__(self.table_name, alias, self.indexes)
-
-
-def through(queryset: _QS, *indexes: str) -> _QS:
-    """``queryset`` (of one table, no joins) read through one of ``indexes`` where the
-    database takes index hints (MariaDB, MySQL)."""
-    hinted = queryset.all()
-    query = hinted.query
-    alias = query.get_initial_alias()
-    query.alias_map[alias] = _Through(query.get_meta().db_table, alias, indexes)
-    return hinted
