@@ -118,9 +118,9 @@ def in_turn(runs: Runs, count: int) -> tuple[str, list[Any]]:
     return f"{sql} LIMIT {int(count)}", params
 
 
-#: MariaDB's and MySQL's indexes of runs in the claim's order, for a claim of one
-#: queue and for one of every queue: (status, [queue,] concurrency limit, priority
-#: descending, wake time), built by migration 0002 there only.
+#: MariaDB's and MySQL's indexes of runs in the claim's order, for a claim of some
+#: queues (a part a queue) and for one of every queue: (status, [queue,] concurrency
+#: limit, priority descending, wake time), built by migration 0002 there only.
 IN_ORDER = {True: "durable_run_unlimited_order", False: "durable_run_unlimited_order_all"}
 
 
@@ -138,8 +138,8 @@ def best(
     wake time then sorting them nearly alike: by the statistics of the day it sorted
     every due run at every claim (120 ms behind a backlog of 100,000 queued runs, 43
     ms while 100,000 sleeping runs were due at once). There, the runs under no limit
-    of each runnable status are read through the index in the claim's order for the
-    claim's queues (``IN_ORDER``, named with ``FORCE INDEX``), those at the default
+    of each runnable status (and of each of ``queues``) are read through the index in
+    the claim's order (``IN_ORDER``, named with ``FORCE INDEX``), those at the default
     priority (a range that ends at the first run not yet due) apart from the others,
     each part stopping after ``count``; the runs under a limit (flow control: few at a
     time; held ones, without a wake time, are left out) in one more part, where there
@@ -147,17 +147,24 @@ def best(
     """
     if connections[runs.db].features.supports_partial_indexes:
         return list(read_best(runs, count))
+    if queues is not None:
+        queues = list(dict.fromkeys(queues))  # each queue read once
+        if not queues:
+            return []
     manager = runs.model._default_manager.db_manager(runs.db)
-    index = IN_ORDER[queues is not None and len(queues) == 1]
-    return list(manager.raw(*_merged(runs.order_by(), count, index, limited)))
+    return list(manager.raw(*_merged(runs.order_by(), count, queues, limited)))
 
 
-def _merged(runs: Runs, count: int, index: str, limited: bool) -> tuple[str, list[Any]]:
+def _merged(
+    runs: Runs, count: int, queues: list[str] | None, limited: bool
+) -> tuple[str, list[Any]]:
     """``best``'s statement on MariaDB and MySQL: ``runs`` compiled once by the ORM
     (its columns, its conditions, whatever filters the caller added), then a part per
-    runnable status and priority range written around it. Compiled part by part as
-    a ``union`` of QuerySets, the thirteen parts of a claim cost more of the worker's
-    Python than the database took to run them."""
+    runnable status, priority range and queue written around it. Compiled part by
+    part as a ``union`` of QuerySets, the thirteen parts of a claim cost more of the
+    worker's Python than the database took to run them. A claim of several queues
+    reads each queue on its own: through the index of every queue it read past the
+    due runs of the queues it does not serve."""
     connection = connections[runs.db]
     qn = connection.ops.quote_name
     meta = runs.model._meta
@@ -167,18 +174,22 @@ def _merged(runs: Runs, count: int, index: str, limited: bool) -> tuple[str, lis
         raise ValueError(f"best() reads one table with a condition, not: {sql}")
     column = {
         name: f"{qn(meta.db_table)}.{qn(meta.get_field(name).column)}"
-        for name in ("status", "concurrency_limit", "priority", "wake_at")
+        for name in ("status", "queue", "concurrency_limit", "priority", "wake_at")
     }
     order = f"ORDER BY {column['priority']} DESC, {column['wake_at']} ASC LIMIT {int(count)}"
-    through = f"{head} FORCE INDEX ({qn(index)}) WHERE ({conditions}) AND"
+    through = f"{head} FORCE INDEX ({qn(IN_ORDER[queues is not None])}) WHERE ({conditions})"
+    each_queue: list[list[str]] = [[]] if queues is None else [[queue] for queue in queues]
     parts, values = [], []
     for status in RUNNABLE:
-        for priority in ("= 0", "<> 0"):
-            parts.append(
-                f"({through} {column['status']} = %s AND {column['concurrency_limit']} IS NULL"
-                f" AND {column['priority']} {priority} {order})"
-            )
-            values += [*params, status]
+        for queue in each_queue:
+            for priority in ("= 0", "<> 0"):
+                parts.append(
+                    f"({through} AND {column['status']} = %s"
+                    + (f" AND {column['queue']} = %s" if queue else "")
+                    + f" AND {column['concurrency_limit']} IS NULL"
+                    f" AND {column['priority']} {priority} {order})"
+                )
+                values += [*params, status, *queue]
     if limited:
         parts.append(
             f"({head} WHERE ({conditions}) AND {column['concurrency_limit']} IS NOT NULL {order})"

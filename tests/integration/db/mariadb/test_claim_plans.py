@@ -53,7 +53,9 @@ def _rows_read(action: Callable[[], _T]) -> tuple[_T, int]:
     ],
     ids=["queued above", "queued at", "queued below", "sleeping"],
 )
-@pytest.mark.parametrize("queues", [None, ["default"]], ids=["every queue", "one queue"])
+@pytest.mark.parametrize(
+    "queues", [None, ["default"], ["mail", "default"]], ids=["every queue", "one queue", "two"]
+)
 def test_a_claim_behind_a_backlog_reads_a_few_rows_not_the_backlog(
     clock: FakeClock, queues: list[str] | None, status: RunStatus, priority: int
 ) -> None:
@@ -93,3 +95,24 @@ def test_a_claim_behind_a_backlog_reads_a_few_rows_not_the_backlog(
 
 def _claim(clock: FakeClock, queues: list[str] | None) -> list[JobRun]:
     return claim("w", now=clock.now(), lease=timedelta(minutes=1), queues=queues, limit=8)
+
+
+@pytest.mark.parametrize("queues", [["default"], ["mail", "default"]], ids=["one", "two"])
+def test_a_claim_of_its_queues_reads_past_no_backlog_of_another(
+    clock: FakeClock, queues: list[str]
+) -> None:
+    """A worker of some queues while another queue holds a backlog: through the index
+    of every queue, a claim of two queues read the other queue's due runs one by one
+    before it found its own."""
+    due = clock.now() - timedelta(seconds=1)
+    JobRun.objects.bulk_create(
+        JobRunFactory.build(queue="other", wake_at=due - timedelta(microseconds=n))
+        for n in range(BACKLOG)
+    )
+    mine = JobRun.objects.bulk_create(
+        JobRunFactory.build(queue=queue, wake_at=due + timedelta(microseconds=n))
+        for n, queue in enumerate(queues * 4)
+    )
+    claimed, read = _rows_read(lambda: _claim(clock, queues))
+    assert {run.id for run in claimed} == {run.id for run in mine}
+    assert read <= READS_AT_MOST, f"{read} rows read to claim 8"
