@@ -239,6 +239,8 @@ class JobRun(models.Model):
         ``__init__`` looks every field up and asks it for its default, a fifth of an
         ``enqueue()``'s Python. The same instance (``pre_init``/``post_init`` sent when
         a receiver listens); an unknown name is a TypeError."""
+        # The merge of ``maker``'s runs, written out: through a cached ``maker()`` a
+        # call repacks its keywords twice, 1 us more on every ``enqueue()``.
         row = _static().copy()  # the defaults every new run shares, then its own
         for name, make in _MADE:
             if name not in values:

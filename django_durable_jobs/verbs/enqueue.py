@@ -245,7 +245,7 @@ def new_ids(count: int) -> list[uuid.UUID]:
         value = (int.from_bytes(raw[start : start + 16]) & _V4_CLEAR) | _V4_SET
         new = _uuid(uuid.UUID)
         _set(new, "int", value)
-        _set(new, "is_safe", uuid.SafeUUID.unknown)
+        _set(new, "is_safe", _UNKNOWN)
         ids.append(new)
     return ids
 
@@ -254,7 +254,7 @@ def new_ids(count: int) -> list[uuid.UUID]:
 #: version (4).
 _V4_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
 _V4_SET = (0x8000 << 48) | (4 << 76)
-_uuid, _set = object.__new__, object.__setattr__
+_uuid, _set, _UNKNOWN = object.__new__, object.__setattr__, uuid.SafeUUID.unknown
 
 
 def _checked_arguments(
