@@ -19,7 +19,13 @@ from ...engine.serialization import Arguments
 from ...models import JobRun, StepRecord
 from . import sql
 from .claims import FIELDS, json_default, json_text, json_value
-from .statements import run_statement
+from .statements import (
+    execute_again,
+    kept_cursor,
+    numbered_to_named,
+    prepare,
+    run_statement,
+)
 
 
 def insert_run(using: str, run: JobRun, arguments: Arguments | None = None) -> None:
@@ -231,7 +237,7 @@ def _batches(
 
 
 #: (database alias, the columns written) -> the batched fenced step INSERT: built once.
-_STEP_INSERTS: dict[tuple[str, tuple[str, ...]], tuple[list[Any], str]] = {}
+_STEP_INSERTS: dict[tuple[str, tuple[str, ...]], tuple[list[Any], str, str]] = {}
 
 
 def insert_steps(
@@ -240,7 +246,8 @@ def insert_steps(
     """Insert step records (``names``: their fields, ``run`` and ``name`` first; a row
     of values each), each only while ``owners[i]`` holds its run's lease and the run is
     running, in one ``INSERT ... SELECT FROM json_to_recordset`` (one commit for a batch
-    of async runs' steps); the (run id, step name) of the rows written."""
+    of async runs' steps), prepared once per connection (planning it took as long as
+    running it); the (run id, step name) of the rows written."""
     connection = connections[using]
     key = (connection.alias, names)
     if key not in _STEP_INSERTS:
@@ -253,6 +260,7 @@ def insert_steps(
         )
         _STEP_INSERTS[key] = (
             fields,
+            f"durable_insert_steps_{len(_STEP_INSERTS)}",
             sql.sections("queries")["insert_steps"].format(
                 steps=qn(StepRecord._meta.db_table),
                 table=qn(JobRun._meta.db_table),
@@ -263,10 +271,15 @@ def insert_steps(
                 name=columns[1],
             ),
         )
-    fields, statement = _STEP_INSERTS[key]
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [step_document(fields, rows, owners, connection)])
-        return {(str(run_id), name) for run_id, name in cursor.fetchall()}
+    fields, label, body = _STEP_INSERTS[key]
+    types = ["json"]
+    statement: str | None = label
+    if not prepare(connection, label, types, body):
+        statement, body = None, numbered_to_named(body, types, connection)
+    with kept_cursor(connection) as cursor:
+        document = step_document(fields, rows, owners, connection)
+        execute_again(connection, cursor, statement, types, body, [document])
+        return {(str(run_id), step) for run_id, step in cursor.fetchall()}
 
 
 def step_document(

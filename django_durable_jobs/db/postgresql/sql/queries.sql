@@ -51,12 +51,17 @@ SELECT * FROM (SELECT id, status, started_at FROM {table}
 -- claim_outcomes --
 -- The outcomes of the worker's previous runs, written with its next claim: one JSON
 -- document ($6), an object per run (claims.py `outcome_document`), each fenced by its
--- own lease owner: a run whose lease was lost is not written.
+-- own lease owner: a run whose lease was lost is not written. The runs are found by
+-- their ids (the ANY: an index probe each): the planner takes a document for 100 rows
+-- and, where its statistics say few runs are running, read every running run (every
+-- run of a small table) to join them, at each write.
 done AS (
     UPDATE {table} AS run SET {sets},
         lease_owner = '', lease_expires_at = NULL
     FROM json_to_recordset(${first}::json) AS o({record}, run_id uuid, owner text)
     WHERE run.id = o.run_id AND run.lease_owner = o.owner AND run.status = 'running'
+        AND run.id = ANY(ARRAY(
+            SELECT i.run_id FROM json_to_recordset(${first}::json) AS i(run_id uuid)))
     RETURNING run.id
 ),
 
@@ -102,10 +107,12 @@ FROM jsonb_array_elements(%s::jsonb) AS r(call);
 -- Step records of a batch of async runs, each written only while its owner holds its
 -- run's lease and the run is running: one statement and one commit for the batch;
 -- returns the (run, name) of the rows written. The records come in one JSON document
--- (inserts.py `step_document`), an object per record with its owner.
+-- (inserts.py `step_document`), an object per record with its owner. The runs are
+-- found by their ids, as claim_outcomes finds them.
 INSERT INTO {steps} ({columns})
-SELECT {values} FROM json_to_recordset(%s::json) AS u({record}, owner text)
+SELECT {values} FROM json_to_recordset($1::json) AS u({record}, owner text)
 JOIN {table} AS run ON run.id = u.{run} AND run.lease_owner = u.owner AND run.status = 'running'
+    AND run.id = ANY(ARRAY(SELECT i.{run} FROM json_to_recordset($1::json) AS i({run} uuid)))
 RETURNING {run}, {name};
 
 -- purge_batch --
