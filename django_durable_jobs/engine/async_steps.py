@@ -31,7 +31,8 @@ T = TypeVar("T")
 #: Runs blocking work (a store call, a sync step function) off the event loop.
 IoRunner = Callable[[Callable[[], Any]], Awaitable[Any]]
 #: Puts a step record into a store, off the event loop: the async lane's writes the
-#: records of many runs in one statement (``store.put_many``).
+#: records of many runs in one statement (``store.put_many``). A future (awaited as it
+#: is) or a coroutine (run as a task of its own).
 StepWriter = Callable[[StepStore, RecordedStep], Awaitable[None]]
 
 

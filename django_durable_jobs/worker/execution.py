@@ -7,6 +7,7 @@ write is fenced by the lease ``owner`` when one is given.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Callable
@@ -248,10 +249,7 @@ def _engine(
         "run_id": run_id,
         "job_name": run.job_name,
         "store": OrmStepStore(using=using, owner=owner),
-        "events": EventLog(using=using),
-        "children": OrmChildRuns(using=using),
-        "batches": OrmChildBatches(using=using),
-        "mailbox": OrmMailbox(using=using),
+        **_stateless(using),
         "progress": Progress(
             progress_writer(run, using, owner),
             clock,
@@ -269,6 +267,19 @@ def _engine(
         # A retry may follow a worker that died inside a step: if this one dies too, the
         # step is named. The first attempt keeps one write per step.
         "mark_starts": run.attempt > 1,
+    }
+
+
+@functools.cache
+def _stateless(using: str) -> dict[str, Any]:
+    """The parts of an attempt's engine that keep nothing but their database: made once
+    per database, not once per run (four objects a run, with a thousand async runs in
+    flight)."""
+    return {
+        "events": EventLog(using=using),
+        "children": OrmChildRuns(using=using),
+        "batches": OrmChildBatches(using=using),
+        "mailbox": OrmMailbox(using=using),
     }
 
 

@@ -177,15 +177,17 @@ class AsyncLane:
         """A sync step function, on the lane's step threads (``_calls``)."""
         return await self._loop.run_in_executor(self._calls, _as_unit_of_work, work)
 
-    async def put(self, store: StepStore, record: RecordedStep) -> None:
-        """Write a step record; the records that runs reach while the writer is busy
-        are written together in its next statement (``put_many``): with 100 runs in
-        flight, a commit each made every one wait for the others' disk flushes."""
+    def put(self, store: StepStore, record: RecordedStep) -> asyncio.Future[None]:
+        """Write a step record: the future is done once it is stored (or refused). The
+        records that runs reach while the writer is busy are written together in its
+        next statement (``put_many``): with 100 runs in flight, a commit each made every
+        one wait for the others' disk flushes. A future, not a coroutine: the step
+        awaits it without a task of its own (``AsyncSteps._do``)."""
         done = self._loop.create_future()
         self._steps.append((store, record, done))
         if self._writing is None:  # kept here: the loop holds tasks only weakly
             self._writing = self._loop.create_task(self._writer())
-        await done
+        return done
 
     async def _writer(self) -> None:
         try:
