@@ -48,13 +48,13 @@ def heard(signal: Signal, run: Any) -> bool:
     sends ``run_started`` off its event loop (a receiver may use the ORM): on Django 6
     the app's own receiver for django.tasks' runs made that a thread hop for every run,
     queued behind the lane's database work."""
-    if not signal.has_listeners(type(run)):
-        return False
     for entry in signal.receivers:
         # Each entry: ((dispatch uid or the receiver's id, the sender's id), receiver, ...).
         prefix = _ONLY_FOR.get(entry[0][0]) if isinstance(entry[0][0], str) else None
         if prefix is None or run.job_name.startswith(prefix):
-            return True
+            # Asked only now: it reads every receiver (their weak references, their
+            # senders), as a send does.
+            return signal.has_listeners(type(run))
     return False
 
 
@@ -62,7 +62,12 @@ def announce(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` from the worker, about what is already committed: a receiver
     that raises is logged (ERROR, with its traceback) and the others still run. Raised
     out of ``send``, it stopped ``runjobs`` (a sync run's outcome) or skipped the rest of
-    an async batch's outcomes (their parents not woken)."""
+    an async batch's outcomes (their parents not woken). Not sent about a run that no
+    receiver acts on (``heard``): on Django 6 the app's own receivers for django.tasks'
+    runs are always connected, and sending to them cost every other run twice."""
+    run = kwargs.get("run")
+    if run is not None and not heard(signal, run):
+        return
     for receiver, response in signal.send_robust(sender=sender, **kwargs):
         if isinstance(response, Exception):
             log.error(
