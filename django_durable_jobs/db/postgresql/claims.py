@@ -23,6 +23,7 @@ from django.db.models.signals import post_init, pre_init
 
 from ...models import JobRun
 from ..executable import Executable
+from ..fields import InstantField
 from ..paused import Paused
 from . import sql
 from .statements import execute_again, kept_cursor, numbered_to_named, own_commit, prepare
@@ -31,12 +32,28 @@ from .statements import execute_again, kept_cursor, numbered_to_named, own_commi
 FIELDS = [field for field in JobRun._meta.concrete_fields]
 _COLUMNS = ", ".join(f"run.{field.column}" for field in FIELDS)
 _ATTNAMES = [field.attname for field in FIELDS]
+#: How ``run_from_row`` converts a column: as JSON (``JSONField`` without a decoder of
+#: its own), as an instant (``InstantField``), or through the field.
+_JSON, _INSTANT, _FIELD = "json", "instant", "field"
+
+
+def _kind(field: Any) -> str:
+    converts = type(field).from_db_value
+    if converts is JSONField.from_db_value and field.decoder is None:
+        return _JSON
+    return _INSTANT if converts is InstantField.from_db_value else _FIELD
+
+
 #: The fields whose values Django converts after loading (``from_db_value``: JSON
 #: decoded, an ``InstantField``'s naive local time made aware with ``USE_TZ = False``),
-#: with their positions in a claimed row.
+#: with their positions in a claimed row and how.
 _CONVERTED_AT = [
-    (index, field) for index, field in enumerate(FIELDS) if hasattr(field, "from_db_value")
+    (index, field, _kind(field))
+    for index, field in enumerate(FIELDS)
+    if hasattr(field, "from_db_value")
 ]
+#: The JSON texts most runs' arguments are, made without the decoder (a new object each).
+_EMPTY_JSON: dict[str, Any] = {"[]": list, "{}": dict}
 #: What recording an outcome writes (the rest of the row stays as claimed).
 OUTCOME_COLUMNS = (
     "status",
@@ -295,8 +312,20 @@ def _body(
 
 def run_from_row(using: str, connection: Any, row: tuple[Any, ...]) -> JobRun:
     values = list(row[: len(FIELDS)])
-    for index, field in _CONVERTED_AT:
-        values[index] = field.from_db_value(values[index], None, connection)
+    aware = settings.USE_TZ
+    for index, field, kind in _CONVERTED_AT:
+        # What each field's from_db_value returns, without the call where the answer is
+        # known (a tenth of a claimed run's building): NULL is None for both kinds, an
+        # empty list or object is itself, and with USE_TZ psycopg loads timestamptz aware.
+        value = values[index]
+        if kind is _FIELD:
+            values[index] = field.from_db_value(value, None, connection)
+        elif value is None or (kind is _INSTANT and aware):
+            continue
+        elif kind is _JSON and type(value) is str and (empty := _EMPTY_JSON.get(value)):
+            values[index] = empty()
+        else:
+            values[index] = field.from_db_value(value, None, connection)
     if pre_init.has_listeners(JobRun) or post_init.has_listeners(JobRun):
         run = JobRun.from_db(using, _ATTNAMES, values)  # Model.__init__ sends them
     else:
