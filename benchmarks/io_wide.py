@@ -23,7 +23,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -34,7 +33,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
 from benchmarks.db import recreate_db, truncate  # noqa: E402 - needs the path above
 from benchmarks.harness import WORK, process, say  # noqa: E402
-from benchmarks.peers import PEER_DIR, PEER_OUT, PEER_SCRIPTS  # noqa: E402
+from benchmarks.peers import PEER_DIR, PEER_OUT, PEER_SCRIPTS, run_script  # noqa: E402
 
 IO_N = int(os.environ.get("IO_N", "10000"))
 IO_CONC = int(os.environ.get("IO_CONC", "1000"))
@@ -84,15 +83,7 @@ def procrastinate() -> float | None:
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.pop("PYTHONPATH", None)
     log = WORK / "peer_procrastinate_io_wide.log"
-    with open(log, "w") as out:
-        code = subprocess.run(
-            [str(python), str(PEER_SCRIPTS / "bench_procrastinate.py")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=PEER_SCRIPTS,
-            env=env,
-            timeout=1800,
-        ).returncode
+    code = run_script(python, "bench_procrastinate.py", env, log, timeout=1800)
     if code != 0 or not result.exists():
         raise RuntimeError(f"procrastinate exited {code}; see {log}")
     metrics = json.loads(result.read_text())["metrics"]

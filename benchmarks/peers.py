@@ -154,6 +154,23 @@ def ensure_venvs(peers: Sequence[Peer], setup: bool) -> dict[str, str]:
     return reasons
 
 
+def run_script(python: Path, script: str, env: dict[str, str], log: Path, timeout: float) -> int:
+    """A ``shared/bench`` script run by ``python`` (its venv's), everything it prints
+    into ``log``; its exit code, -1 if it ran past ``timeout`` seconds."""
+    with open(log, "w") as out:
+        try:
+            return subprocess.run(
+                [str(python), str(PEER_SCRIPTS / script)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=PEER_SCRIPTS,
+                env=env,
+                timeout=timeout,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return -1
+
+
 def run_peer(peer: Peer, n: int, nb: int) -> tuple[Row, dict[str, Any]]:
     row = Row(peer.system, system=peer.system)
     result = PEER_OUT / f"{peer.system}.json"
@@ -173,18 +190,7 @@ def run_peer(peer: Peer, n: int, nb: int) -> tuple[Row, dict[str, Any]]:
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.pop("PYTHONPATH", None)
     say(f"peers: {peer.system} (log {log})")
-    with open(log, "w") as out:
-        try:
-            code = subprocess.run(
-                [str(venv_python(peer)), str(PEER_SCRIPTS / peer.script)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=PEER_SCRIPTS,
-                env=env,
-                timeout=3600,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            code = -1
+    code = run_script(venv_python(peer), peer.script, env, log, timeout=3600)
     if code != 0 or not result.exists():
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
         row.missing = f"{peer.script} exited {code}: {tail}"

@@ -65,6 +65,15 @@ def _runs_read(plan: str) -> int:
     return total
 
 
+def _read_by_id(plans: list[str]) -> None:
+    """Each write's plan reached its runs through the primary key, and only those."""
+    assert len(plans) == WRITES
+    for plan in plans:
+        assert "Seq Scan on django_durable_jobs_jobrun" not in plan, plan
+        assert "django_durable_jobs_jobrun_pkey" in plan, plan
+        assert _runs_read(plan) <= BATCH, plan
+
+
 def _plans_of(call: Any, marker: str) -> list[str]:
     return [plan for plan in nested_plans(call) if marker in plan]
 
@@ -79,11 +88,7 @@ def test_a_batch_of_step_records_reads_its_runs_by_id(clock: FakeClock) -> None:
             assert put_many(items) == [None] * BATCH
 
     plans = _plans_of(write, "Insert on django_durable_jobs_steprecord")
-    assert len(plans) == WRITES
-    for plan in plans:
-        assert "Seq Scan on django_durable_jobs_jobrun" not in plan, plan
-        assert "django_durable_jobs_jobrun_pkey" in plan, plan
-        assert _runs_read(plan) <= BATCH, plan
+    _read_by_id(plans)
     assert StepRecord.objects.count() == WRITES * BATCH
 
 
@@ -98,11 +103,7 @@ def test_a_batch_of_outcomes_reads_its_runs_by_id(clock: FakeClock) -> None:
             recorded.update(postgres.finish("default", finishes, clock.now()))
 
     plans = _plans_of(write, "Update on django_durable_jobs_jobrun")
-    assert len(plans) == WRITES
-    for plan in plans:
-        assert "Seq Scan on django_durable_jobs_jobrun" not in plan, plan
-        assert "django_durable_jobs_jobrun_pkey" in plan, plan
-        assert _runs_read(plan) <= BATCH, plan
+    _read_by_id(plans)
     assert recorded == {run.pk for batch in batches for run in batch}
     assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == WRITES * BATCH
 
