@@ -19,13 +19,7 @@ from ...engine.serialization import Arguments
 from ...models import JobRun, StepRecord
 from . import sql
 from .claims import FIELDS, json_default, json_text, json_value
-from .statements import (
-    execute_again,
-    kept_cursor,
-    numbered_to_named,
-    prepare,
-    run_statement,
-)
+from .statements import ran, run_statement
 
 
 def insert_run(using: str, run: JobRun, arguments: Arguments | None = None) -> None:
@@ -272,13 +266,8 @@ def insert_steps(
             ),
         )
     fields, label, body = _STEP_INSERTS[key]
-    types = ["json"]
-    statement: str | None = label
-    if not prepare(connection, label, types, body):
-        statement, body = None, numbered_to_named(body, types, connection)
-    with kept_cursor(connection) as cursor:
-        document = step_document(fields, rows, owners, connection)
-        execute_again(connection, cursor, statement, types, body, [document])
+    document = step_document(fields, rows, owners, connection)
+    with ran(connection, label, ["json"], body, [document], prepared=True) as cursor:
         return {(str(run_id), step) for run_id, step in cursor.fetchall()}
 
 

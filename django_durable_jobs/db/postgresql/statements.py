@@ -85,12 +85,21 @@ def run_statement(
     """Run ``sql`` (``$1``... placeholders; ``types``: their database types) as the
     statement ``name``, prepared once per connection, or as text when not ``prepared``
     or where named statements cannot be used (``prepare``); the rows it wrote."""
+    with ran(connection, name, types, sql, params, prepared=prepared) as cursor:
+        return int(cursor.rowcount)
+
+
+@contextmanager
+def ran(
+    connection: Any, name: str, types: list[str], sql: str, params: list[Any], *, prepared: bool
+) -> Iterator[Any]:
+    """``run_statement``'s cursor once the statement ran, for one that returns rows."""
     statement: str | None = name
     if not prepared or not prepare(connection, name, types, sql):
         statement, sql = None, numbered_to_named(sql, types, connection)
     with kept_cursor(connection) as cursor:
         execute_again(connection, cursor, statement, types, sql, params)
-        return int(cursor.rowcount)
+        yield cursor
 
 
 def numbered_to_named(sql: str, types: list[str], connection: Any) -> str:
