@@ -34,7 +34,9 @@ def prepare(connection: Any, name: str, types: list[str], body: str) -> bool:
     connection.ensure_connection()
     if pooled(connection):
         return False
-    done = _prepared.setdefault(connection.connection, set())
+    done = _prepared.get(connection.connection)
+    if done is None:  # setdefault would make a set and a weak reference every call
+        done = _prepared[connection.connection] = set()
     if name not in done:
         with connection.cursor() as cursor:
             cursor.execute(f"PREPARE {name}({', '.join(types)}) AS {body}")

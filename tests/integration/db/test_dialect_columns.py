@@ -66,10 +66,10 @@ def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared(
 ) -> None:
     """``enqueue``'s INSERT (``postgres_inserts.insert_run``): a connection's first run
     goes as text (no PREPARE for a request that enqueues once), the next prepared; both
-    write what ``save()`` writes. Values Django would pass unchanged are sent as they
-    are (``_as_is``); the others here go through Django: a ``TextChoices`` member, an
-    integer, a duration, and every datetime with ``USE_TZ = False`` (stored as local
-    time)."""
+    write what ``save()`` writes. Values Django would pass unchanged are written into
+    the run's JSON document as they are (``_document_fields``); the others here go
+    through Django: a ``TextChoices`` member, a duration, and every datetime with
+    ``USE_TZ = False`` (stored as local time)."""
     settings.USE_TZ, settings.TIME_ZONE = use_tz, "Europe/Paris"
     now = FakeClock().now()
     parent = jobs.add.enqueue(1, 2)
@@ -110,18 +110,19 @@ def test_one_inserted_run_equals_a_run_saved_by_the_orm_as_text_and_prepared(
 
 
 def test_the_values_sent_as_they_are_are_only_those_django_would_not_change() -> None:
-    """``insert_run`` skips ``get_db_prep_save`` for a str, UUID or aware datetime of a
-    field in ``_as_is``: no such field may prepare its values itself, except
-    ``InstantField``, whose conversion applies only with ``USE_TZ = False``, which
-    ``_param`` checks. A new field class with its own preparation fails here."""
+    """``run_document`` skips ``get_db_prep_save`` for a str, int, UUID or aware
+    datetime of a field ``_document_fields`` gives a kind: no such field may prepare
+    its values itself, except ``InstantField``, whose conversion applies only with
+    ``USE_TZ = False``, which ``run_document`` checks. A new field class with its own
+    preparation fails here."""
     from django.db import models
 
     from django_durable_jobs.db.fields import InstantField
 
     bases = {models.CharField, models.TextField, models.UUIDField, models.DateTimeField}
-    for field, kinds in postgres_inserts._as_is():
-        if not kinds:
-            continue
+    bases |= {models.IntegerField, models.PositiveIntegerField}
+    fast = [f for f, _, _, kind in postgres_inserts._document_fields() if kind not in ("", "json")]
+    for field in fast:
         own = {
             name
             for klass in type(field).__mro__
@@ -132,11 +133,7 @@ def test_the_values_sent_as_they_are_are_only_those_django_would_not_change() ->
             if name in vars(klass)
         }
         assert own == set(), (field.name, own)
-    assert {f.name for f, kinds in postgres_inserts._as_is() if kinds} >= {
-        "id",
-        "job_name",
-        "created_at",
-    }
+    assert {f.name for f in fast} >= {"id", "job_name", "created_at", "priority"}
 
 
 @needs_postgres

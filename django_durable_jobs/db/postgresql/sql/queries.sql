@@ -92,8 +92,12 @@ AND NOT (queue = ANY(${queues}::text[]) OR job_name = ANY(${jobs}::text[]));
 
 -- insert_run --
 -- One run (`enqueue`), every column, prepared once per connection: planning a
--- 30-column INSERT and building Django's SQL for it cost more than running it.
-INSERT INTO {table} ({columns}) VALUES ({marks});
+-- 30-column INSERT and building Django's SQL for it cost more than running it. The
+-- columns come in one JSON object (inserts.py `run_document`): one text parameter,
+-- where one per column had psycopg's client-side cursor write each into the
+-- `EXECUTE` in Python (a third of an enqueue's Python).
+INSERT INTO {table} ({columns})
+SELECT {columns} FROM json_to_record($1::json) AS r({record});
 
 -- insert_runs --
 -- The runs of one `enqueue_many` call: what differs between them in one JSON array of
