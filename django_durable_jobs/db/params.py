@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from django.conf import settings
 from django.db.models import (
     CharField,
     DateTimeField,
@@ -93,7 +92,8 @@ _NAIVE_TEXT = frozenset({"sqlite", "mysql"})
 
 
 def _naive_utc(connection: Any) -> bool:
-    return connection.vendor in _NAIVE_TEXT and settings.USE_TZ and connection.timezone is UTC
+    # ``timezone`` is None without USE_TZ (Django clears it when the setting changes).
+    return connection.timezone is UTC and connection.vendor in _NAIVE_TEXT
 
 
 @lru_cache(maxsize=4096)
