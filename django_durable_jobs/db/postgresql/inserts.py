@@ -88,11 +88,11 @@ def run_document(run: JobRun, arguments: Arguments | None, connection: Any) -> s
 
 
 def _document_fields() -> list[tuple[Any, str, str, str]]:
-    """Each field of ``FIELDS``, its attribute and column, and how ``run_document`` writes its value
-    when it is of the exact type Django's ``get_db_prep_save`` returns unchanged on
-    PostgreSQL (``_kinds``; an integer for an integer field, which Django only wraps
-    for psycopg): as it is, a UUID as its text, an aware datetime in ISO 8601; any
-    other value through Django."""
+    """Each field of ``FIELDS``, its attribute and column, and how ``run_document``
+    writes its value when it is of the exact type Django's ``get_db_prep_save`` returns
+    unchanged on PostgreSQL (``_kinds``; an integer for an integer field, which Django
+    only wraps for psycopg): as it is, a UUID as its text, an aware datetime in ISO
+    8601; any other value through Django."""
     if not _DOCUMENT_FIELDS:
         for field in FIELDS:
             kinds = _kinds(field)
