@@ -219,26 +219,36 @@ class PeerResults:
         return None if value is None else float(value)
 
 
-def run_peers(peers: Sequence[Peer], n: int, nb: int, setup: bool) -> PeerResults:
-    """Every peer in turn (after our figures: they would compete for the machine)."""
+def prepare_peers(peers: Sequence[Peer], setup: bool) -> dict[str, str]:
+    """Make the peers' venvs (``setup.sh``) before anything is measured, so that the
+    peers run right after our figures; the peers that cannot run -> why."""
+    if not peers:
+        return {}
+    if not PEER_SCRIPTS.is_dir():
+        return {p.system: f"peer scripts not found at {PEER_SCRIPTS}" for p in peers}
+    return ensure_venvs(peers, setup=setup)
+
+
+def run_peers(peers: Sequence[Peer], n: int, nb: int, reasons: dict[str, str]) -> PeerResults:
+    """Every peer in turn, right after our table's figures (at once they would compete
+    for the machine; minutes later the machine is another one), pgqueuer's first: its
+    figures are the nearest to ours. The rows stay in ``peers``' order."""
     results = PeerResults()
     if not peers:
         return results
     from django.db import connections
 
     connections.close_all()
-    if not PEER_SCRIPTS.is_dir():
-        reasons = {p.system: f"peer scripts not found at {PEER_SCRIPTS}" for p in peers}
-    else:
-        reasons = ensure_venvs(peers, setup=setup)
-    for peer in peers:
+    rows: dict[str, Row] = {}
+    for peer in sorted(peers, key=lambda p: p.system != "pgqueuer"):
         if peer.system in reasons:
-            results.rows.append(Row(peer.system, system=peer.system, missing=reasons[peer.system]))
+            rows[peer.system] = Row(peer.system, system=peer.system, missing=reasons[peer.system])
             continue
         row, metrics = run_peer(peer, n, nb)
-        results.rows.append(row)
+        rows[peer.system] = row
         results.metrics[peer.system] = metrics
         for system, metric, label in PEER_EXTRAS:
             if system == peer.system and metric in metrics:
                 results.extras.append(f"{row.name}: {label} = {metrics[metric]:,.1f}")
+    results.rows.extend(rows[peer.system] for peer in peers)
     return results
