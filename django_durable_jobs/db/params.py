@@ -13,7 +13,6 @@ from typing import Any
 from django.db.models import (
     CharField,
     DateTimeField,
-    ForeignKey,
     IntegerField,
     TextField,
     UUIDField,
@@ -73,7 +72,7 @@ def _kind(field: Any) -> tuple[Any, ...]:
     target = field.target_field if field.is_relation else field
     if isinstance(field, (CharField, TextField)):
         return (str,)
-    if isinstance(field, IntegerField) and not isinstance(field, (AutoFieldMixin, ForeignKey)):
+    if isinstance(field, IntegerField) and not isinstance(field, AutoFieldMixin):
         return (int,)  # an auto field refuses 0 on MySQL
     if isinstance(target, DateTimeField):
         return (_INSTANT,)

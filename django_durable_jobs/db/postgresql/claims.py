@@ -135,11 +135,18 @@ def json_value(field: Any, value: Any, connection: Any, tz: bool) -> Any:
 
 
 def json_default(value: Any) -> Any:
+    """A column's value in a JSON document as PostgreSQL reads it back exactly: a
+    datetime in ISO 8601, a UUID as its text, a duration in microseconds."""
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)
-    raise TypeError(f"an outcome column's value of type {type(value).__name__} is not JSON")
+    if isinstance(value, timedelta):
+        return f"{value // _MICROSECOND} microseconds"
+    raise TypeError(f"a column's value of type {type(value).__name__} is not JSON")
+
+
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def outcome_arrays(finishes: Sequence[Finish], connection: Any) -> list[list[Any]]:

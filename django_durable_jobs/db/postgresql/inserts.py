@@ -79,7 +79,7 @@ def run_document(run: JobRun, arguments: Arguments | None, connection: Any) -> s
             values[column] = value.isoformat()
         elif kind is _JSON:
             values[column] = json_value(field, value, connection, tz)
-        else:  # the encoder's default writes the UUIDs, datetimes and durations
+        else:  # json_default writes the UUIDs, datetimes and durations
             values[column] = field.get_db_prep_save(value, connection)
     document = _RUN_ENCODER.encode(values)
     if not written:
@@ -98,7 +98,7 @@ def _document_fields() -> list[tuple[Any, str, str, str]]:
             kinds = _kinds(field)
             if isinstance(field, JSONField):
                 kind = _JSON
-            elif isinstance(field, IntegerField) and not field.is_relation:
+            elif isinstance(field, IntegerField):
                 kind = _INT
             elif kinds == (str,):
                 kind = _TEXT
@@ -116,16 +116,9 @@ _DOCUMENT_FIELDS: list[tuple[Any, str, str, str]] = []
 _TEXT, _INT, _UUID, _INSTANT, _JSON = "text", "int", "uuid", "instant", "json"
 
 
-def _run_default(value: Any) -> Any:
-    """``json_default``, and a duration as PostgreSQL's ``interval`` reads it exactly."""
-    if isinstance(value, timedelta):
-        return f"{value // _MICROSECOND} microseconds"
-    return json_default(value)
-
-
 #: ``run_document``'s encoder, made once (``json.dumps`` with options makes one a call).
 _RUN_ENCODER = json.JSONEncoder(
-    default=_run_default, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    default=json_default, ensure_ascii=False, allow_nan=False, separators=(",", ":")
 )
 
 

@@ -70,7 +70,10 @@ def test_each_parameter_is_what_django_would_send(use_tz: bool, settings: Any) -
             got = outcome(prepared, field, value)
             assert got == expected, (field.name, value)
             if expected[0] == "value":
-                assert type(got[1]) is type(expected[1]) or got[1] == expected[1]
+                # The same type too, but for the integer wrappers Django makes for
+                # psycopg (an int subclass), which PostgreSQL's own statements skip.
+                if connection.vendor != "postgresql":
+                    assert type(got[1]) is type(expected[1]), (field.name, value)
                 compared += 1
     assert compared > len(fields) * 5
 
