@@ -40,7 +40,7 @@ from .batching import Batching
 from .connections import close_broken_connections, fit_to_pool, keep_healthy
 from .execution import run_to_stop
 from .heartbeat import Heartbeat
-from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
+from .lane import AsyncLane, Waiting, is_async_run, lane_capacity, lane_threads
 from .options import WorkerOptions as WorkerOptions  # where runjobs and the tests import it
 from .outbox import Outbox
 from .outcome import Pending
@@ -185,13 +185,18 @@ class Worker(StopSignals):
             self._execute(self._backlog.pop(0))
             return True
         lane = self._lane
-        if lane is not None and not lane.free():
-            self.flush()  # the lane is full: record, claim nothing, wait for a slot
-            lane.wait(self.options.poll_interval.total_seconds())
-            return True
+        if lane is not None:
+            self._give_back_waiting(lane.overdue(time.monotonic()), "no slot freed meanwhile")
+            if not lane.free():
+                self.flush()  # the lane is full: record, claim nothing, wait for a slot
+                lane.wait(self.options.poll_interval.total_seconds())
+                return True
         pending = self._pending
         limit = self._next_batch(lane)
-        owner = str(LeaseOwner.new(self.options.worker_id, batch=limit > 1))
+        # A batch's lease (``LeaseOwner.batch``) for runs that may wait before they begin:
+        # several, or one claimed ahead of the lane's slots.
+        batch = limit > 1 or (lane is not None and lane.would_wait(limit))
+        owner = str(LeaseOwner.new(self.options.worker_id, batch=batch))
         if limit < 1:  # --max-runs: the async runs in hand are the last ones
             self.flush()
             if lane is not None:
@@ -245,9 +250,10 @@ class Worker(StopSignals):
             beat.drop(run.id)
             self._give_back_unexecuted(run)
             return
-        if not start_needs_record(run, owner):  # else recorded by ``_dispatch``
-            beat.begin(run.id)  # a batch's: recorded by the heartbeat if it still runs
-        lane.start(run, owner)
+        # A batch's start is recorded by the heartbeat if it still runs a while after
+        # it began (``Heartbeat.begin``, called by the lane as it begins), or was
+        # recorded by ``_dispatch``.
+        lane.start(run, owner, begin=not start_needs_record(run, owner))
 
     def _give_back_unexecuted(self, run: JobRun) -> None:
         """A database error before ``run`` executed: give it back at once instead of
@@ -294,7 +300,20 @@ class Worker(StopSignals):
                 released = release(run, self._owner, now=self.clock.now())
                 log.info("run released: run=%s claimed but not started (%s)", run.id, released)
         if self._lane is not None:
+            self._give_back_waiting(self._lane.unstarted(), "the worker stops")
             self._lane.drain(self.options.drain_timeout.total_seconds(), self._owner)
+
+    def _give_back_waiting(self, waiting: list[Waiting], why: str) -> None:
+        """Release runs claimed ahead that never began (no attempt used), for another
+        worker to take; on a database error their leases decide."""
+        for run, owner, _, _ in waiting:
+            if self._beat is not None:
+                self._beat.drop(run.id)
+            with contextlib.suppress(DatabaseError):
+                released = release(run, owner, now=self.clock.now())
+                log.info(
+                    "run released: run=%s claimed ahead, not begun: %s (%s)", run.id, why, released
+                )
 
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles)."""

@@ -260,3 +260,18 @@ async def async_start_recorded(ctx: Any, seconds: float = 0.0) -> bool:
     """Whether the worker recorded this attempt's start within ``seconds`` of its
     first step."""
     return bool(await ctx.step.run("recorded", start_recorded_within, ctx.run_id, seconds))
+
+
+#: ``async_concurrent``: how many of its runs execute at once in this process, and the most.
+CONCURRENT = {"now": 0, "most": 0}
+
+
+@job(name="tests.async_concurrent", retries=0)
+async def async_concurrent(ctx: Any, seconds: float) -> None:
+    """Waits ``seconds`` in a step, counting the runs of this job executing at once."""
+    CONCURRENT["now"] += 1
+    CONCURRENT["most"] = max(CONCURRENT["most"], CONCURRENT["now"])
+    try:
+        await ctx.step.run("wait", asyncio.sleep, seconds)
+    finally:
+        CONCURRENT["now"] -= 1

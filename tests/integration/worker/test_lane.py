@@ -61,8 +61,107 @@ def test_the_batch_grows_with_async_runs_and_never_past_the_free_slots(
         assert w.run() == 40
     sizes = [int(m) for m in re.findall(r"runs claimed: (\d+) in one round trip", caplog.text)]
     assert sizes and max(sizes) > 2  # it grew: 1, 2, 4, ...
-    assert max(sizes) <= 10 <= MAX_BATCH  # never more than the lane can start
+    # Never more than the lane can start, and the one run it may claim ahead.
+    assert max(sizes) <= 10 + 1 <= MAX_BATCH
     assert JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() == 40
+
+
+def test_a_lane_claims_ahead_while_its_runs_are_quick_and_never_executes_past_its_slots(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 runs of 20 ms through 10 slots: the worker claims runs ahead of the slots
+    (more handed over than the lane has slots), yet no more than 10 execute at once."""
+    async_jobs.CONCURRENT.update(now=0, most=0)
+    for _ in range(200):
+        async_jobs.async_concurrent.enqueue(0.02)
+    ahead: list[bool] = []
+    start = AsyncLane.start
+
+    def start_and_look(self: AsyncLane, run: JobRun, owner: str, *, begin: bool = True) -> None:
+        start(self, run, owner, begin=begin)
+        ahead.append(self.would_wait(0))  # handed over past its slots
+
+    monkeypatch.setattr(AsyncLane, "start", start_and_look)
+    assert worker(clock, async_concurrency=10).run() == 200
+    assert JobRun.objects.filter(status=RunStatus.SUCCEEDED, attempt=1).count() == 200
+    assert any(ahead)
+    assert async_jobs.CONCURRENT["most"] == 10
+
+
+def _one_slot_taken_one_run_ahead(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Worker, AsyncLane, JobRun, JobRun]:
+    """A worker whose one-slot lane executes a long run while a run claimed ahead waits:
+    a quick run freed the slot first (counted for ``AHEAD_WINDOW``, made a minute)."""
+    monkeypatch.setattr(lane, "AHEAD_WINDOW", 60.0)
+    w = worker(clock, async_concurrency=1, poll_interval=timedelta(milliseconds=200))
+    the_lane = w._make_lane(1, lane_threads(1))
+    assert the_lane is not None
+    w._waker, w._lane = make_waker(), the_lane
+    async_jobs.async_io.enqueue(0.0, tag="-quick")
+    assert w.run_once()
+    assert the_lane.wait(10, until_empty=True)
+    long = async_jobs.async_io.using(priority=5).enqueue(4.0, tag="-long")
+    later = async_jobs.async_io.enqueue(0.0, tag="-later")
+    assert the_lane.free() == 2  # its slot, and one ahead
+    w._batching.size = 2
+    assert w.run_once()
+    assert the_lane.would_wait(0)  # the later run waits for the slot
+    assert JobRun.objects.get(pk=later.pk).status == RunStatus.RUNNING
+    return w, the_lane, long, later
+
+
+def test_a_run_claimed_ahead_that_waits_too_long_is_given_back_unused_and_not_claimed_again(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs in flight became slow: after ``AHEAD_PATIENCE`` the run claimed ahead
+    is given back (another worker may have room) without using an attempt, and the
+    worker claims none ahead until its slot frees; then it executes it."""
+    monkeypatch.setattr(lane, "AHEAD_PATIENCE", 0.3)
+    w, the_lane, long, later = _one_slot_taken_one_run_ahead(clock, monkeypatch)
+    waker = w._waker
+    assert waker is not None
+    try:
+        deadline = time.monotonic() + 2.0
+        while the_lane.would_wait(0) and time.monotonic() < deadline:
+            w.run_once()  # each waits for room at most ``AHEAD_PATIENCE``
+        for _ in range(3):  # the slot is still taken: none claimed ahead again
+            w.run_once()
+        row = JobRun.objects.get(pk=later.pk)
+        assert (row.status, row.attempt, row.lease_owner) == (RunStatus.QUEUED, 0, "")
+        assert JobRun.objects.get(pk=long.pk).status == RunStatus.RUNNING
+        assert not Effect.objects.filter(name="touch-later").exists()
+        assert the_lane.wait(10, until_empty=True)  # the long run ends
+        assert w.run_once()  # now claimed into the free slot
+        assert the_lane.wait(10, until_empty=True)
+        w.flush()
+    finally:
+        w._let_go()
+        waker.close()
+        w._heartbeat().stop()
+    rows = JobRun.objects.filter(pk__in=[long.pk, later.pk])
+    assert set(rows.values_list("status", "attempt")) == {(RunStatus.SUCCEEDED, 1)}
+    assert Effect.objects.filter(name="touch-later").count() == 1
+
+
+def test_runs_claimed_ahead_are_given_back_unused_when_the_worker_stops(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run claimed ahead never began: released as it was, while the run in flight
+    is drained to its end."""
+    w, _, long, later = _one_slot_taken_one_run_ahead(clock, monkeypatch)
+    waker = w._waker
+    assert waker is not None
+    try:
+        w._let_go()  # the worker stops
+    finally:
+        waker.close()
+        w._heartbeat().stop()
+    row = JobRun.objects.get(pk=later.pk)
+    assert (row.status, row.attempt, row.lease_owner) == (RunStatus.QUEUED, 0, "")
+    assert not Effect.objects.filter(name="touch-later").exists()
+    row = JobRun.objects.get(pk=long.pk)
+    assert (row.status, row.attempt) == (RunStatus.SUCCEEDED, 1)
 
 
 def test_a_run_that_stopped_frees_its_slot_before_its_outcome_is_recorded(
