@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import conf
 from django_durable_jobs.db import dialect
+from django_durable_jobs.db.claims import requeue_expired
 from django_durable_jobs.db.leases import LAPSED
 from django_durable_jobs.engine.clock import FakeClock
 from django_durable_jobs.models import JobRun, RunStatus, StepRecord
@@ -93,8 +95,9 @@ def test_a_lane_claims_ahead_while_its_runs_are_quick_and_never_executes_past_it
 def _one_slot_taken_one_run_ahead(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Worker, AsyncLane, JobRun, JobRun]:
-    """A worker whose one-slot lane executes a long run while a run claimed ahead waits:
-    a quick run freed the slot first (counted for ``AHEAD_WINDOW``, made a minute).
+    """A worker whose one-slot lane executes a long run while a run claimed ahead, alone,
+    waits: a quick run freed the slot first (counted for ``AHEAD_WINDOW``, made a
+    minute).
     Their jobs use no connection of their own: with Django's pool the lane's threads
     may hold all there are (``fit_to_pool``)."""
     monkeypatch.setattr(lane, "AHEAD_WINDOW", 60.0)
@@ -106,15 +109,17 @@ def _one_slot_taken_one_run_ahead(
     async_jobs.async_concurrent.enqueue(0.0)
     assert w.run_once()
     assert the_lane.wait(10, until_empty=True)
-    long = async_jobs.async_concurrent.using(priority=5).enqueue(4.0)
-    later = async_jobs.async_concurrent.enqueue(0.0)
+    long = async_jobs.async_concurrent.enqueue(4.0)
     assert the_lane.free() == 2  # its slot, and one ahead
-    w._batching.size = 2
-    assert w.run_once()
+    w._batching.size = 1
+    assert w.run_once()  # the long run, alone
     deadline = time.monotonic() + 10
     while not async_jobs.CONCURRENT["now"] and time.monotonic() < deadline:
-        time.sleep(0.01)  # the loop begins the long run
+        time.sleep(0.01)  # the loop begins it
     assert async_jobs.CONCURRENT["now"] == 1
+    later = async_jobs.async_concurrent.enqueue(0.0)
+    assert the_lane.free() == 1  # one ahead
+    assert w.run_once()  # a claim of one run, ahead of the slots
     assert the_lane.would_wait(0)  # the later run waits for the slot
     assert JobRun.objects.get(pk=later.pk).status == RunStatus.RUNNING
     return w, the_lane, long, later
@@ -171,6 +176,36 @@ def test_runs_claimed_ahead_are_given_back_unused_when_the_worker_stops(
     assert not StepRecord.objects.filter(run_id=later.pk).exists()
     row = JobRun.objects.get(pk=long.pk)
     assert (row.status, row.attempt) == (RunStatus.SUCCEEDED, 1)
+
+
+def test_a_run_claimed_ahead_keeps_its_attempt_when_its_worker_dies_before_it_began(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claimed ahead, it is a batch's (``LeaseOwner.batch``): the run in flight had its
+    start recorded and loses its attempt with the worker; the run that waited keeps its
+    own (``requeue_expired``), as a batch's sync runs not yet begun do."""
+    w, the_lane, long, later = _one_slot_taken_one_run_ahead(clock, monkeypatch)
+    waker = w._waker
+    assert waker is not None
+    try:
+        began = JobRun.objects.filter(pk=long.pk, attempt_started_by=F("lease_owner"))
+        deadline = time.monotonic() + 10
+        while not began.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the heartbeat records its start a moment after it began
+        assert began.exists()
+        assert JobRun.objects.get(pk=later.pk).lease_owner.endswith("+")
+        w._heartbeat().stop()  # the worker dies here: nothing renews the leases
+        clock.advance(w.lease + timedelta(seconds=1))
+        assert requeue_expired(now=clock.now()) == 2
+    finally:
+        the_lane.unstarted()
+        the_lane.abandon()
+        the_lane.wait(10, until_empty=True)
+        the_lane.close()
+        waker.close()
+    assert JobRun.objects.get(pk=long.pk).attempt == 1
+    row = JobRun.objects.get(pk=later.pk)
+    assert (row.status, row.attempt, row.lease_owner) == (RunStatus.QUEUED, 0, "")
 
 
 def test_a_run_that_stopped_frees_its_slot_before_its_outcome_is_recorded(
