@@ -135,6 +135,9 @@ class AsyncLane:
         self._freed: deque[float] = deque(maxlen=max(capacity // AHEAD_SHARE, 1))
         #: Set when the worker stops: no run begins from then on.
         self._closed = False
+        #: Whether a ``_fill`` is already on its way to the loop: the runs of one claim
+        #: wake the loop once (each wake-up is a write to its socket).
+        self._filling = False
         self._changed = threading.Condition()
         #: Outcomes waiting for the recorder, and whether it is at work.
         self._outcomes: list[tuple[Pending, str, asyncio.Future[None]]] = []
@@ -190,7 +193,9 @@ class AsyncLane:
         with self._changed:
             # Counted at once: the next claim must see it in hand.
             self._waiting.append(Waiting(run, owner, begin, time.monotonic()))
-        self._loop.call_soon_threadsafe(self._fill)
+            wake, self._filling = not self._filling, True
+        if wake:
+            self._loop.call_soon_threadsafe(self._fill)
 
     def wait(self, seconds: float, *, until_empty: bool = False) -> bool:
         """Wait until there is room for a run to claim (or every run finished); False on
@@ -329,6 +334,7 @@ class AsyncLane:
         """Begin the runs waiting, in their order, while a slot is free (on the loop:
         a run claimed ahead begins as soon as a run in flight stops)."""
         with self._changed:
+            self._filling = False
             begun: list[Waiting] = []
             while self._waiting and not self._closed and self._executing() < self.capacity:
                 waiting = self._waiting.popleft()
