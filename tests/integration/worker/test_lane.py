@@ -93,13 +93,12 @@ def test_a_lane_claims_ahead_while_its_runs_are_quick_and_never_executes_past_it
 
 
 def _one_slot_taken_one_run_ahead(
-    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch, seconds: float = 3.0
 ) -> tuple[Worker, AsyncLane, JobRun, JobRun]:
-    """A worker whose one-slot lane executes a long run while a run claimed ahead, alone,
-    waits: a quick run freed the slot first (counted for ``AHEAD_WINDOW``, made a
-    minute).
-    Their jobs use no connection of their own: with Django's pool the lane's threads
-    may hold all there are (``fit_to_pool``)."""
+    """A worker whose one-slot lane executes a run of ``seconds`` while a run claimed
+    ahead, alone, waits: a quick run freed the slot first (counted for ``AHEAD_WINDOW``,
+    made a minute). Their jobs use no connection of their own: with Django's pool the
+    lane's threads may hold all there are (``fit_to_pool``)."""
     monkeypatch.setattr(lane, "AHEAD_WINDOW", 60.0)
     async_jobs.CONCURRENT.update(now=0, most=0)
     w = worker(clock, async_concurrency=1, poll_interval=timedelta(milliseconds=200))
@@ -109,7 +108,7 @@ def _one_slot_taken_one_run_ahead(
     async_jobs.async_concurrent.enqueue(0.0)
     assert w.run_once()
     assert the_lane.wait(10, until_empty=True)
-    long = async_jobs.async_concurrent.enqueue(4.0)
+    long = async_jobs.async_concurrent.enqueue(seconds)
     assert the_lane.free() == 2  # its slot, and one ahead
     w._batching.size = 1
     assert w.run_once()  # the long run, alone
@@ -163,7 +162,7 @@ def test_runs_claimed_ahead_are_given_back_unused_when_the_worker_stops(
 ) -> None:
     """The run claimed ahead never began: released as it was, while the run in flight
     is drained to its end."""
-    w, _, long, later = _one_slot_taken_one_run_ahead(clock, monkeypatch)
+    w, _, long, later = _one_slot_taken_one_run_ahead(clock, monkeypatch, seconds=1.0)
     waker = w._waker
     assert waker is not None
     try:
