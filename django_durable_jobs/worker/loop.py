@@ -12,7 +12,6 @@ leases of every run in hand; every write for a run is fenced by its lease.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -24,7 +23,6 @@ from ..db import conflicts, faults
 from ..db.claims import (
     let_go_expired_cancelled,
     record_starts,
-    release,
     requeue_expired,
     start_needs_record,
 )
@@ -39,8 +37,9 @@ from ..verbs.waking import wake_late
 from .batching import Batching
 from .connections import close_broken_connections, fit_to_pool, keep_healthy
 from .execution import run_to_stop
+from .give_back import give_back_unbegun, give_back_unexecuted, release_afresh
 from .heartbeat import Heartbeat
-from .lane import AsyncLane, Waiting, is_async_run, lane_capacity, lane_threads
+from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
 from .options import WorkerOptions as WorkerOptions  # where runjobs and the tests import it
 from .outbox import Outbox
 from .outcome import Pending
@@ -186,7 +185,10 @@ class Worker(StopSignals):
             return True
         lane = self._lane
         if lane is not None:
-            self._give_back_waiting(lane.overdue(time.monotonic()), "no slot freed meanwhile")
+            overdue = ((waiting.run, waiting.owner) for waiting in lane.overdue(time.monotonic()))
+            give_back_unbegun(
+                overdue, self._beat, self.clock, "claimed ahead, not begun: no slot freed meanwhile"
+            )
             if not lane.free():
                 self.flush()  # the lane is full: record, claim nothing, wait for a slot
                 lane.wait(self.options.poll_interval.total_seconds())
@@ -248,23 +250,12 @@ class Worker(StopSignals):
             faults.hit("claim.after", conf.database())
         except DatabaseError:
             beat.drop(run.id)
-            self._give_back_unexecuted(run)
+            give_back_unexecuted(run, self._owner, self.clock)
             return
         # A batch's start is recorded by the heartbeat if it still runs a while after
         # it began (``Heartbeat.begin``, called by the lane as it begins), or was
         # recorded by ``_dispatch``.
         lane.start(run, owner, begin=not start_needs_record(run, owner))
-
-    def _give_back_unexecuted(self, run: JobRun) -> None:
-        """A database error before ``run`` executed: give it back at once instead of
-        letting its lease expire, which would count an attempt that never was
-        (X_ATTEMPTS_EXHAUSTED)."""
-        with contextlib.suppress(DatabaseError):  # still down: the lease decides
-            log.warning(
-                "run released: run=%s database error before it executed (released=%s)",
-                run.id,
-                self._release(run),
-            )
 
     def _next_batch(self, lane: AsyncLane | None) -> int:
         """How many runs the next claim may take (``batching``): the lane's free slots
@@ -293,27 +284,14 @@ class Worker(StopSignals):
         """Stopping: release the sync runs never started, let the async ones finish
         (until the drain time-out, then cancel and release them)."""
         backlog, self._backlog = self._backlog, []
-        for run in backlog:
-            if self._beat is not None:
-                self._beat.drop(run.id)
-            with contextlib.suppress(DatabaseError):
-                released = release(run, self._owner, now=self.clock.now())
-                log.info("run released: run=%s claimed but not started (%s)", run.id, released)
+        kept = [(run, self._owner) for run in backlog]
+        give_back_unbegun(kept, self._beat, self.clock, "claimed but not started")
         if self._lane is not None:
-            self._give_back_waiting(self._lane.unstarted(), "the worker stops")
+            ahead = [(waiting.run, waiting.owner) for waiting in self._lane.unstarted()]
+            give_back_unbegun(
+                ahead, self._beat, self.clock, "claimed ahead, not begun: the worker stops"
+            )
             self._lane.drain(self.options.drain_timeout.total_seconds(), self._owner)
-
-    def _give_back_waiting(self, waiting: list[Waiting], why: str) -> None:
-        """Release runs claimed ahead that never began (no attempt used), for another
-        worker to take; on a database error their leases decide."""
-        for run, owner, _, _ in waiting:
-            if self._beat is not None:
-                self._beat.drop(run.id)
-            with contextlib.suppress(DatabaseError):
-                released = release(run, owner, now=self.clock.now())
-                log.info(
-                    "run released: run=%s claimed ahead, not begun: %s (%s)", run.id, why, released
-                )
 
     def flush(self) -> None:
         """Record the outcome still held (before the worker stops or idles)."""
@@ -376,14 +354,14 @@ class Worker(StopSignals):
                 interrupt=beat.interruption_for(run.id),
             )
         except StopNow:
-            released = self._release(run)
+            released = release_afresh(run, self._owner, self.clock)
             log.warning("run released: run=%s stopping at once (released=%s)", run.id, released)
             self.stopping.set()
             return
         except DatabaseError:
             # Outside the attempt (its first read, the engine's setup): nothing of the job
             # ran.
-            self._give_back_unexecuted(run)
+            give_back_unexecuted(run, self._owner, self.clock)
             raise
         finally:
             self._in_hand = self._guard = None
@@ -399,17 +377,6 @@ class Worker(StopSignals):
             record_starts([run.pk], self._owner)
         else:
             beat.begin(run.id)
-
-    def _release(self, run: JobRun) -> bool:
-        try:
-            return release(run, self._owner, now=self.clock.now())
-        except DatabaseError:  # the stop or the fault cut the connection: once more, afresh
-            # A query torn by the stop can leave a connection that answers a ping but not
-            # a query (MySQL: "Commands out of sync"): drop it whatever it says.
-            with contextlib.suppress(DatabaseError):
-                connections[conf.database()].close()
-            close_broken_connections()
-            return release(run, self._owner, now=self.clock.now())
 
 
 #: A sync run that takes longer (seconds) makes the next claim take one run.

@@ -225,13 +225,13 @@ def test_a_second_stop_signal_does_not_tear_the_release_of_the_run_in_hand(
     query left the connection "out of sync"), the worker died and the run stayed
     running until its lease ran out."""
     from django_durable_jobs.db.claims import release as real_release
-    from django_durable_jobs.worker import loop
+    from django_durable_jobs.worker import give_back
 
     def release_signalled_again(*args: Any, **kwargs: Any) -> bool:
         os.kill(os.getpid(), signal.SIGUSR2)  # the watcher's signal, mid-release
         return real_release(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "release", release_signalled_again)
+    monkeypatch.setattr(give_back, "release", release_signalled_again)
     run = hostile_jobs.abandoned.enqueue()
     subject = worker(clock)
     saved = {signum: signal.getsignal(signum) for signum in _WORKER_SIGNALS}
