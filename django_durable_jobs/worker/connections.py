@@ -17,11 +17,14 @@ whose child would otherwise share the parent's open connections.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 
 log = logging.getLogger("django_durable_jobs.worker")
+T = TypeVar("T")
 
 
 def keep_healthy(jobs_alias: str) -> None:
@@ -48,6 +51,28 @@ def close_broken_connections() -> None:
     close_old_connections()
     for connection in connections.all(initialized_only=True):
         connection.close_if_unusable_or_obsolete()
+
+
+def on_connection(work: Callable[[], T]) -> T:
+    """``work`` on an async lane's database thread; a connection it broke is dropped
+    (this thread then reconnects on its next query), whether the error was raised or,
+    as the batched step writes do, handed back per record: kept, a cut connection
+    failed every later run that this thread served ("the connection is closed")."""
+    try:
+        return work()
+    finally:
+        if any(c.errors_occurred for c in connections.all(initialized_only=True)):
+            close_broken_connections()
+
+
+def as_unit_of_work(work: Callable[[], T]) -> T:
+    """A sync step function on an async lane's step thread, as Django serves a
+    request: the connections it opened are closed after it when ``CONN_MAX_AGE`` says
+    so (given back to Django's pool), or when an error made them unusable."""
+    try:
+        return work()
+    finally:
+        close_old_connections()
 
 
 def close_pools() -> None:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from .. import conf
 from ..db.claims import release
@@ -51,11 +51,12 @@ from ..engine.core import Interrupt
 from ..engine.records import RecordedStep, StepStore
 from ..exceptions import UnknownJob
 from ..models import JobRun
-from .connections import close_broken_connections
+from .connections import as_unit_of_work, on_connection
 from .daemon_threads import DaemonThreads
 from .execution import arun_to_stop
 from .outcome import Pending
 from .recording import record_all
+from .write_batches import WriteBatches
 
 log = logging.getLogger("django_durable_jobs.worker")
 T = TypeVar("T")
@@ -139,12 +140,13 @@ class AsyncLane:
         #: wake the loop once (each wake-up is a write to its socket).
         self._filling = False
         self._changed = threading.Condition()
-        #: Outcomes waiting for the recorder, and whether it is at work.
-        self._outcomes: list[tuple[Pending, str, asyncio.Future[None]]] = []
-        self._recording: asyncio.Task[None] | None = None
-        #: Step records waiting for the step writer, and whether it is at work.
-        self._steps: list[tuple[StepStore, RecordedStep, asyncio.Future[None]]] = []
-        self._writing: asyncio.Task[None] | None = None
+        #: Outcomes, and step records, written together as runs reach them.
+        self._outcomes: WriteBatches[tuple[Pending, str]] = WriteBatches(
+            self._loop, self._record_batch
+        )
+        self._steps: WriteBatches[tuple[StepStore, RecordedStep]] = WriteBatches(
+            self._loop, self._put_batch
+        )
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="durable-jobs-async", daemon=True
         )
@@ -270,11 +272,11 @@ class AsyncLane:
     # -- the loop's side -------------------------------------------------------
     async def io(self, work: Callable[[], T]) -> T:
         """Database work (and sync step functions) on the lane's connection threads."""
-        return await self._loop.run_in_executor(self._db, _on_connection, work)
+        return await self._loop.run_in_executor(self._db, on_connection, work)
 
     async def call(self, work: Callable[[], T]) -> T:
         """A sync step function, on the lane's step threads (``_calls``)."""
-        return await self._loop.run_in_executor(self._calls, _as_unit_of_work, work)
+        return await self._loop.run_in_executor(self._calls, as_unit_of_work, work)
 
     def put(self, store: StepStore, record: RecordedStep) -> asyncio.Future[None]:
         """Write a step record: the future is done once it is stored (or refused). The
@@ -282,53 +284,28 @@ class AsyncLane:
         next statement (``put_many``): with 100 runs in flight, a commit each made every
         one wait for the others' disk flushes. A future, not a coroutine: the step
         awaits it without a task of its own (``AsyncSteps._do``)."""
-        done = self._loop.create_future()
-        self._steps.append((store, record, done))
-        if self._writing is None:  # kept here: the loop holds tasks only weakly
-            self._writing = self._loop.create_task(self._writer())
-        return done
+        return self._steps.add((store, record))
 
-    async def _writer(self) -> None:
+    async def _put_batch(
+        self, items: list[tuple[StepStore, RecordedStep]]
+    ) -> list[Exception | None]:
         try:
-            while self._steps:
-                batch, self._steps = self._steps, []
-                items = [(store, record) for store, record, _ in batch]
-                try:
-                    errors = await self.io(functools.partial(put_many, items))
-                except Exception as exc:  # the connection, say: no record of the batch landed
-                    errors = [exc] * len(batch)
-                for (_, _, done), error in zip(batch, errors, strict=True):
-                    if done.done():
-                        continue
-                    if error is None:
-                        done.set_result(None)
-                    else:
-                        done.set_exception(error)
-        finally:
-            self._writing = None
+            return await self.io(functools.partial(put_many, items))
+        except Exception as exc:  # the connection, say: no record of the batch landed
+            return [exc] * len(items)
 
     async def _record(self, pending: Pending, owner: str) -> None:
         """Record ``pending``; the outcomes of runs that stop while the recorder is busy
         are written together with its next transaction (``record_all``)."""
-        done = self._loop.create_future()
-        self._outcomes.append((pending, owner, done))
-        if self._recording is None:  # kept here: the loop holds tasks only weakly
-            self._recording = self._loop.create_task(self._recorder())
-        await asyncio.shield(done)  # the outcome is written even if this run is cancelled
+        # The outcome is written even if this run is cancelled.
+        await asyncio.shield(self._outcomes.add((pending, owner)))
 
-    async def _recorder(self) -> None:
+    async def _record_batch(self, outcomes: list[tuple[Pending, str]]) -> list[Exception | None]:
         try:
-            while self._outcomes:
-                batch, self._outcomes = self._outcomes, []
-                outcomes = [(pending, owner) for pending, owner, _ in batch]
-                try:
-                    await self.io(functools.partial(record_all, outcomes))
-                except Exception:  # the lease decides: a run not recorded is taken over
-                    log.exception("run outcomes: the recorder failed (%d runs)", len(batch))
-                for _, _, done in batch:
-                    done.set_result(None)
-        finally:
-            self._recording = None
+            await self.io(functools.partial(record_all, outcomes))
+        except Exception:  # the lease decides: a run not recorded is taken over
+            log.exception("run outcomes: the recorder failed (%d runs)", len(outcomes))
+        return [None] * len(outcomes)
 
     def _fill(self) -> None:
         """Begin the runs waiting, in their order, while a slot is free (on the loop:
@@ -386,31 +363,11 @@ class AsyncLane:
             self.leases.drop(run.id)
             with self._changed:
                 self._tasks.pop(run.id, None)
+                freed = run.id not in self._stopped  # else freed when it stopped
                 self._stopped.discard(run.id)
                 self._changed.notify_all()
-            self._fill()
-
-
-def _on_connection(work: Callable[[], T]) -> T:
-    """``work`` on a lane thread; a connection it broke is dropped (this thread then
-    reconnects on its next query), whether the error was raised or, as the batched
-    step writes do, handed back per record: kept, a cut connection failed every later
-    run that this thread served ("the connection is closed")."""
-    try:
-        return work()
-    finally:
-        if any(c.errors_occurred for c in connections.all(initialized_only=True)):
-            close_broken_connections()
-
-
-def _as_unit_of_work(work: Callable[[], T]) -> T:
-    """A sync step function on a step thread, as Django serves a request: the
-    connections it opened are closed after it when ``CONN_MAX_AGE`` says so (given
-    back to Django's pool), or when an error made them unusable."""
-    try:
-        return work()
-    finally:
-        close_old_connections()
+            if freed:
+                self._fill()
 
 
 def is_async_run(run: JobRun) -> bool:
