@@ -72,10 +72,13 @@ class DaemonThreads(Executor):
                 thread.start()
         return future
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+    def shutdown(
+        self, wait: bool = True, *, cancel_futures: bool = False, patience: float | None = None
+    ) -> None:
         """No more calls; each thread closes (``on_exit``) once its call returns.
         ``wait`` waits up to 5 s for the idle threads to close, and up to ``patience``
-        seconds for the calls still running: one that hangs longer is not waited for."""
+        seconds (default: the one given at creation) for the calls still running: one
+        that hangs longer is not waited for."""
         with self._lock:
             self._closed = True
             if cancel_futures:
@@ -92,7 +95,7 @@ class DaemonThreads(Executor):
                 self._calls.put(None)
         if wait:
             _join(idle, 5)
-            _join(busy, self._patience)
+            _join(busy, self._patience if patience is None else patience)
         with self._lock:
             hung = len(self._busy)
         if hung:

@@ -255,18 +255,25 @@ class AsyncLane:
         to ``RELEASE_PATIENCE``), and close."""
         if self.in_flight():
             log.info("worker %s: waiting for %d async run(s)", owner, self.in_flight())
-        if not self.wait(seconds, until_empty=True):
-            self.abandon()
-            self.wait(max(seconds, self.RELEASE_PATIENCE), until_empty=True)
-        self.close()
+        if self.wait(seconds, until_empty=True):
+            self.close()
+            return
+        self.abandon()
+        released = self.wait(max(seconds, self.RELEASE_PATIENCE), until_empty=True)
+        # A release that did not land in that time waits on a database call that does
+        # not return (a lock held by someone's long transaction, a migration): that call
+        # has had its patience, so the worker exits now instead of DB_PATIENCE later.
+        self.close(db_patience=None if released else 0.0)
 
-    def close(self) -> None:
+    def close(self, db_patience: float | None = None) -> None:
+        """Stop the loop and the lane's threads; database calls still running get
+        ``db_patience`` seconds (default ``DB_PATIENCE``) to return."""
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         # Each thread closes its connections as it ends; one whose call still runs (a
         # query waiting for a lock, a step function hung past its timeout) is not
         # waited for.
-        self._db.shutdown(wait=True)
+        self._db.shutdown(wait=True, patience=db_patience)
         self._calls.shutdown(wait=True)
 
     # -- the loop's side -------------------------------------------------------

@@ -179,10 +179,14 @@ def test_a_write_stuck_on_a_lock_does_not_keep_a_stopped_worker_from_exiting(
     worker = workers.start("stuck", "--drain-timeout", "1s")
     workers.wait_started(worker)
     run = async_jobs.async_io.enqueue(3.0, tag="stuck")
+    # Its record, not only its side effect: a "touch" whose record waited for the lock
+    # would run again in the next worker, as any step whose record never landed does.
     wait_until(
-        lambda: Effect.objects.filter(name="touchstuck").exists(),
+        lambda: StepRecord.objects.filter(
+            run_id=run.pk, name="touch", status=StepStatus.COMPLETED
+        ).exists(),
         timeout=60,
-        what="the run's first step",
+        what="the run's first step's record",
         workers=[worker],
     )
     import psycopg

@@ -111,3 +111,25 @@ def test_shutdown_gives_the_calls_still_running_its_patience(
     pool.shutdown(wait=True)  # returns once the call did and its thread closed
     assert slow.done() and exits.count == 1
     assert "stuck" not in caplog.text
+
+
+def test_shutdown_can_give_less_patience_than_the_pools(caplog: pytest.LogCaptureFixture) -> None:
+    """The lane's close after its runs' releases timed out: the call that held them has
+    had its time."""
+    exits = Exits()
+    pool = DaemonThreads(
+        1, name="test-no-patience", on_exit=exits, stuck="%d call(s) stuck", patience=30
+    )
+    release = threading.Event()
+    hung = pool.submit(release.wait, 30)
+    deadline = time.monotonic() + 30
+    while not hung.running() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    started = time.monotonic()
+    pool.shutdown(wait=True, patience=0)
+    waited = time.monotonic() - started
+    assert not hung.done() and exits.count == 0
+    assert "1 call(s) stuck" in caplog.text
+    assert waited < 30  # not the pool's patience
+    release.set()
+    assert hung.result(timeout=30) is True
