@@ -204,13 +204,17 @@ class Heartbeat(threading.Thread):
         renewed = renew_held(
             held, now=now, lease=self.lease, started=started or (), skip_locked=True
         )
-        if renewed == len(held):
-            with self._lock:
+        with self._lock:
+            if renewed == len(held):
                 self._renewed.update(dict.fromkeys(held, time.monotonic()))
-            return set(held)
+                return set(held)
+            # Not those whose outcome was recorded meanwhile (dropped): with many runs
+            # in flight most of the runs not renewed are these, and a look at each cost
+            # more than the renewal.
+            unsure = [run_id for run_id, owner in held.items() if self._held.get(run_id) == owner]
         rows = (
             JobRun.objects.using(conf.database())
-            .filter(pk__in=list(held))
+            .filter(pk__in=unsure)
             # Renewed just now (running, ours, the lease it wrote): nothing to learn.
             .exclude(
                 lease_expires_at=until,
@@ -235,7 +239,7 @@ class Heartbeat(threading.Thread):
                 elif status in {RunStatus.RUNNING, RunStatus.QUEUED}:  # taken over
                     log.warning("run %s: lease lost (status %s)", run_id, status)
                 # else its outcome was recorded just now, before it was dropped
-        ours = held.keys() - left
+        ours = set(unsure) - left
         with self._lock:
             renewed_at = time.monotonic()
             for run_id in ours:

@@ -11,15 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 import pytest
 from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 
+from django_durable_jobs.db import claims
 from django_durable_jobs.db.claims import claim
 from django_durable_jobs.db.leases import LeaseOwner
 from django_durable_jobs.engine.clock import FakeClock
-from django_durable_jobs.models import JobRun
+from django_durable_jobs.models import JobRun, RunStatus
+from django_durable_jobs.worker import heartbeat
 from django_durable_jobs.worker.heartbeat import Heartbeat
 from tests.testapp import jobs
 
@@ -116,3 +120,33 @@ def test_a_beat_names_the_run_another_worker_took_over_and_renews_the_rest(
     kept.refresh_from_db()
     assert kept.lease_expires_at == clock.now() + LEASE
     assert JobRun.objects.get(pk=lost.pk).lease_owner == "w-other"
+
+
+def test_a_beat_does_not_look_up_a_run_whose_outcome_was_recorded_while_it_renewed(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With many runs in flight, most of those a beat does not renew are runs that
+    finished between its look at what it holds and its statement: the worker has let
+    go of them, and a look at each cost more than the renewal."""
+    _, (done, kept), beat = two_runs_in_hand(clock)
+    renew = claims.renew_held
+
+    def outcome_recorded_meanwhile(*args: Any, **kwargs: Any) -> int:
+        JobRun.objects.filter(pk=done.pk).update(
+            status=RunStatus.SUCCEEDED, lease_owner="", lease_expires_at=None
+        )
+        beat.drop(done.pk)
+        return renew(*args, **kwargs)
+
+    monkeypatch.setattr(heartbeat, "renew_held", outcome_recorded_meanwhile)
+    clock.advance(timedelta(seconds=20))
+    with CaptureQueriesContext(connections["default"]) as queries:
+        beat.beat()
+    looks = [
+        query["sql"]
+        for query in queries.captured_queries
+        if query["sql"].startswith("SELECT") and "FOR UPDATE" not in query["sql"]
+    ]
+    assert len(looks) == 1  # at the run still in hand, as before
+    assert kept.pk.hex in looks[0].replace("-", "")
+    assert done.pk.hex not in looks[0].replace("-", "")
