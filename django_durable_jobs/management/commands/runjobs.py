@@ -13,6 +13,7 @@ from ...engine.durations import parse_duration
 from ...engine.serialization import unstorable
 from ...exceptions import InvalidDuration
 from ...models import JobRun
+from ...worker import collector
 from ...worker.loop import WorkerOptions
 from ...worker.startup import import_urlconf, log_jobs, refuse_unmigrated
 from ...worker.supervisor import run_workers
@@ -110,6 +111,7 @@ class Command(BaseCommand):
         }
         if options["worker_id"] is not None:
             values["worker_id"] = options["worker_id"]
+        collector.tune()  # start-up is done: what it left lives as long as the process
         code = run_workers(WorkerOptions(**values))
         if code:
             raise SystemExit(code)
