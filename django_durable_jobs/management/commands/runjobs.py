@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -21,6 +22,14 @@ from ...worker.supervisor import run_workers
 
 class Command(BaseCommand):
     help = "Run durable jobs: claim runnable runs and execute them."
+    #: Whether this process was started to run the worker (``run_from_argv``), not a
+    #: ``call_command`` in someone's process: its garbage collector is then the
+    #: worker's to tune (``worker/collector.py``).
+    whole_process = False
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.whole_process = True
+        super().run_from_argv(argv)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -111,8 +120,10 @@ class Command(BaseCommand):
         }
         if options["worker_id"] is not None:
             values["worker_id"] = options["worker_id"]
-        collector.tune()  # start-up is done: what it left lives as long as the process
-        code = run_workers(WorkerOptions(**values))
+        # Start-up is done: what it left lives as long as the process, when the process
+        # is the worker's (not a test's call_command, whose objects are the test's).
+        with collector.tuned() if self.whole_process else contextlib.nullcontext():
+            code = run_workers(WorkerOptions(**values))
         if code:
             raise SystemExit(code)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from datetime import timedelta
 from typing import Any
@@ -231,6 +232,17 @@ def test_runjobs_rejects_bad_arguments() -> None:
         call_command("runjobs", "--burst", "--poll-interval", "5 mins")
     with pytest.raises(CommandError, match="concurrency"):
         call_command("runjobs", "--burst", "--concurrency", "0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runjobs_called_in_a_process_leaves_its_garbage_collector_alone() -> None:
+    """Tuned only in a process started to run the worker (``worker/collector.py``):
+    a test that drains its runs with ``call_command`` keeps its own collector."""
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    jobs.noop.enqueue()
+    call_command("runjobs", "--burst", "--async-concurrency", "1")
+    assert JobRun.objects.get().status == RunStatus.SUCCEEDED
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)
 
 
 @pytest.mark.postgres(reason="prepared statements are a PostgreSQL path")
