@@ -159,6 +159,12 @@ class AsyncLane:
         with self._changed:
             return len(self._tasks) + len(self._waiting)
 
+    def in_hand(self) -> tuple[int, int]:
+        """Of ``in_flight``: the runs begun (executing, or stopped with their outcome not
+        yet recorded), and the runs claimed ahead still waiting for a slot."""
+        with self._changed:
+            return len(self._tasks), len(self._waiting)
+
     def free(self) -> int:
         """Runs to claim: a slot each whose run's job code stopped, and the runs to
         claim ahead, less those already waiting for a slot."""

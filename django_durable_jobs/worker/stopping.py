@@ -94,9 +94,11 @@ class StopSignals:
         if self._in_hand is not None:
             return "finishing the run in hand"
         # The lane's lock is re-entrant: safe in a handler that interrupted its holder.
-        if self._lane is not None and (in_flight := self._lane.in_flight()):
-            return f"finishing {in_flight} async run(s) in flight"
-        return "idle, exiting"
+        begun, waiting = self._lane.in_hand() if self._lane is not None else (0, 0)
+        doing = [f"finishing {begun} async run(s) in flight"] if begun else []
+        if waiting:  # claimed ahead of the lane's slots: given back, not begun
+            doing.append(f"giving back {waiting} claimed ahead")
+        return ", ".join(doing) or "idle, exiting"
 
     def _abandon(self) -> None:
         self.stop()

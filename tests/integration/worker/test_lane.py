@@ -165,6 +165,8 @@ def test_runs_claimed_ahead_are_given_back_unused_when_the_worker_stops(
     w, _, long, later = _one_slot_taken_one_run_ahead(clock, monkeypatch, seconds=1.0)
     waker = w._waker
     assert waker is not None
+    # What the stop signal's log line says the worker does now.
+    assert w._doing() == "finishing 1 async run(s) in flight, giving back 1 claimed ahead"
     try:
         w._let_go()  # the worker stops
     finally:
