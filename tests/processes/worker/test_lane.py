@@ -18,7 +18,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.models import F
 
-from django_durable_jobs.db import faults
+from django_durable_jobs.db import dialect, faults
 from django_durable_jobs.models import FINISHED, JobRun, RunStatus, StepRecord, StepStatus
 from tests.processes.worker.test_worker import Workers, wait_until
 from tests.testapp import async_jobs
@@ -40,13 +40,24 @@ def workers(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[
 
 
 def run_statuses() -> str:
-    """The runs by status, and a few unfinished or failed ones with their lease and
-    error: what a failure message needs to tell a hang from a failed run."""
+    """The runs by status, and a few unfinished or failed ones with their lease, error,
+    creation and wake time (against the database's clock now): what a failure message
+    needs to tell a hang from a failed run, or a run not due yet."""
     counts = Counter(JobRun.objects.values_list("status", "error_code", "attempt"))
     odd = JobRun.objects.exclude(status=RunStatus.SUCCEEDED).values_list(
-        "id", "status", "attempt", "lease_owner", "lease_expires_at", "error"
+        "id",
+        "status",
+        "attempt",
+        "lease_owner",
+        "lease_expires_at",
+        "error",
+        "created_at",
+        "wake_at",
     )[:10]
-    lines = [f"(status, error code, attempt): count = {dict(counts)}"]
+    with connection.cursor() as cursor:
+        cursor.execute(dialect.of(connection.alias).now_sql or "SELECT NULL")
+        (database_now,) = cursor.fetchone()
+    lines = [f"(status, error code, attempt): count = {dict(counts)}; database now {database_now}"]
     lines += [f"  {row}" for row in odd]
     return "\n".join(lines)
 
