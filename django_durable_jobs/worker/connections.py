@@ -134,15 +134,32 @@ def fit_to_pool(alias: str, lane_threads: int) -> int:
     worker."""
     most = check_pool(alias, lane_threads)
     reserved = _reserved(lane_threads)
-    if most is None or reserved + lane_threads <= most:
+    if most is None:
         return lane_threads
-    room = most - reserved  # at least 1: check_pool made sure of it
-    log.warning(
-        "the database pool holds at most %d connections: the async lane gets %d of the "
-        "%d ASYNC_CONNECTIONS (set the pool's max_size to %d for all of them)",
-        most,
-        room,
-        lane_threads,
-        reserved + lane_threads,
-    )
-    return room
+    threads = min(lane_threads, most - reserved)  # at least 1: check_pool made sure of it
+    if threads < lane_threads:
+        log.warning(
+            "the database pool holds at most %d connections: the async lane gets %d of the "
+            "%d ASYNC_CONNECTIONS (set the pool's max_size to %d for all of them)",
+            most,
+            threads,
+            lane_threads,
+            reserved + lane_threads,
+        )
+    # The sync step functions of async jobs run on as many threads as the lane's
+    # database threads (``AsyncLane``), each taking a connection of the pool while it
+    # runs if it uses the ORM: one that finds none free waits the pool's timeout.
+    spare = most - reserved - threads
+    if threads and spare < threads:
+        log.warning(
+            "the database pool holds at most %d connections and the worker keeps %d: %d "
+            "left for the sync step functions of async jobs (up to %d at a time), and one "
+            "that uses the ORM waits for a free connection up to the pool's timeout (set "
+            "the pool's max_size to %d for them too)",
+            most,
+            reserved + threads,
+            spare,
+            threads,
+            reserved + 2 * lane_threads,
+        )
+    return threads
