@@ -136,7 +136,8 @@ def fit_to_pool(alias: str, lane_threads: int) -> int:
     reserved = _reserved(lane_threads)
     if most is None:
         return lane_threads
-    threads = min(lane_threads, most - reserved)  # at least 1: check_pool made sure of it
+    # With a lane, most - reserved is at least 1: check_pool made sure of it.
+    threads = min(lane_threads, most - reserved)
     if threads < lane_threads:
         log.warning(
             "the database pool holds at most %d connections: the async lane gets %d of the "

@@ -37,19 +37,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
 from django.db import connections
 
-from .. import conf
 from ..db.claims import release
 from ..db.store import put_many
-from ..definitions.registry import all_jobs, get_job
 from ..engine.clock import Clock
 from ..engine.core import Interrupt
 from ..engine.records import RecordedStep, StepStore
-from ..exceptions import UnknownJob
 from ..models import JobRun
 from .connections import as_unit_of_work, on_connection
 from .daemon_threads import DaemonThreads
@@ -156,8 +153,8 @@ class AsyncLane:
     def in_flight(self) -> int:
         """Runs in hand: waiting for a slot, executing, or stopped with their outcome
         not yet recorded."""
-        with self._changed:
-            return len(self._tasks) + len(self._waiting)
+        begun, waiting = self.in_hand()
+        return begun + waiting
 
     def in_hand(self) -> tuple[int, int]:
         """Of ``in_flight``: the runs begun (executing, or stopped with their outcome not
@@ -381,31 +378,3 @@ class AsyncLane:
                 self._changed.notify_all()
             if freed:
                 self._fill()
-
-
-def is_async_run(run: JobRun) -> bool:
-    """Whether ``run``'s job is ``async def`` (an unknown job is not: the sync path
-    fails it with X_JOB_UNKNOWN)."""
-    try:
-        return get_job(run.job_name, run.job_version).is_async
-    except UnknownJob:
-        return False
-
-
-def any_async(jobs: dict[str, Any]) -> bool:
-    """Whether any registered job is ``async def`` (a worker without them has no lane)."""
-    return any(definition.is_async for definition in jobs.values())
-
-
-def lane_capacity(async_concurrency: int | None) -> int:
-    """Async runs one worker process has in flight at once (``--async-concurrency``, else
-    ``ASYNC_CONCURRENCY``); 0: no lane (below 1, or no async job registered)."""
-    if async_concurrency is None:
-        async_concurrency = int(conf.get("ASYNC_CONCURRENCY"))
-    return async_concurrency if async_concurrency >= 1 and any_async(all_jobs()) else 0
-
-
-def lane_threads(capacity: int) -> int:
-    """The database threads a lane of ``capacity`` asks for (``ASYNC_CONNECTIONS``); 0
-    without a lane. Django's pool may give it fewer (``health.fit_to_pool``)."""
-    return int(conf.get("ASYNC_CONNECTIONS")) if capacity else 0

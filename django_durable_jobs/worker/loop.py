@@ -39,7 +39,8 @@ from .connections import close_broken_connections, fit_to_pool, keep_healthy
 from .execution import run_to_stop
 from .give_back import give_back_unbegun, give_back_unexecuted, release_afresh
 from .heartbeat import Heartbeat
-from .lane import AsyncLane, is_async_run, lane_capacity, lane_threads
+from .lane import AsyncLane
+from .lane_size import is_async_run, lane_capacity, lane_threads
 from .options import WorkerOptions as WorkerOptions  # where runjobs and the tests import it
 from .outbox import Outbox
 from .outcome import Pending

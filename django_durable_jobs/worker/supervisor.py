@@ -13,7 +13,7 @@ from types import FrameType
 
 from .. import conf
 from .connections import check_pool, close_pools
-from .lane import lane_capacity, lane_threads
+from .lane_size import lane_capacity, lane_threads
 from .loop import Worker, WorkerOptions
 from .orphans import stop_with_parent
 

@@ -27,7 +27,8 @@ from django_durable_jobs.worker import lane
 from django_durable_jobs.worker.batching import MAX_BATCH
 from django_durable_jobs.worker.connections import fit_to_pool
 from django_durable_jobs.worker.heartbeat import Heartbeat
-from django_durable_jobs.worker.lane import AsyncLane, lane_capacity, lane_threads
+from django_durable_jobs.worker.lane import AsyncLane
+from django_durable_jobs.worker.lane_size import lane_capacity, lane_threads
 from django_durable_jobs.worker.loop import Worker, WorkerOptions
 from django_durable_jobs.worker.recording import record_all
 from django_durable_jobs.worker.wakeup import make_waker
