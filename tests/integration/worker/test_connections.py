@@ -32,21 +32,32 @@ def test_a_pool_with_room_for_every_thread_or_no_pool_changes_nothing(
     assert connections.fit_to_pool("default", 0) == 0
 
 
+def _fit(
+    most: int, asked: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> tuple[int, list[str]]:
+    """The lane threads ``fit_to_pool`` gives of ``asked`` with a pool of ``most``, and
+    the warnings logged in the test so far."""
+    monkeypatch.setattr(connections, "pool_size", lambda alias: most)
+    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
+        threads = connections.fit_to_pool("default", asked)
+    return threads, caplog.messages
+
+
 def test_a_small_pool_gives_the_lane_what_is_left_and_says_so(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(connections, "pool_size", lambda alias: 4)
-    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
-        assert connections.fit_to_pool("default", 4) == 1
     # Of the 4: the main thread, the heartbeat, and Django's async ORM thread.
-    assert caplog.messages == [
-        "the database pool holds at most 4 connections: the async lane gets 1 of the 4 "
-        "ASYNC_CONNECTIONS (set the pool's max_size to 7 for all of them)",
-        "the database pool holds at most 4 connections and the worker keeps 4: 0 left "
-        "for the sync step functions of async jobs (up to 1 at a time), and one that uses "
-        "the ORM waits for a free connection up to the pool's timeout (set the pool's "
-        "max_size to 11 for them too)",
-    ]
+    assert _fit(4, 4, monkeypatch, caplog) == (
+        1,
+        [
+            "the database pool holds at most 4 connections: the async lane gets 1 of the 4 "
+            "ASYNC_CONNECTIONS (set the pool's max_size to 7 for all of them)",
+            "the database pool holds at most 4 connections and the worker keeps 4: 0 left "
+            "for the sync step functions of async jobs (up to 1 at a time), and one that uses "
+            "the ORM waits for a free connection up to the pool's timeout (set the pool's "
+            "max_size to 11 for them too)",
+        ],
+    )
 
 
 @pytest.mark.parametrize(("most", "spare"), [(7, 0), (9, 2)])
@@ -55,25 +66,22 @@ def test_a_pool_with_room_for_the_lane_but_not_its_step_functions_says_so(
 ) -> None:
     """An async job's sync step function that uses the ORM takes a connection of the
     pool while it runs: with the worker's own holding the rest, it waited 30 s."""
-    monkeypatch.setattr(connections, "pool_size", lambda alias: most)
-    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
-        assert connections.fit_to_pool("default", 4) == 4
-    assert caplog.messages == [
-        f"the database pool holds at most {most} connections and the worker keeps 7: "
-        f"{spare} left for the sync step functions of async jobs (up to 4 at a time), and "
-        "one that uses the ORM waits for a free connection up to the pool's timeout (set "
-        "the pool's max_size to 11 for them too)"
-    ]
+    assert _fit(most, 4, monkeypatch, caplog) == (
+        4,
+        [
+            f"the database pool holds at most {most} connections and the worker keeps 7: "
+            f"{spare} left for the sync step functions of async jobs (up to 4 at a time), and "
+            "one that uses the ORM waits for a free connection up to the pool's timeout (set "
+            "the pool's max_size to 11 for them too)"
+        ],
+    )
 
 
 def test_a_pool_with_room_for_every_thread_and_step_function_says_nothing(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(connections, "pool_size", lambda alias: 11)
-    with caplog.at_level(logging.WARNING, logger="django_durable_jobs.worker"):
-        assert connections.fit_to_pool("default", 4) == 4
-        assert connections.fit_to_pool("default", 0) == 0
-    assert caplog.messages == []
+    assert _fit(11, 4, monkeypatch, caplog) == (4, [])
+    assert _fit(11, 0, monkeypatch, caplog) == (0, [])
 
 
 @pytest.mark.parametrize(("most", "threads", "full"), [(2, 4, 7), (3, 4, 7), (1, 0, 2)])
