@@ -47,13 +47,17 @@ def give_back_unexecuted(run: JobRun, owner: str, clock: Clock) -> None:
 
 
 def release_afresh(run: JobRun, owner: str, clock: Clock) -> bool:
-    """``release``, once more on a new connection if the first try raised."""
+    """``release``, once more on a new connection if the first try raised: Django's
+    error, or the driver's own, which Django lets through when closing the cursor of a
+    statement that failed (MySQLdb: "Commands out of sync" from ``cursor.close()``)."""
+    jobs_database = connections[conf.database()]
+    driver_error = jobs_database.Database.Error  # type: ignore[attr-defined]  # the DB-API module
     try:
         return release(run, owner, now=clock.now())
-    except DatabaseError:  # the stop or the fault cut the connection: once more, afresh
+    except (DatabaseError, driver_error):  # the stop or the fault cut the connection
         # A query torn by the stop can leave a connection that answers a ping but not
         # a query (MySQL: "Commands out of sync"): drop it whatever it says.
         with contextlib.suppress(DatabaseError):
-            connections[conf.database()].close()
+            jobs_database.close()
         close_broken_connections()
         return release(run, owner, now=clock.now())

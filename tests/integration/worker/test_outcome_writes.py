@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -245,6 +246,36 @@ def test_a_second_stop_signal_does_not_tear_the_release_of_the_run_in_hand(
     # Given back as claimed: runnable again at once, no attempt used.
     assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
     assert Effect.objects.filter(name="stopping").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_that_fails_with_the_drivers_own_error_is_tried_again_afresh(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop that tore a query on MariaDB left the connection "out of sync", and the
+    release's statement then failed in Django's ``cursor.close()``, which raises the
+    driver's error, not Django's: the worker child crashed with its run in hand, which
+    stayed running until its lease ran out."""
+    from django_durable_jobs.db.claims import claim
+    from django_durable_jobs.db.claims import release as real_release
+    from django_durable_jobs.worker import give_back
+
+    tries: list[str] = []
+
+    def torn_first(*args: Any, **kwargs: Any) -> bool:
+        tries.append("release")
+        if len(tries) == 1:
+            driver = connection.Database  # type: ignore[attr-defined]  # the DB-API module
+            raise driver.ProgrammingError("Commands out of sync")
+        return real_release(*args, **kwargs)
+
+    jobs.noop.enqueue()
+    (run,) = claim("w-1", now=clock.now(), lease=timedelta(minutes=1), limit=1)
+    monkeypatch.setattr(give_back, "release", torn_first)
+    assert give_back.release_afresh(run, "w-1", clock) is True
+    assert tries == ["release", "release"]
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.lease_owner) == (RunStatus.QUEUED, 0, "")
 
 
 _WORKER_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
